@@ -1,0 +1,91 @@
+"""The ``autotune`` command line: thin commands over library calls.
+
+Each command lives in its own module exposing ``register(subparsers)``, which adds
+a sub-parser whose ``func`` default takes the parsed namespace and returns an exit
+code. ``main`` catches :class:`~autotune.errors.AutotuneError` only: a
+``ConfigError`` prints one line and exits 2; anything else is a bug and shows a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from autotune import __version__
+from autotune.errors import AutotuneError, ConfigError
+
+# Command modules, in the order --help lists them.
+COMMANDS = (
+    "run",
+    "plan",
+    "status",
+    "best",
+    "calibrate",
+    "export",
+    "report",
+    "dashboard",
+    "bench",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() owns the exit code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="autotune",
+        description="Find the best launch settings for an SGLang server by experiment.",
+    )
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"autotune.cli._{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"autotune.cli._{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except AutotuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
