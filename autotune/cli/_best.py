@@ -1,0 +1,35 @@
+"""``autotune best STUDY.yaml [--json]``: the winner, its launch command and its gain."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli._common import add_json_flag, add_study_arg, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("best", help="the winning configuration, its SGLang launch command and gain over defaults")
+    add_study_arg(p)
+    add_json_flag(p)
+    p.set_defaults(func=_best)
+
+
+def _best(args: argparse.Namespace) -> int:
+    from autotune.results.summary import best
+    from autotune.spec import load_study_spec
+
+    data = best(load_study_spec(args.study))
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"best: trial {data['number']}  {data['metric']} = {data['value']:.2f}")
+    if data["baseline_value"] is not None:
+        print(f"baseline (SGLang defaults, trial {data['baseline_number']}): {data['baseline_value']:.2f}  "
+              f"gain {data['gain_pct']:+.2f} %")
+    print(f"params: {data['params']}")
+    print("launch:")
+    print(f"  {data['shell']}")
+    for r in data["runners_up"]:
+        gain = f"{r['gain_pct']:+.2f} %" if r["gain_pct"] is not None else "n/a"
+        print(f"runner-up: trial {r['number']} value {r['value']:.2f} ({gain}) {r['params']}")
+    return 0

@@ -1,0 +1,50 @@
+"""``autotune run STUDY.yaml``: create or resume the study and run it to its budget."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli._common import add_study_arg
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run (or resume) a study until it holds n_trials finished trials",
+        description="Create or resume the study: launch servers with candidate settings, load them, record "
+        "throughput and latency, prune out-of-memory candidates before launch. Safe to re-run after an "
+        "interruption: interrupted trials run again and leftover servers are ended first.",
+    )
+    add_study_arg(p)
+    p.add_argument("--n-trials", type=int, default=None, help="override the study's n_trials")
+    p.add_argument("--executor", choices=("inline", "ray"), default=None, help="override executor.kind")
+    p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live progress view")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autotune.errors import ConfigError
+    from autotune.spec import load_study_spec
+    from autotune.study.driver import run_study
+
+    spec = load_study_spec(args.study)
+    updates = {}
+    if args.n_trials is not None:
+        if args.n_trials < 1:
+            raise ConfigError(f"--n-trials: must be >= 1, got {args.n_trials}")
+        updates["n_trials"] = args.n_trials
+    if args.executor:
+        updates["executor"] = spec.executor.model_copy(update={"kind": args.executor})
+    if updates:
+        spec = spec.model_copy(update=updates)
+    progress = None
+    try:
+        from autotune.results.progress import make_progress
+
+        progress = make_progress(enabled=not args.no_progress)
+    except ImportError:
+        progress = None
+    summary = run_study(spec, progress=progress)
+    states = ", ".join(f"{k}={v}" for k, v in sorted(summary.states.items()))
+    print(f"study {summary.study_name}: {summary.finished} finished trials ({states})")
+    return 0

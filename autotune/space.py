@@ -1,0 +1,270 @@
+"""The study's search space: optuna suggestions, the baseline trial, the grid, and
+params -> :class:`~autotune.sglang.config.ServerConfig`.
+
+Parameter names (what optuna stores, what tables and ``--set`` use):
+``mem_fraction_static``, ``cuda_graph_max_bs``, ``custom_allreduce``,
+``speculative_algorithm``, ``speculative_num_steps``, ``speculative_eagle_topk``,
+``speculative_num_draft_tokens`` and the optional knobs of
+:class:`~autotune.spec.SearchSpace` under their own names.
+
+Speculative parameters are conditional: they exist only when the algorithm is not
+``none``. SGLang's rule "topk 1 => draft tokens = steps + 1" is applied here, up
+front: with topk 1 the number of draft tokens is not a free parameter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import replace
+from typing import Any, Iterator
+
+import optuna
+
+from autotune.errors import ConfigError
+from autotune.sglang.config import ServerConfig, SpeculativeConfig
+from autotune.spec import BoolChoices, FloatRange, IntChoices, IntRange, StrChoices, StudySpec
+
+# Optional knobs that map 1:1 onto ServerConfig fields.
+_SIMPLE_KNOBS = (
+    "chunked_prefill_size",
+    "max_running_requests",
+    "flashinfer_allreduce_fusion",
+    "enable_torch_symm_mem",
+    "kv_cache_dtype",
+    "attention_backend",
+)
+SPEC_PARAMS = (
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+)
+
+
+def _suggest(trial: optuna.Trial, name: str, dom: Any) -> Any:
+    if isinstance(dom, FloatRange):
+        return trial.suggest_float(name, dom.low, dom.high, step=dom.step)
+    if isinstance(dom, IntRange):
+        return trial.suggest_int(name, dom.low, dom.high, step=dom.step)
+    if isinstance(dom, (IntChoices, BoolChoices, StrChoices)):
+        return trial.suggest_categorical(name, list(dom.choices))
+    raise TypeError(f"no suggestion for {name}: {dom!r}")  # pragma: no cover - a programming error
+
+
+def _values(dom: Any) -> list[Any]:
+    if isinstance(dom, FloatRange):
+        if dom.step is None:
+            return [dom.low, dom.high] if dom.low != dom.high else [dom.low]
+        n = int(round((dom.high - dom.low) / dom.step))
+        return [round(dom.low + i * dom.step, 10) for i in range(n + 1)]
+    if isinstance(dom, IntRange):
+        return list(range(dom.low, dom.high + 1, dom.step))
+    return list(dom.choices)
+
+
+def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
+    """Ask optuna for every parameter of the space (conditional ones only when they apply)."""
+    space = spec.search_space
+    params: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        # The enqueued baseline may hold SGLang's automatic f, which is off the step grid.
+        warnings.filterwarnings("ignore", message="Fixed parameter")
+        if space.mem_fraction_static is not None:
+            params["mem_fraction_static"] = _suggest(trial, "mem_fraction_static", space.mem_fraction_static)
+        if space.cuda_graph_max_bs is not None:
+            params["cuda_graph_max_bs"] = _suggest(trial, "cuda_graph_max_bs", space.cuda_graph_max_bs)
+        if space.custom_allreduce is not None:
+            params["custom_allreduce"] = _suggest(trial, "custom_allreduce", space.custom_allreduce)
+        for knob in _SIMPLE_KNOBS:
+            dom = getattr(space, knob)
+            if dom is not None:
+                params[knob] = _suggest(trial, knob, dom)
+        sp = space.speculative
+        if sp is not None:
+            algo = _suggest(trial, "speculative_algorithm", sp.algorithm)
+            params["speculative_algorithm"] = algo
+            if algo != "none":
+                params.update(_suggest_spec(trial, algo, sp))
+    return params
+
+
+def _suggest_spec(trial: optuna.Trial, algo: str, sp: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if algo == "NGRAM":
+        if sp.num_draft_tokens is not None:
+            out["speculative_num_draft_tokens"] = _suggest(trial, "speculative_num_draft_tokens", sp.num_draft_tokens)
+        return out
+    if sp.num_steps is None:
+        return out  # SGLang auto-chooses (steps, topk, draft tokens) together
+    out["speculative_num_steps"] = steps = _suggest(trial, "speculative_num_steps", sp.num_steps)
+    topk = _suggest(trial, "speculative_eagle_topk", sp.eagle_topk) if sp.eagle_topk is not None else 1
+    out["speculative_eagle_topk"] = topk
+    if topk > 1 and sp.num_draft_tokens is not None:
+        out["speculative_num_draft_tokens"] = _suggest(trial, "speculative_num_draft_tokens", sp.num_draft_tokens)
+    else:
+        out["speculative_num_draft_tokens"] = steps + 1 if topk == 1 else None
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def iter_grid(spec: StudySpec) -> Iterator[dict[str, Any]]:
+    """Every candidate of the space, floats stepped by their step (for ``plan`` and grid search)."""
+    space = spec.search_space
+    axes: list[tuple[str, list[Any]]] = []
+    for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
+        dom = getattr(space, name)
+        if dom is not None:
+            axes.append((name, _values(dom)))
+    spec_variants = list(_spec_variants(space.speculative)) if space.speculative else [{}]
+    names = [a[0] for a in axes]
+    for combo in itertools.product(*(a[1] for a in axes)):
+        for sv in spec_variants:
+            yield {**dict(zip(names, combo)), **sv}
+
+
+def _spec_variants(sp: Any) -> Iterator[dict[str, Any]]:
+    for algo in sp.algorithm.choices:
+        if algo == "none":
+            yield {"speculative_algorithm": "none"}
+            continue
+        if algo == "NGRAM":
+            for d in _values(sp.num_draft_tokens) if sp.num_draft_tokens else [None]:
+                yield {"speculative_algorithm": algo, **({"speculative_num_draft_tokens": d} if d else {})}
+            continue
+        if sp.num_steps is None:
+            yield {"speculative_algorithm": algo}
+            continue
+        for steps in _values(sp.num_steps):
+            for topk in _values(sp.eagle_topk) if sp.eagle_topk else [1]:
+                drafts = _values(sp.num_draft_tokens) if (topk > 1 and sp.num_draft_tokens) else [steps + 1]
+                for d in drafts:
+                    yield {
+                        "speculative_algorithm": algo,
+                        "speculative_num_steps": steps,
+                        "speculative_eagle_topk": topk,
+                        "speculative_num_draft_tokens": d,
+                    }
+
+
+def param_names(spec: StudySpec) -> list[str]:
+    """Every parameter name this space can produce."""
+    names: list[str] = []
+    space = spec.search_space
+    for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
+        if getattr(space, name) is not None:
+            names.append(name)
+    if space.speculative is not None:
+        names.extend(SPEC_PARAMS)
+    return names
+
+
+def parse_overrides(spec: StudySpec, items: list[str]) -> dict[str, Any]:
+    """``KNOB=VALUE`` strings (``plan --set``) to typed params. ConfigError names the bad one."""
+    known = set(param_names(spec)) | {"mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS,
+                                      *SPEC_PARAMS}
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set: expected KNOB=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key not in known:
+            raise ConfigError(f"--set: unknown knob {key!r}; known: {', '.join(sorted(known))}")
+        out[key] = _coerce(key, raw.strip())
+    return out
+
+
+def _coerce(key: str, raw: str) -> Any:
+    try:
+        if key == "mem_fraction_static":
+            v = float(raw)
+            if not 0 < v <= 1:
+                raise ValueError
+            return v
+        if key in ("custom_allreduce", "flashinfer_allreduce_fusion", "enable_torch_symm_mem"):
+            low = raw.lower()
+            if low not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+                raise ValueError
+            return low in ("true", "1", "on", "yes")
+        if key in ("kv_cache_dtype", "attention_backend", "speculative_algorithm"):
+            return raw
+        v = int(raw)
+        if v <= 0:
+            raise ValueError
+        return v
+    except ValueError:
+        raise ConfigError(f"--set: bad value for {key}: {raw!r}") from None
+
+
+def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False, port: int = 30000) -> ServerConfig:
+    """The launch for these params. ``baseline=True`` passes nothing SGLang would pick itself."""
+    srv = spec.server
+    cfg = ServerConfig(
+        model_path=spec.resolve_path(srv.model_path) or srv.model_path,
+        tp_size=srv.tp_size,
+        dp_size=srv.dp_size,
+        host=srv.host,
+        port=port,
+        extra_args=tuple(srv.extra_args),
+    )
+    if baseline:
+        return cfg
+    updates: dict[str, Any] = {}
+    for key in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
+        if key in params and params[key] is not None:
+            updates[key] = params[key]
+    algo = params.get("speculative_algorithm", "none")
+    if algo and algo != "none":
+        sp = spec.search_space.speculative
+        draft = spec.resolve_path(sp.draft_model_path) if sp and algo in ("EAGLE", "EAGLE3", "STANDALONE") else None
+        updates["speculative"] = SpeculativeConfig(
+            algorithm=algo,
+            draft_model_path=draft,
+            num_steps=params.get("speculative_num_steps"),
+            eagle_topk=params.get("speculative_eagle_topk"),
+            num_draft_tokens=params.get("speculative_num_draft_tokens"),
+        )
+    return replace(cfg, **updates)
+
+
+def baseline_params(spec: StudySpec, resolved: dict[str, Any]) -> dict[str, Any]:
+    """Params of trial 0: SGLang's defaults, with automatic values resolved (``resolved`` from the
+    memory model: ``mem_fraction_static`` and ``cuda_graph_max_bs``) so the sampler sees real numbers."""
+    space = spec.search_space
+    params: dict[str, Any] = {}
+    if space.mem_fraction_static is not None:
+        params["mem_fraction_static"] = resolved["mem_fraction_static"]
+    if space.cuda_graph_max_bs is not None:
+        params["cuda_graph_max_bs"] = resolved["cuda_graph_max_bs"]
+    if space.custom_allreduce is not None:
+        params["custom_allreduce"] = True
+    defaults = {"flashinfer_allreduce_fusion": False, "enable_torch_symm_mem": False, "kv_cache_dtype": "auto"}
+    for knob in _SIMPLE_KNOBS:
+        dom = getattr(space, knob)
+        if dom is not None:
+            if knob in defaults and defaults[knob] in dom.choices:
+                params[knob] = defaults[knob]
+            elif knob in resolved and resolved[knob] in dom.choices:
+                params[knob] = resolved[knob]
+    if space.speculative is not None:
+        params["speculative_algorithm"] = "none"
+    return params
+
+
+def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> StudySpec:
+    """Add the baseline's categorical values to the space's choices where missing, so trial 0 is
+    a point of the space (optuna refuses a fixed categorical outside its choices)."""
+    space = spec.search_space
+    updates: dict[str, Any] = {}
+    for name, value in params.items():
+        dom = getattr(space, name, None)
+        if isinstance(dom, (IntChoices, BoolChoices, StrChoices)) and value not in dom.choices:
+            updates[name] = dom.model_copy(update={"choices": [*dom.choices, value]})
+    sp = space.speculative
+    if sp is not None and "none" not in sp.algorithm.choices:
+        updates["speculative"] = sp.model_copy(
+            update={"algorithm": sp.algorithm.model_copy(update={"choices": ["none", *sp.algorithm.choices]})}
+        )
+    if not updates:
+        return spec
+    return spec.model_copy(update={"search_space": space.model_copy(update=updates)})

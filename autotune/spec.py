@@ -1,0 +1,361 @@
+"""The study file: pydantic models, ``extra="forbid"``, one-line errors with the dotted path.
+
+A study file is YAML (loaded with ``yaml.safe_load``)::
+
+    name: demo
+    n_trials: 30
+    server: {backend: sim, sglang_version: "0.5.9", model_path: models/kimi-k2-class, tp_size: 8}
+    hardware: {gpu: rtx-pro-6000, num_gpus: 8, interconnect: pcie}
+    search_space: {mem_fraction_static: {low: 0.5, high: 0.95, step: 0.01}, ...}
+    workload: {input_len: 512, output_len: 256, num_prompts: 512, concurrency: [256]}
+    objective: {metric: output_throughput, direction: maximize}
+
+Relative paths (``storage`` default, ``model_path``, draft model, dataset) are
+resolved against the study file's directory, so a study runs from any cwd.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autotune.errors import ConfigError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+# Metrics a study may optimise: bench_serving's key names.
+OBJECTIVE_METRICS = {
+    "output_throughput": "maximize",
+    "total_throughput": "maximize",
+    "request_throughput": "maximize",
+    "input_throughput": "maximize",
+    "mean_ttft_ms": "minimize",
+    "median_ttft_ms": "minimize",
+    "p99_ttft_ms": "minimize",
+    "mean_tpot_ms": "minimize",
+    "median_tpot_ms": "minimize",
+    "p99_tpot_ms": "minimize",
+    "mean_itl_ms": "minimize",
+    "median_itl_ms": "minimize",
+    "p99_itl_ms": "minimize",
+    "mean_e2e_latency_ms": "minimize",
+    "p99_e2e_latency_ms": "minimize",
+}
+SPECULATIVE_ALGORITHMS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplerSpec(_Model):
+    kind: Literal["tpe", "random", "grid", "gp"] = "tpe"
+    seed: int | None = 0
+    n_startup_trials: int = Field(default=8, ge=0)
+
+
+class ExecutorSpec(_Model):
+    kind: Literal["inline", "ray"] = "inline"
+    address: str | None = None  # existing Ray cluster; None = a local instance (or RAY_ADDRESS)
+    max_parallel: int | None = Field(default=None, ge=1)  # trials in flight; None = as many as GPUs allow
+    num_cpus: int | None = Field(default=None, ge=1)  # for a local Ray instance
+    num_gpus: int | None = Field(default=None, ge=0)  # declared GPUs for a local Ray instance
+    resources: dict[str, float] = Field(default_factory=dict)  # node resources each trial reserves
+
+
+class SimSpec(_Model):
+    time_scale: float = Field(default=10.0, gt=0)
+    seed: int = 0
+    faults: list[str] = Field(default_factory=list)
+
+
+class ServerSpec(_Model):
+    backend: Literal["sim", "sglang"] = "sim"
+    sglang_version: str = "0.5.9"
+    model_path: str
+    tp_size: int = Field(default=1, ge=1, le=64)
+    dp_size: int = Field(default=1, ge=1, le=64)
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    host: str = "127.0.0.1"
+    python: str | None = None  # interpreter that runs sglang.launch_server; default: this one
+    sim: SimSpec = Field(default_factory=SimSpec)
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", v):
+            raise ValueError(f"must look like 0.5.9, got {v!r}")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if a in ("--port", "--host", "--model-path", "--tp-size") or a.startswith(("--port=", "--host=")):
+                raise ValueError(f"{a!r} is set by autotune; use the study's own field instead")
+        return v
+
+
+class HardwareSpec(_Model):
+    gpu: str
+    num_gpus: int = Field(default=1, ge=1, le=1024)
+    interconnect: Literal["pcie", "nvlink"] = "nvlink"
+
+
+class FloatRange(_Model):
+    low: float
+    high: float
+    step: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "FloatRange":
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ValueError("low and high must be finite")
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        if self.step is not None and self.step <= 0:
+            raise ValueError(f"step must be > 0, got {self.step}")
+        return self
+
+
+class IntRange(_Model):
+    low: int
+    high: int
+    step: int = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> "IntRange":
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        if self.step <= 0:
+            raise ValueError(f"step must be > 0, got {self.step}")
+        return self
+
+
+class IntChoices(_Model):
+    choices: list[int] = Field(min_length=1)
+
+    @field_validator("choices")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        bad = [c for c in v if c <= 0]
+        if bad:
+            raise ValueError(f"choices must be > 0, got {bad[0]}")
+        return list(dict.fromkeys(v))
+
+
+class BoolChoices(_Model):
+    choices: list[bool] = Field(min_length=1)
+
+
+class StrChoices(_Model):
+    choices: list[str] = Field(min_length=1)
+
+
+class MemFractionRange(FloatRange):
+    @model_validator(mode="after")
+    def _unit(self) -> "MemFractionRange":
+        if not (0.0 < self.low <= 1.0 and 0.0 < self.high <= 1.0):
+            raise ValueError(f"must lie in (0, 1], got low={self.low} high={self.high}")
+        return self
+
+
+class SpeculativeSpace(_Model):
+    algorithm: StrChoices = Field(default_factory=lambda: StrChoices(choices=["none"]))
+    draft_model_path: str | None = None
+    num_steps: IntRange | IntChoices | None = None
+    eagle_topk: IntRange | IntChoices | None = None
+    num_draft_tokens: IntRange | IntChoices | None = None
+
+    @field_validator("algorithm")
+    @classmethod
+    def _algos(cls, v: StrChoices) -> StrChoices:
+        for a in v.choices:
+            if a not in SPECULATIVE_ALGORITHMS:
+                raise ValueError(f"unknown algorithm {a!r}; known: {', '.join(SPECULATIVE_ALGORITHMS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _draft(self) -> "SpeculativeSpace":
+        needs = {"EAGLE", "EAGLE3", "STANDALONE"} & set(self.algorithm.choices)
+        if needs and not self.draft_model_path:
+            raise ValueError(f"draft_model_path is required for {sorted(needs)[0]}")
+        return self
+
+
+class SearchSpace(_Model):
+    mem_fraction_static: MemFractionRange | None = None
+    cuda_graph_max_bs: IntChoices | None = None
+    custom_allreduce: BoolChoices | None = None
+    speculative: SpeculativeSpace | None = None
+    # More knobs, as users need them.
+    chunked_prefill_size: IntChoices | None = None
+    max_running_requests: IntChoices | None = None
+    flashinfer_allreduce_fusion: BoolChoices | None = None
+    enable_torch_symm_mem: BoolChoices | None = None
+    kv_cache_dtype: StrChoices | None = None
+    attention_backend: StrChoices | None = None
+
+
+class WorkloadSpec(_Model):
+    backend: Literal["sglang", "openai", "openai-chat"] = "sglang"
+    input_len: int = Field(default=1024, ge=1)
+    output_len: int = Field(default=256, ge=1)
+    range_ratio: float = Field(default=1.0, gt=0, le=1)
+    num_prompts: int | None = Field(default=512, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    concurrency: list[int] = Field(default_factory=lambda: [64], min_length=1)
+    request_rate: float | None = Field(default=None, gt=0)
+    warmup_requests: int = Field(default=4, ge=0)
+    flush_cache: bool = True
+    dataset_path: str | None = None
+    seed: int = 0
+
+    @field_validator("concurrency")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        bad = [c for c in v if c < 1]
+        if bad:
+            raise ValueError(f"concurrency levels must be >= 1, got {bad[0]}")
+        return v
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "WorkloadSpec":
+        if self.num_prompts is None and self.duration_s is None:
+            raise ValueError("set num_prompts or duration_s (or both)")
+        return self
+
+
+class ObjectiveSpec(_Model):
+    metric: str = "output_throughput"
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in OBJECTIVE_METRICS:
+            raise ValueError(f"unknown metric {v!r}; known: {', '.join(OBJECTIVE_METRICS)}")
+        return v
+
+    @property
+    def resolved_direction(self) -> str:
+        return self.direction or OBJECTIVE_METRICS[self.metric]
+
+
+class CalibrationSpec(_Model):
+    p_gib: float = Field(gt=0)
+    a_gib: float
+    kv_tokens: int | None = None
+    graph_gib: float | None = None
+
+
+class StudySpec(_Model):
+    name: str
+    storage: str | None = None
+    n_trials: int = Field(default=20, ge=1, le=100000)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    server: ServerSpec
+    hardware: HardwareSpec
+    search_space: SearchSpace = Field(default_factory=SearchSpace)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    calibration: CalibrationSpec | None = None
+    run_dir: str | None = None  # per-trial artifacts; default: <study dir>/runs/<name>
+
+    # Set by load_study_spec: the file it came from (not a YAML key).
+    source_path: str | None = Field(default=None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"must be letters, digits, '_', '-' or '.', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> "StudySpec":
+        need = self.server.tp_size * self.server.dp_size
+        if need > self.hardware.num_gpus:
+            raise ValueError(
+                f"server.tp_size x dp_size = {need} needs more GPUs than hardware.num_gpus = {self.hardware.num_gpus}"
+            )
+        return self
+
+    # ---- resolved paths -------------------------------------------------
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source_path).resolve().parent if self.source_path else Path.cwd()
+
+    def resolve_path(self, p: str | None) -> str | None:
+        if p is None:
+            return None
+        path = Path(p).expanduser()
+        return str(path if path.is_absolute() else (self.base_dir / path).resolve())
+
+    @property
+    def storage_url(self) -> str:
+        if self.storage:
+            if "://" in self.storage:
+                return self.storage
+            return f"sqlite:///{self.resolve_path(self.storage)}"
+        return f"sqlite:///{self.base_dir / (self.name + '.db')}"
+
+    @property
+    def run_path(self) -> Path:
+        if self.run_dir:
+            return Path(self.resolve_path(self.run_dir) or ".")
+        return self.base_dir / "runs" / self.name
+
+
+def format_validation_error(exc: ValidationError, data: Any = None) -> str:
+    """One line: the first error's dotted path, what is wrong, and the value received."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-after", "union")))
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    value = first.get("input")
+    shown = "" if first["type"] == "missing" else f" (got {_short(value)})"
+    more = f" [and {len(errors) - 1} more]" if len(errors) > 1 else ""
+    return f"{loc or '<study>'}: {msg}{shown}{more}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_study(data: Any, *, source_path: str | None = None) -> StudySpec:
+    """Validate already-loaded YAML data. Raises ConfigError with one line."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source_path or 'study'}: the study file must be a mapping, got {type(data).__name__}")
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as exc:
+        prefix = f"{source_path}: " if source_path else ""
+        raise ConfigError(prefix + format_validation_error(exc, data)) from None
+    return spec.model_copy(update={"source_path": source_path})
+
+
+def load_study_spec(path: str | Path) -> StudySpec:
+    """Load and validate a study file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"study file not found: {path}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}:{where}: {problem}") from None
+    return parse_study(data, source_path=str(p))

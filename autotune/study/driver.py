@@ -1,0 +1,305 @@
+"""The study driver: the only writer of optuna storage (ask/tell).
+
+For each trial: suggest, predict memory (prune before launch when the formula
+condemns it), hand the body to an executor, tell the result with its evidence.
+Resume: a study left with RUNNING trials by a killed run gets those trials marked
+FAIL (interrupted) and their parameters enqueued again; server processes of the
+killed run are reaped before anything launches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+from optuna.artifacts import upload_artifact
+from optuna.trial import TrialState
+
+from autotune.errors import ConfigError
+from autotune.outcome import FailureKind
+from autotune.spec import StudySpec
+from autotune.study import space_bridge
+from autotune.study.executor import Executor, InlineExecutor
+from autotune.study.infeasible import Failure, implied_by
+from autotune.study.storage import artifact_store, open_study, trial_dir
+from autotune.study.trial import TrialRequest, TrialResult
+
+log = logging.getLogger(__name__)
+
+# Failure kinds that do not use up the trial budget (the trial is run again).
+RETRIED_KINDS = {FailureKind.INTERRUPTED.value}
+PRUNE_VERDICTS = {"kv_oom", "graph_oom", "too_few_tokens"}
+
+
+@dataclass
+class Progress:
+    """Observer of the sweep; every hook optional. The CLI plugs rich or plain lines in."""
+
+    on_start: Callable[[optuna.Study, int], None] | None = None
+    on_trial_end: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
+    on_launch: Callable[[int, dict[str, Any]], None] | None = None
+
+
+@dataclass
+class RunSummary:
+    study_name: str
+    finished: int
+    states: dict[str, int] = field(default_factory=dict)
+    reaped: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
+
+
+def budget_used(study: optuna.Study) -> int:
+    """Finished trials that count towards ``n_trials`` (interrupted ones are re-run instead)."""
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        if t.user_attrs.get("failure_kind") in RETRIED_KINDS:
+            continue
+        n += 1
+    return n
+
+
+class _DriverLock:
+    """One driver per study: a pid file in the run dir, taken over only from a dead owner."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> "_DriverLock":
+        import psutil
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            try:
+                pid = int(self.path.read_text().split()[0])
+            except (ValueError, IndexError):
+                pid = -1
+            if pid > 0 and pid != os.getpid() and psutil.pid_exists(pid):
+                try:
+                    cmd = " ".join(psutil.Process(pid).cmdline())
+                except psutil.Error:
+                    cmd = ""
+                if "autotune" in cmd or "pytest" in cmd or "python" in cmd:
+                    raise ConfigError(f"study is already being run by pid {pid} (lock {self.path})")
+        self.path.write_text(f"{os.getpid()}\n")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self.path.read_text().split()[0] == str(os.getpid()):
+                self.path.unlink()
+        except (OSError, IndexError):
+            pass
+
+
+class StudyDriver:
+    def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None):
+        self.spec = spec
+        self.progress = progress or Progress()
+        self.study = open_study(spec)
+        self.store = artifact_store(spec)
+        self.bridge = space_bridge.SpaceBridge(spec, self.study)
+        self._live: dict[int, optuna.Trial] = {}
+        self.executor = executor or self._default_executor()
+
+    # ---- setup ---------------------------------------------------------
+    def _default_executor(self) -> Executor:
+        if self.spec.executor.kind == "ray":
+            from autotune.study.ray_executor import RayExecutor
+
+            return RayExecutor(self.spec, reporter_factory=self._reporter)
+        return InlineExecutor(reporter_factory=self._reporter)
+
+    def _reporter(self, number: int) -> Callable[[int, float], bool] | None:
+        trial = self._live.get(number)
+        if trial is None:
+            return None
+
+        def report(step: int, value: float) -> bool:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trial.report(value, step)
+                return not trial.should_prune()
+
+        return report
+
+    def reap_leftovers(self) -> list[int]:
+        from autotune.launch import ProcessRegistry
+
+        return ProcessRegistry(str(self.spec.run_path), self.spec.name).reap_leftovers()
+
+    def recover_interrupted(self) -> list[int]:
+        """RUNNING trials of a dead run: FAIL (interrupted), parameters enqueued again."""
+        numbers = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            storage = self.study._storage
+            storage.set_trial_user_attr(t._trial_id, "failure_kind", FailureKind.INTERRUPTED.value)
+            storage.set_trial_user_attr(t._trial_id, "reason", "the orchestrator stopped during this trial; re-run")
+            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+            attrs = {k: v for k, v in t.user_attrs.items() if k in ("baseline",)}
+            attrs["retry_of"] = t.number
+            self.study.enqueue_trial(t.params, user_attrs=attrs)
+            numbers.append(t.number)
+        return numbers
+
+    # ---- the loop --------------------------------------------------------
+    def run(self) -> RunSummary:
+        spec = self.spec
+        summary = RunSummary(study_name=spec.name, finished=0)
+        with _DriverLock(spec.run_path / "driver.lock"):
+            summary.reaped = self.reap_leftovers()
+            if summary.reaped:
+                log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
+            summary.interrupted = self.recover_interrupted()
+            if summary.interrupted:
+                log.warning("trials %s were interrupted by an earlier run; their parameters run again",
+                            summary.interrupted)
+            self.bridge.ensure_baseline()
+            if self.progress.on_start:
+                self.progress.on_start(self.study, spec.n_trials)
+            old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+            try:
+                self._loop()
+            except KeyboardInterrupt:
+                log.warning("interrupted: tearing down %d trial(s) in flight", len(self.executor.in_flight()))
+                self.executor.shutdown(cancel=True)
+                self._fail_in_flight()
+                raise
+            finally:
+                if old_term is not None:
+                    signal.signal(signal.SIGTERM, old_term)
+            self.executor.shutdown(cancel=False)
+        summary.finished = budget_used(self.study)
+        summary.states = count_states(self.study)
+        return summary
+
+    def _loop(self) -> None:
+        while True:
+            used = budget_used(self.study)
+            in_flight = len(self.executor.in_flight())
+            if used >= self.spec.n_trials and in_flight == 0:
+                return
+            started = False
+            while used + len(self.executor.in_flight()) < self.spec.n_trials:
+                req = self._next_launch()
+                if req is None:  # pruned before launch: budget changed, loop again
+                    used = budget_used(self.study)
+                    started = True
+                    continue
+                self.executor.submit(req.trial_number, req)
+                started = True
+                if self.executor.slots_free() <= 0:
+                    break
+            for number, result in self.executor.wait(timeout=1.0):
+                self._finish(number, result)
+            if not started and not self.executor.in_flight() and budget_used(self.study) >= self.spec.n_trials:
+                return
+
+    def _next_launch(self) -> TrialRequest | None:
+        """Ask for a trial; prune it before launch, or return the request to run it."""
+        trial = self.study.ask()
+        cand = self.bridge.candidate(trial)
+        pred = cand.prediction
+        trial.set_user_attr("prediction", pred)
+        if cand.baseline:
+            trial.set_user_attr("baseline", True)
+        reason = None
+        kind = None
+        if pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain"):
+            kind, reason = FailureKind.PREDICTED_OOM.value, pred.get("reason", "")
+        else:
+            hit = implied_by(cand.params, self.bridge.failures())
+            if hit is not None:
+                kind, reason = FailureKind.INFEASIBLE.value, hit[1]
+        if kind is not None:
+            trial.set_user_attr("failure_kind", kind)
+            trial.set_user_attr("reason", reason)
+            trial.set_user_attr("note", f"pruned before launch: {reason}")
+            self.bridge.mark_constraint(trial, violated=True)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            log.info("trial %d pruned before launch (%s): %s", trial.number, kind, reason)
+            self._notify(trial.number)
+            return None
+        self._live[trial.number] = trial
+        req = self.bridge.request(trial, cand)
+        if self.progress.on_launch:
+            self.progress.on_launch(trial.number, cand.params)
+        log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
+        return req
+
+    def _finish(self, number: int, result: TrialResult) -> None:
+        trial = self._live.pop(number)
+        self.bridge.record_result(trial, result)
+        for name, path in sorted(result.artifacts.items()):
+            if os.path.isfile(path):
+                try:
+                    upload_artifact(artifact_store=self.store, file_path=path, study_or_trial=trial)
+                except Exception as exc:  # an artifact must never lose the trial
+                    log.warning("could not store artifact %s of trial %d: %s", name, number, exc)
+        if result.state == "complete" and result.value is not None:
+            self.bridge.mark_constraint(trial, violated=False)
+            self.study.tell(trial, result.value)
+        elif result.state == "pruned":
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            if result.failure_kind in (FailureKind.KV_OOM.value, FailureKind.GRAPH_CAPTURE_OOM.value):
+                self.bridge.mark_constraint(trial, violated=True)
+            self.study.tell(trial, state=TrialState.FAIL)
+        log.info("trial %d %s%s", number, result.state,
+                 f" value={result.value:.1f}" if result.value is not None else f" ({result.failure_kind}: {result.evidence[:160]})")
+        self._notify(number)
+
+    def _fail_in_flight(self) -> None:
+        for number, trial in list(self._live.items()):
+            try:
+                trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
+                trial.set_user_attr("reason", "interrupted by the user; re-run on resume")
+                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                attrs = {"retry_of": number}
+                if trial.user_attrs.get("baseline"):
+                    attrs["baseline"] = True
+                self.study.enqueue_trial(trial.params, user_attrs=attrs)
+            except Exception as exc:  # storage may be gone on the way down; resume handles RUNNING too
+                log.warning("could not mark trial %d interrupted: %s", number, exc)
+            self._live.pop(number, None)
+
+    def _notify(self, number: int) -> None:
+        if self.progress.on_trial_end:
+            self.progress.on_trial_end(self.study, self.study.trials[number])
+
+
+def count_states(study: optuna.Study) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def _fmt_params(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def run_study(spec: StudySpec, *, progress: Progress | None = None, executor: Executor | None = None) -> RunSummary:
+    """Create or resume the study and run it until it holds ``n_trials`` finished trials."""
+    t0 = time.monotonic()
+    summary = StudyDriver(spec, executor=executor, progress=progress).run()
+    log.info("study %s: %d finished trials in %.1f s", spec.name, summary.finished, time.monotonic() - t0)
+    return summary

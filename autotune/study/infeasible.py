@@ -1,0 +1,47 @@
+"""Learning infeasible regions from failures, so the same crash is never paid for twice.
+
+A CUDA-graph capture OOM at (f, bs) means that every candidate with f' >= f and
+bs' >= bs and all other knobs equal fails too: a larger ``mem_fraction_static``
+leaves less slack ``P x (1 - f)`` for the graphs, and a larger max batch size
+captures more graphs. A KV-pool OOM at f (the formula went negative) means every
+f' <= f with the other knobs equal fails too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.outcome import FailureKind
+
+_MONOTONE = ("mem_fraction_static", "cuda_graph_max_bs")
+
+
+@dataclass(frozen=True)
+class Failure:
+    number: int
+    kind: str
+    params: dict[str, Any]
+
+
+def _others(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in _MONOTONE}
+
+
+def implied_by(params: dict[str, Any], failures: list[Failure]) -> tuple[Failure, str] | None:
+    """The earlier failure that proves ``params`` infeasible, with the reason, or None."""
+    for fail in failures:
+        if _others(fail.params) != _others(params):
+            continue
+        f0, f1 = fail.params.get("mem_fraction_static"), params.get("mem_fraction_static")
+        b0, b1 = fail.params.get("cuda_graph_max_bs"), params.get("cuda_graph_max_bs")
+        if fail.kind == FailureKind.GRAPH_CAPTURE_OOM.value and f0 is not None and f1 is not None:
+            if f1 >= f0 and (b0 is None or (b1 is not None and b1 >= b0)):
+                return fail, (
+                    f"trial {fail.number} failed CUDA graph capture at mem_fraction_static={f0}"
+                    f"{f', cuda_graph_max_bs={b0}' if b0 is not None else ''}; this candidate has less slack"
+                    f" (f={f1}{f', bs={b1}' if b1 is not None else ''})"
+                )
+        if fail.kind == FailureKind.KV_OOM.value and f0 is not None and f1 is not None and f1 <= f0:
+            return fail, f"trial {fail.number} had no KV cache at mem_fraction_static={f0}; this candidate has f={f1}"
+    return None

@@ -1,0 +1,228 @@
+"""Between optuna trials and autotune's candidates: suggestion, memory prediction,
+calibration, the trial request, and what a finished trial carries."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import space
+from autotune.outcome import FailureKind
+from autotune.sglang.config import ServerConfig
+from autotune.spec import StudySpec
+from autotune.study.infeasible import Failure
+from autotune.study.storage import trial_dir
+from autotune.study.trial import TrialRequest, TrialResult
+
+log = logging.getLogger(__name__)
+
+# Flat copies of these metrics of the objective's load point go to user_attrs.
+FLAT_METRICS = (
+    "output_throughput", "total_throughput", "request_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+    "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_e2e_latency_ms", "p99_e2e_latency_ms", "concurrency", "completed", "failed",
+)
+
+
+@dataclass
+class Candidate:
+    params: dict[str, Any]
+    config: ServerConfig
+    prediction: dict[str, Any]
+    baseline: bool
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if hasattr(obj, "to_dict"):
+        return dict(obj.to_dict())
+    if is_dataclass(obj):
+        return asdict(obj)
+    return dict(obj)
+
+
+class SpaceBridge:
+    def __init__(self, spec: StudySpec, study: optuna.Study) -> None:
+        self.study = study
+        self.spec = spec
+        self._model = None
+        self._draft = None
+        self._gpu = None
+        self._widened: StudySpec | None = None
+
+    # ---- knowledge -----------------------------------------------------
+    def _profiles(self) -> tuple[Any, Any, Any]:
+        from autotune.sglang.gpus import get_gpu
+        from autotune.sglang.models import load_model_profile
+
+        if self._model is None:
+            spec = self.spec
+            self._model = load_model_profile(spec.resolve_path(spec.server.model_path))
+            self._gpu = get_gpu(spec.hardware.gpu)
+            sp = spec.search_space.speculative
+            if sp is not None and sp.draft_model_path:
+                self._draft = load_model_profile(spec.resolve_path(sp.draft_model_path))
+        return self._model, self._gpu, self._draft
+
+    def calibration(self) -> dict[str, Any] | None:
+        if self.spec.calibration is not None:
+            return {**self.spec.calibration.model_dump(exclude_none=True), "source": "study file"}
+        return self.study.user_attrs.get("calibration")
+
+    def predict(self, cfg: ServerConfig) -> dict[str, Any]:
+        from autotune.sglang.memory import Calibration, predict
+
+        model, gpu, draft = self._profiles()
+        cal = self.calibration()
+        calibration = Calibration.from_dict(cal) if cal else None
+        pred = predict(
+            model, gpu, cfg,
+            version=self.spec.server.sglang_version,
+            num_gpus=self.spec.hardware.num_gpus,
+            interconnect=self.spec.hardware.interconnect,
+            calibration=calibration,
+            draft=draft if cfg.speculative.enabled else None,
+        )
+        return _as_dict(pred)
+
+    # ---- trials --------------------------------------------------------
+    def widened_spec(self) -> StudySpec:
+        """The space with the baseline's categorical values included (see space.widen_for_baseline)."""
+        if self._widened is None:
+            params = self._baseline_params()
+            self._widened = space.widen_for_baseline(self.spec, params)
+        return self._widened
+
+    def _baseline_params(self) -> dict[str, Any]:
+        base_cfg = space.to_config(self.spec, {}, baseline=True)
+        pred = self.predict(base_cfg)
+        resolved = {
+            "mem_fraction_static": pred.get("f"),
+            "cuda_graph_max_bs": pred.get("cuda_graph_max_bs"),
+            "chunked_prefill_size": pred.get("chunked_prefill_size"),
+        }
+        return space.baseline_params(self.spec, resolved)
+
+    def ensure_baseline(self) -> None:
+        """Trial 0 is SGLang's defaults; enqueue it when the study is new."""
+        if self.study.get_trials(deepcopy=False):
+            return
+        params = self._baseline_params()
+        self.widened_spec()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.study.enqueue_trial(params, user_attrs={"baseline": True})
+        self.study.set_user_attr("spec", self.spec.model_dump(mode="json", exclude={"source_path"}))
+
+    def candidate(self, trial: optuna.Trial) -> Candidate:
+        spec = self.widened_spec()
+        params = space.suggest(trial, spec)
+        baseline = bool(trial.user_attrs.get("baseline"))
+        cfg = space.to_config(spec, params, baseline=baseline)
+        return Candidate(params=params, config=cfg, prediction=self.predict(cfg), baseline=baseline)
+
+    def request(self, trial: optuna.Trial, cand: Candidate) -> TrialRequest:
+        spec = self.spec
+        tdir = trial_dir(spec, trial.number)
+        wl = spec.workload.model_dump()
+        if wl.get("dataset_path"):
+            wl["dataset_path"] = spec.resolve_path(wl["dataset_path"])
+        return TrialRequest(
+            study_name=spec.name,
+            trial_number=trial.number,
+            config=cand.config.to_dict(),
+            backend=spec.server.backend,
+            sglang_version=spec.server.sglang_version,
+            gpu=spec.hardware.gpu,
+            num_gpus=spec.hardware.num_gpus,
+            interconnect=spec.hardware.interconnect,
+            workload=wl,
+            objective_metric=spec.objective.metric,
+            objective_direction=spec.objective.resolved_direction,
+            artifact_dir=str(tdir),
+            run_dir=str(spec.run_path),
+            startup_timeout_s=spec.server.startup_timeout_s,
+            env=dict(spec.server.env),
+            python=spec.server.python,
+            sim=spec.server.sim.model_dump(),
+            prediction=cand.prediction,
+        )
+
+    def record_result(self, trial: optuna.Trial, result: TrialResult) -> None:
+        """Everything a finished trial carries, set before tell (optuna refuses writes after)."""
+        from autotune.sglang.flags import shell_line
+
+        t = trial
+        t.set_user_attr("command", result.command)
+        t.set_user_attr("shell", shell_line(result.command) if result.command else "")
+        t.set_user_attr("observed", result.observed)
+        t.set_user_attr("timings", {k: round(v, 3) for k, v in result.timings.items()})
+        t.set_user_attr("gpu_seconds", round(result.gpu_seconds, 2))
+        t.set_user_attr("trial_dir", str(trial_dir(self.spec, t.number)))
+        if result.metrics_by_point:
+            t.set_user_attr("metrics", result.metrics_by_point)
+        point = result.best_point or (next(iter(result.metrics_by_point), None))
+        if point:
+            t.set_user_attr("best_point", point)
+            m = result.metrics_by_point[point]
+            for key in FLAT_METRICS:
+                if key in m and m[key] is not None:
+                    t.set_user_attr(key, m[key])
+        pred = t.user_attrs.get("prediction", {})
+        obs_tokens = result.observed.get("kv_tokens")
+        if obs_tokens and pred.get("kv_tokens"):
+            err = (pred["kv_tokens"] - obs_tokens) / obs_tokens * 100
+            t.set_user_attr("kv_tokens_error_pct", round(err, 3))
+        if result.state != "complete":
+            t.set_user_attr("failure_kind", result.failure_kind or FailureKind.CRASHED.value)
+            t.set_user_attr("evidence", result.evidence[:2000])
+            t.set_user_attr("reason", result.evidence.splitlines()[0][:500] if result.evidence else "")
+            t.set_user_attr("note", f"{result.failure_kind}: {result.evidence[:300]}")
+        else:
+            obj = self.spec.objective.metric
+            t.set_user_attr("note", f"{obj}={result.value:.1f} at {point}; KV tokens observed {obs_tokens}, "
+                                    f"predicted {pred.get('kv_tokens')}")
+        self._learn_calibration(t, result)
+
+    def _learn_calibration(self, trial: optuna.Trial, result: TrialResult) -> None:
+        """The first launch that logged P and A calibrates every later prediction."""
+        if self.spec.calibration is not None or self.study.user_attrs.get("calibration"):
+            return
+        obs = result.observed
+        if obs.get("p_gib") is None or obs.get("a_gib") is None:
+            return
+        cal = {
+            "p_gib": obs["p_gib"],
+            "a_gib": obs["a_gib"],
+            "kv_tokens": obs.get("kv_tokens"),
+            "graph_gib": obs.get("graph_gib"),
+            "source": f"trial {trial.number}",
+            "measured_at": dict(trial.params),
+        }
+        self.study.set_user_attr("calibration", cal)
+        log.info("calibrated from trial %d: P=%.2f GiB, A=%.2f GiB", trial.number, cal["p_gib"], cal["a_gib"])
+
+    def mark_constraint(self, trial: optuna.Trial, *, violated: bool) -> None:
+        """Feed memory failures back to the sampler as a constraint (feasible <= 0)."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trial.set_constraint("memory", 1.0 if violated else -1.0)
+        except (AttributeError, ValueError):  # optuna < 5 has no set_constraint
+            pass
+
+    def failures(self) -> list[Failure]:
+        out = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+            kind = t.user_attrs.get("failure_kind")
+            if kind in (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.KV_OOM.value):
+                out.append(Failure(number=t.number, kind=kind, params=dict(t.params)))
+        return out

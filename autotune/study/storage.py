@@ -1,0 +1,83 @@
+"""Opening the study's optuna storage, its sampler and its artifact store."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+
+from autotune.errors import ConfigError
+from autotune.spec import StudySpec
+
+log = logging.getLogger(__name__)
+
+
+def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
+    """The study's sampler. Samplers are not persisted by optuna: build it again on resume."""
+    s = spec.sampler
+    if s.kind == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optuna.samplers.TPESampler(
+                seed=s.seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=s.n_startup_trials
+            )
+    if s.kind == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    if s.kind == "grid":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optuna.samplers.BruteForceSampler(seed=s.seed)
+    if s.kind == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ConfigError("sampler.kind: 'gp' needs torch installed (pip install torch)") from None
+        return optuna.samplers.GPSampler(seed=s.seed)
+    raise ConfigError(f"sampler.kind: unknown {s.kind!r}")  # pragma: no cover - pydantic guards it
+
+
+def _engine_url(url: str) -> str:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return url
+
+
+def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
+    """Create or load the study. ``create=False`` raises ConfigError when it does not exist."""
+    url = _engine_url(spec.storage_url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+    except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
+        raise ConfigError(f"storage: cannot open {spec.storage_url!r}: {exc}".splitlines()[0]) from None
+    if not create:
+        try:
+            return optuna.load_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec))
+        except KeyError:
+            raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)") from None
+    return optuna.create_study(
+        study_name=spec.name,
+        storage=storage,
+        sampler=make_sampler(spec),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=2),
+        direction=spec.objective.resolved_direction,
+        load_if_exists=True,
+    )
+
+
+def artifact_store(spec: StudySpec) -> FileSystemArtifactStore:
+    path = spec.run_path / "artifacts"
+    path.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(base_path=str(path))
+
+
+def trial_dir(spec: StudySpec, number: int) -> Path:
+    return spec.run_path / "trials" / f"{number:05d}"
+
+
+def study_attr(study: optuna.Study, key: str, default: Any = None) -> Any:
+    return study.user_attrs.get(key, default)
