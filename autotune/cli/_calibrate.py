@@ -1,0 +1,33 @@
+"""``autotune calibrate STUDY.yaml --from-log server.log [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli._common import add_json_flag, add_study_arg, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="learn P, A, KV tokens and graph memory from an SGLang log and store them with the study",
+        description="Parse a server log you already have (either generation's wording, every rank's lines, "
+        "noise between them). P and A are the minimum over ranks, as SGLang takes them.",
+    )
+    add_study_arg(p)
+    p.add_argument("--from-log", required=True, metavar="server.log", help="an SGLang server log")
+    add_json_flag(p)
+    p.set_defaults(func=_calibrate)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from autotune.spec import load_study_spec
+    from autotune.study.calibration import calibrate_from_log
+
+    cal = calibrate_from_log(load_study_spec(args.study), args.from_log)
+    if args.json:
+        print_json({k: cal.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib")} | {"source": cal["source"]})
+        return 0
+    print(f"calibration stored: P={cal['p_gib']} GiB, A={cal['a_gib']} GiB, KV tokens={cal['kv_tokens']}, "
+          f"graphs={cal['graph_gib']} GiB (from {cal['source']})")
+    return 0

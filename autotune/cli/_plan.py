@@ -1,0 +1,43 @@
+"""``autotune plan STUDY.yaml [--json] [--set KNOB=VALUE ...]``: memory verdicts, no launch."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli._common import add_json_flag, add_study_arg, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="predict, without launching, which candidates fit in GPU memory",
+        description="The memory verdict (fits, kv_oom, graph_oom, runtime_oom_risk, too_few_tokens) for every "
+        "candidate on the search-space grid, or for the candidates fixed by --set (other knobs at SGLang's "
+        "defaults). Uses the study's calibration when it has one.",
+    )
+    add_study_arg(p)
+    add_json_flag(p)
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE[,VALUE...]",
+                   help="fix a knob (repeatable; comma-separated values give one candidate each)")
+    p.set_defaults(func=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from autotune.spec import load_study_spec
+    from autotune.study.plan import plan_rows
+
+    rows = plan_rows(load_study_spec(args.study), args.set)
+    if args.json:
+        print_json(rows)
+        return 0
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    knobs = [k for k in rows[0] if k not in ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib",
+                                                "slack_gib", "min_viable_mem_fraction", "uncertain", "command")] if rows else []
+    for r in rows:
+        vals = " ".join(f"{k}={r[k]}" for k in knobs)
+        tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"
+        print(f"{r['verdict']:<17} {tokens} tok  {vals}  | {r['reason']}")
+    print(f"{len(rows)} candidates: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    return 0

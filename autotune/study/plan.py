@@ -1,0 +1,73 @@
+"""The memory verdict for candidates, without launching anything (``autotune plan``)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from autotune import space
+from autotune.errors import ConfigError
+from autotune.spec import StudySpec
+
+ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction")
+
+
+def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
+    """The study file's calibration, else what an earlier run or ``calibrate`` stored."""
+    if spec.calibration is not None:
+        return {**spec.calibration.model_dump(exclude_none=True), "source": "study file"}
+    url = spec.storage_url
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return None
+    from autotune.study.storage import open_study
+
+    try:
+        return open_study(spec, create=False).user_attrs.get("calibration")
+    except ConfigError:
+        return None
+
+
+def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, Any]]:
+    """``--set KNOB=V1[,V2...]``: the cross product of the listed values, other knobs at SGLang's defaults."""
+    axes: list[list[tuple[str, Any]]] = []
+    for item in items:
+        key, _, raw = item.partition("=")
+        values = [space.parse_overrides(spec, [f"{key}={v}"]) for v in raw.split(",")] if raw else \
+            [space.parse_overrides(spec, [item])]
+        axes.append([next(iter(v.items())) for v in values])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
+    from autotune.sglang.flags import render_argv
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.memory import Calibration, predict
+    from autotune.sglang.models import load_model_profile
+
+    model = load_model_profile(spec.resolve_path(spec.server.model_path))
+    gpu = get_gpu(spec.hardware.gpu)
+    sp = spec.search_space.speculative
+    draft = load_model_profile(spec.resolve_path(sp.draft_model_path)) if sp and sp.draft_model_path else None
+    cal = stored_calibration(spec)
+    calibration = Calibration.from_dict(cal) if cal else None
+    cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
+    rows = []
+    for params in cands:
+        cfg = space.to_config(spec, params)
+        pred = predict(
+            model, gpu, cfg,
+            version=spec.server.sglang_version,
+            num_gpus=spec.hardware.num_gpus,
+            interconnect=spec.hardware.interconnect,
+            calibration=calibration,
+            draft=draft if cfg.speculative.enabled else None,
+        )
+        p = pred.to_dict() if hasattr(pred, "to_dict") else dict(vars(pred))
+        row = dict(params)
+        for key in ROW_KEYS:
+            row[key] = p.get(key)
+        row["uncertain"] = p.get("uncertain")
+        row["command"] = render_argv(cfg, spec.server.sglang_version, python="python3", module="sglang.launch_server")
+        rows.append(row)
+    return rows
