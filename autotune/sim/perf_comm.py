@@ -1,0 +1,123 @@
+"""Allreduce cost of the simulated SGLang server (private to :mod:`autotune.sim.perf`).
+
+Every decoder layer of a tensor-parallel model does two allreduces (after the
+attention output projection and after the MLP), each over a message of
+``tokens x hidden x 2 B`` (bf16 activations). Which implementation runs
+follows SGLang's selection order in ``GroupCoordinator.all_reduce``
+(reference sglang-startup.md 3.2-3.4): FlashInfer fusion (<= 2048 tokens) ->
+custom allreduce (<= 8 MiB, only where SGLang keeps it active) -> torch
+symmetric memory (<= 64/128 MiB) -> NCCL.
+
+Constants (all per allreduce; GB/s are per direction):
+
+* ``NCCL_BASE_LATENCY_S`` 5 us plus ``*_HOP_LATENCY_S`` per ring step
+  (``2 (tp-1)`` steps): 1.5 us per hop over PCIe (traffic through the host
+  bridge / switch), 0.5 us per hop over NVLink. TP8 PCIe -> 26 us, TP8 NVLink
+  -> 12 us: the "latency ~20-30 us over PCIe, NVLink much faster" of the brief,
+  and the order of magnitude nccl-tests reports for 8-byte allreduces.
+* ``NCCL_BUS_EFFICIENCY`` 0.4: NCCL bus bandwidth as a share of the link's
+  datasheet figure (PCIe 5 x16, 50 GB/s usable -> ~20 GB/s busbw without P2P
+  through a switch; NVLink 450 GB/s -> ~180 GB/s busbw for mid-size
+  messages). Ring time = ``size x 2 (tp-1)/tp / busbw``.
+* ``GRAPH_PCIE_PENALTY_MAX`` 0.45 and ``GRAPH_PCIE_PENALTY_SIZE`` 2.5 MB
+  (steepness 4): **[modelled]** an NCCL allreduce captured in a CUDA graph
+  replays with the protocol, algorithm and channel count chosen at capture
+  time and cannot use the proxy-thread tuning eager NCCL does per call; over
+  PCIe (proxy-driven SHM/P2P transports) that costs bandwidth on large
+  messages. The bandwidth term of a captured PCIe NCCL allreduce is
+  multiplied by ``1 + 0.45 / (1 + (2.5 MB / size)^4)``: ~2 % at batch 64,
+  ~10 % at batch 128, ~37 % at batch 256 for a 7168-wide model. This is what
+  makes ``--cuda-graph-max-bs 128`` beat 512 on the 8 x RTX PRO 6000 PCIe
+  node of the seed case (+9 % observed) while NVLink nodes (no penalty) keep
+  preferring graphs at every batch size.
+* Custom allreduce (one-shot IPC for small messages, two-shot above 512 KiB):
+  4 us on NVLink, 7 us on PCIe (TP2 P2P), bandwidth 0.6 of the link; only for
+  messages <= 8 MiB (``max_size`` of the legacy CUDA implementation).
+* Torch symmetric memory (NVLink multicast only): 4 us, 0.5 of the link,
+  messages <= 64 MiB (TP2/4) or 128 MiB (TP6/8).
+* FlashInfer allreduce fusion: fuses residual-add + RMSNorm into the
+  allreduce (saves ``FUSION_SAVED_S`` 3 us per call) and uses an IPC one-shot
+  (lamport) exchange: every rank reads ``tp-1`` peers, so its bandwidth term
+  is ``size x (tp-1) / (link x 0.6)`` - cheap on NVLink, poor over PCIe at
+  TP > 2 (the seed case: "FlashInfer allreduce fusion ... failed or
+  underperformed"). Used for <= 2048 tokens only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NCCL_BASE_LATENCY_S = 5e-6
+PCIE_HOP_LATENCY_S = 1.5e-6
+NVLINK_HOP_LATENCY_S = 0.5e-6
+NCCL_BUS_EFFICIENCY = 0.4
+GRAPH_PCIE_PENALTY_MAX = 0.45
+GRAPH_PCIE_PENALTY_SIZE = 2.5e6
+GRAPH_PCIE_PENALTY_STEEPNESS = 4.0
+CUSTOM_AR_MAX_BYTES = 8 * 2**20
+CUSTOM_AR_LATENCY_NVLINK_S = 4e-6
+CUSTOM_AR_LATENCY_PCIE_S = 7e-6
+IPC_LINK_EFFICIENCY = 0.6
+SYMM_MEM_LATENCY_S = 4e-6
+SYMM_MEM_LINK_EFFICIENCY = 0.5
+FUSION_MAX_TOKENS = 2048
+FUSION_LATENCY_NVLINK_S = 4e-6
+FUSION_LATENCY_PCIE_S = 10e-6
+FUSION_SAVED_S = 3e-6
+ACT_BYTES = 2  # bf16 activations
+
+
+@dataclass(frozen=True)
+class CommSetup:
+    """The resolved communication facts of one launch."""
+
+    tp_size: int
+    interconnect: str  # "pcie" | "nvlink"
+    pcie_gb_s: float
+    nvlink_gb_s: float
+    custom_allreduce_active: bool
+    flashinfer_allreduce_fusion: bool
+    torch_symm_mem_active: bool
+
+    @property
+    def nvlink(self) -> bool:
+        return self.interconnect == "nvlink" and self.nvlink_gb_s > 0
+
+    @property
+    def link_bytes_s(self) -> float:
+        """Per-direction link bandwidth in bytes/s."""
+        return (self.nvlink_gb_s if self.nvlink else self.pcie_gb_s) * 1e9
+
+
+def nccl_allreduce_s(setup: CommSetup, size_bytes: float, *, captured: bool) -> float:
+    """Ring allreduce time; ``captured`` applies the PCIe CUDA-graph penalty."""
+    tp = setup.tp_size
+    hop = NVLINK_HOP_LATENCY_S if setup.nvlink else PCIE_HOP_LATENCY_S
+    latency = NCCL_BASE_LATENCY_S + hop * 2 * (tp - 1)
+    bw_term = size_bytes * 2 * (tp - 1) / tp / (setup.link_bytes_s * NCCL_BUS_EFFICIENCY)
+    if captured and not setup.nvlink:
+        ratio = GRAPH_PCIE_PENALTY_SIZE / max(size_bytes, 1.0)
+        bw_term *= 1.0 + GRAPH_PCIE_PENALTY_MAX / (1.0 + ratio**GRAPH_PCIE_PENALTY_STEEPNESS)
+    return latency + bw_term
+
+
+def allreduce_s(setup: CommSetup, tokens: int, hidden: int, *, captured: bool) -> tuple[float, str]:
+    """Time of one allreduce of ``tokens x hidden`` bf16 values and the path SGLang takes."""
+    if setup.tp_size <= 1 or tokens <= 0:
+        return 0.0, "none"
+    size = float(tokens * hidden * ACT_BYTES)
+    tp = setup.tp_size
+    link = setup.link_bytes_s
+    if setup.flashinfer_allreduce_fusion and tokens <= FUSION_MAX_TOKENS:
+        lat = FUSION_LATENCY_NVLINK_S if setup.nvlink else FUSION_LATENCY_PCIE_S
+        return max(lat + size * (tp - 1) / (link * IPC_LINK_EFFICIENCY) - FUSION_SAVED_S, 1e-6), "flashinfer_fusion"
+    if setup.custom_allreduce_active and size <= CUSTOM_AR_MAX_BYTES:
+        lat = CUSTOM_AR_LATENCY_NVLINK_S if setup.nvlink else CUSTOM_AR_LATENCY_PCIE_S
+        # two-shot (reduce-scatter + all-gather) moves 2 (tp-1)/tp of the message per rank
+        factor = (tp - 1) if size <= 512 * 1024 else 2 * (tp - 1) / tp
+        return lat + size * factor / (link * IPC_LINK_EFFICIENCY), "custom"
+    if setup.torch_symm_mem_active:
+        limit = (64 if tp <= 4 else 128) * 2**20
+        if size <= limit:
+            return SYMM_MEM_LATENCY_S + size / (link * SYMM_MEM_LINK_EFFICIENCY), "torch_symm_mem"
+    return nccl_allreduce_s(setup, size, captured=captured), "nccl"
