@@ -1,0 +1,267 @@
+"""SGLang flag dialects: render a :class:`ServerConfig` into argv, and build SGLang's parser.
+
+argv is only ever *rendered* from the typed config (never parsed back for
+facts by the orchestrator). :func:`build_parser` reproduces the flags of
+``python -m sglang.launch_server`` for one version, with ``allow_abbrev=True``
+as SGLang has it, so a classic ``--cuda-graph-max-bs 128`` is an ambiguous
+prefix for the modern (0.5.23+) parser exactly as on a real server. The
+simulated server builds its parser from it; :func:`config_from_namespace`
+gives it the canonical knobs back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any, NoReturn
+
+from autotune.errors import ConfigError
+from autotune.sglang._flag_table import FLAGS, Flag
+from autotune.sglang.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.speculative import validate_speculative
+from autotune.sglang.versions import SglangVersion, as_version
+
+__all__ = [
+    "build_parser",
+    "render_argv",
+    "shell_line",
+    "flags_for",
+    "flag_names",
+    "config_from_namespace",
+    "validate_speculative",
+]
+
+
+def _in_range(flag: Flag, v: SglangVersion) -> bool:
+    if flag.since is not None and v < as_version(flag.since):
+        return False
+    if flag.until is not None and as_version(flag.until) < v:
+        return False
+    return True
+
+
+def flags_for(version: "str | SglangVersion") -> list[Flag]:
+    """The flags that ``version`` of ``sglang.launch_server`` accepts (of those autotune models)."""
+    v = as_version(version)
+    return [f for f in FLAGS if _in_range(f, v)]
+
+
+def flag_names(version: "str | SglangVersion") -> set[str]:
+    """Every spelling (including aliases) ``version`` accepts."""
+    return {n for f in flags_for(version) for n in f.names}
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """An ArgumentParser that raises ConfigError instead of printing and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"argv: SGLang's parser refuses it: {message}")
+
+
+def build_parser(
+    version: "str | SglangVersion",
+    *,
+    prog: str = "launch_server.py",
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """An ``argparse.ArgumentParser`` with ``version``'s flags, ``allow_abbrev=True`` like SGLang.
+
+    Callers may add their own flags (the simulated server adds ``--sim-*``).
+    On a bad argv it prints ``<prog>: error: ...`` and exits 2, as SGLang does.
+    """
+    v = as_version(version)
+    parser = parser_class(prog=prog, description=f"SGLang {v} launch_server flags (as modelled by autotune)", allow_abbrev=True)
+    for flag in flags_for(v):
+        kwargs: dict[str, Any] = {"dest": flag.dest, "help": flag.help or None}
+        if flag.kind == "bool":
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["type"] = flag.type
+            kwargs["default"] = flag.default
+            if flag.choices is not None:
+                kwargs["choices"] = flag.choices
+            if flag.nargs is not None:
+                kwargs["nargs"] = flag.nargs
+            if flag.required:
+                kwargs["required"] = True
+        parser.add_argument(*flag.names, **kwargs)
+    return parser
+
+
+def shell_line(argv: list[str]) -> str:
+    """A copy-pasteable, shlex-quoted command line."""
+    return shlex.join(argv)
+
+
+def _num(x: float | int) -> str:
+    return repr(float(x)) if isinstance(x, float) else str(x)
+
+
+def _check_choice(field: str, flag_name: str, value: str, v: SglangVersion) -> None:
+    for flag in flags_for(v):
+        if flag.name == flag_name and flag.choices is not None and value not in flag.choices:
+            raise ConfigError(
+                f"{field}: {value!r} is not accepted by SGLang {v} {flag_name} (choices: {', '.join(flag.choices)})"
+            )
+
+
+def _check_positive(cfg: ServerConfig) -> None:
+    for field in ("tp_size", "dp_size", "ep_size"):
+        if getattr(cfg, field) < 1:
+            raise ConfigError(f"{field}: must be >= 1, got {getattr(cfg, field)}")
+    if cfg.mem_fraction_static is not None and not 0.0 < cfg.mem_fraction_static < 1.0:
+        raise ConfigError(f"mem_fraction_static: must be in (0, 1), got {cfg.mem_fraction_static}")
+    for field in ("cuda_graph_max_bs", "max_running_requests", "max_total_tokens", "context_length"):
+        value = getattr(cfg, field)
+        if value is not None and value < 1:
+            raise ConfigError(f"{field}: must be >= 1, got {value}")
+
+
+def render_argv(
+    cfg: ServerConfig,
+    version: "str | SglangVersion",
+    *,
+    python: str = sys.executable,
+    module: str = "sglang.launch_server",
+    check: bool = True,
+) -> list[str]:
+    """``[python, "-m", module, "--model-path", ...]`` for ``cfg`` in ``version``'s dialect.
+
+    Only knobs that differ from SGLang's defaults are passed (``None`` = not
+    passed); ``--host`` and ``--port`` are always passed. ``extra_args`` are
+    appended verbatim. Raises :class:`ConfigError` for a knob the version lacks
+    and, with ``check``, when the version's parser would refuse the result.
+    """
+    v = as_version(version)
+    _check_positive(cfg)
+    modern = v.dialect == "modern"
+    a: list[str] = ["--model-path", str(cfg.model_path)]
+    if cfg.tp_size != 1:
+        a += ["--tp-size", str(cfg.tp_size)]
+    if cfg.dp_size != 1:
+        a += ["--dp-size", str(cfg.dp_size)]
+    if cfg.ep_size != 1:
+        a += ["--ep-size", str(cfg.ep_size)]
+    a += ["--host", cfg.host, "--port", str(cfg.port)]
+    if cfg.mem_fraction_static is not None:
+        a += ["--mem-fraction-static", _num(cfg.mem_fraction_static)]
+    if cfg.cuda_graph_max_bs is not None:
+        a += ["--cuda-graph-max-bs-decode" if modern else "--cuda-graph-max-bs", str(cfg.cuda_graph_max_bs)]
+    if cfg.disable_cuda_graph:
+        if modern:
+            a += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
+        else:
+            a += ["--disable-cuda-graph"]
+    if not cfg.custom_allreduce:
+        a += ["--disable-custom-all-reduce"]
+    if cfg.flashinfer_allreduce_fusion:
+        a += ["--flashinfer-allreduce-fusion-backend", "auto"] if modern else ["--enable-flashinfer-allreduce-fusion"]
+    if cfg.enable_torch_symm_mem:
+        a += ["--enable-torch-symm-mem"]
+    if cfg.enable_symm_mem:
+        a += ["--enable-symm-mem"]
+    a += _render_speculative(cfg.speculative, v)
+    if cfg.chunked_prefill_size is not None:
+        a += ["--chunked-prefill-size", str(cfg.chunked_prefill_size)]
+    if cfg.max_running_requests is not None:
+        a += ["--max-running-requests", str(cfg.max_running_requests)]
+    if cfg.max_total_tokens is not None:
+        a += ["--max-total-tokens", str(cfg.max_total_tokens)]
+    if cfg.kv_cache_dtype and cfg.kv_cache_dtype != "auto":
+        _check_choice("kv_cache_dtype", "--kv-cache-dtype", cfg.kv_cache_dtype, v)
+        a += ["--kv-cache-dtype", cfg.kv_cache_dtype]
+    if cfg.attention_backend is not None:
+        _check_choice("attention_backend", "--attention-backend", cfg.attention_backend, v)
+        a += ["--attention-backend", cfg.attention_backend]
+    if cfg.context_length is not None:
+        a += ["--context-length", str(cfg.context_length)]
+    if cfg.load_format is not None:
+        _check_choice("load_format", "--load-format", cfg.load_format, v)
+        a += ["--load-format", cfg.load_format]
+    if cfg.trust_remote_code:
+        a += ["--trust-remote-code"]
+    a += [str(x) for x in cfg.extra_args]
+    if check:
+        _parser(v).parse_args(a)
+    return [python, "-m", module, *a]
+
+
+def _render_speculative(spec: SpeculativeConfig, v: SglangVersion) -> list[str]:
+    if not spec.enabled:
+        return []
+    _check_choice("speculative.algorithm", "--speculative-algorithm", str(spec.algorithm).upper(), v)
+    out = ["--speculative-algorithm", str(spec.algorithm).upper()]
+    if spec.draft_model_path is not None:
+        out += ["--speculative-draft-model-path", str(spec.draft_model_path)]
+    if spec.num_steps is not None:
+        out += ["--speculative-num-steps", str(spec.num_steps)]
+    if spec.eagle_topk is not None:
+        out += ["--speculative-eagle-topk", str(spec.eagle_topk)]
+    if spec.num_draft_tokens is not None:
+        out += ["--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
+    return out
+
+
+_PARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
+def _parser(v: SglangVersion) -> argparse.ArgumentParser:
+    key = str(v)
+    if key not in _PARSERS:
+        _PARSERS[key] = build_parser(v, parser_class=_RaisingParser)
+    return _PARSERS[key]
+
+
+def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion") -> ServerConfig:
+    """The canonical knobs of a parsed launch (for the simulated server, and round-trip tests).
+
+    Deprecated spellings are folded in: ``--cuda-graph-max-bs`` (0.5.19-0.5.22)
+    and ``--cuda-graph-max-bs-decode``; ``--disable-cuda-graph`` and the 0.5.23
+    graph backends; ``--enable-flashinfer-allreduce-fusion`` and the 0.5.23 backend flag.
+    """
+    v = as_version(version)
+    g = vars(ns).get
+    max_bs = g("cuda_graph_max_bs_decode") or g("cuda_graph_max_bs")
+    bs_list = g("cuda_graph_bs_decode") or g("cuda_graph_bs")
+    if max_bs is None and bs_list:
+        max_bs = max(bs_list)
+    disable_graph = bool(
+        g("disable_cuda_graph") or g("disable_decode_cuda_graph") or g("cuda_graph_backend_decode") == "disabled"
+    )
+    fusion = bool(g("enable_flashinfer_allreduce_fusion") or g("flashinfer_allreduce_fusion_backend"))
+    if g("enforce_disable_flashinfer_allreduce_fusion"):
+        fusion = False
+    algo = g("speculative_algorithm")
+    spec = SpeculativeConfig(
+        algorithm=str(algo).upper() if algo else None,
+        draft_model_path=g("speculative_draft_model_path"),
+        num_steps=g("speculative_num_steps"),
+        eagle_topk=g("speculative_eagle_topk"),
+        num_draft_tokens=g("speculative_num_draft_tokens"),
+    )
+    del v  # the namespace already carries the dialect's dests
+    return ServerConfig(
+        model_path=g("model_path"),
+        tp_size=g("tp_size") or 1,
+        dp_size=g("dp_size") or 1,
+        ep_size=g("ep_size") or 1,
+        mem_fraction_static=g("mem_fraction_static"),
+        cuda_graph_max_bs=max_bs,
+        disable_cuda_graph=disable_graph,
+        custom_allreduce=not g("disable_custom_all_reduce"),
+        flashinfer_allreduce_fusion=fusion,
+        enable_torch_symm_mem=bool(g("enable_torch_symm_mem")),
+        enable_symm_mem=bool(g("enable_symm_mem")),
+        speculative=spec,
+        chunked_prefill_size=g("chunked_prefill_size"),
+        max_running_requests=g("max_running_requests"),
+        max_total_tokens=g("max_total_tokens"),
+        kv_cache_dtype=g("kv_cache_dtype") or "auto",
+        attention_backend=g("attention_backend"),
+        context_length=g("context_length"),
+        load_format=None if g("load_format") in (None, "auto") else g("load_format"),
+        trust_remote_code=bool(g("trust_remote_code")),
+        host=g("host") or "127.0.0.1",
+        port=g("port") or 30000,
+    )
