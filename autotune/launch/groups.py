@@ -1,0 +1,128 @@
+"""Process-group facts and the TERM -> grace -> KILL teardown, shared by every killer.
+
+ServerProcess.stop, the watchdog, the registry sweep and the signal handlers all
+end processes the same way, here. A zombie counts as gone: in containers whose
+PID 1 does not reap orphans, killed grandchildren stay zombies forever, and they
+hold no memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+CREATE_TIME_TOLERANCE_S = 0.05
+"""Two create_time readings of one process agree within this (psutil derives it from boot time)."""
+
+
+def _stat_fields(pid: int) -> tuple[str, int] | None:
+    """(state letter, pgid) from /proc/<pid>/stat, or None when the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2 :].split()
+    if len(rest) < 3:
+        return None
+    return rest[0], int(rest[2])
+
+
+def is_alive(pid: int, create_time: float | None = None) -> bool:
+    """True when ``pid`` runs, is not a zombie and (if given) was created at ``create_time``."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if create_time is not None and abs(proc.create_time() - create_time) > CREATE_TIME_TOLERANCE_S:
+            return False
+        return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of live (non-zombie) processes whose process group is ``pgid``."""
+    members: list[int] = []
+    for pid in psutil.pids():
+        fields = _stat_fields(pid)
+        if fields is not None and fields[1] == pgid and fields[0] not in ("Z", "X"):
+            members.append(pid)
+    return members
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Live descendants of ``pid`` (psutil objects, so a later kill checks identity)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def _alive_procs(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return alive
+
+
+def signal_group(pgid: int | None, sig: int, extras: Iterable[psutil.Process] = ()) -> None:
+    """Send ``sig`` to group ``pgid`` (when given) and to each still-running process in ``extras``."""
+    if pgid is not None and pgid > 1 and pgid != os.getpgrp():  # never our own group
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for p in _alive_procs(extras):
+        try:
+            p.send_signal(sig)  # psutil checks the pid was not reused
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+
+
+def remaining(pgid: int | None, extras: Iterable[psutil.Process] = ()) -> list[int]:
+    """Pids still alive among group ``pgid`` and ``extras``."""
+    pids = set(group_members(pgid)) if pgid is not None else set()
+    pids.update(p.pid for p in _alive_procs(extras))
+    return sorted(pids)
+
+
+def wait_gone(pgid: int | None, extras: Iterable[psutil.Process], timeout_s: float, poll_s: float = 0.05) -> list[int]:
+    """Wait until group and extras are gone; return the pids still alive at the deadline."""
+    extras = list(extras)
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        left = remaining(pgid, extras)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(poll_s)
+
+
+def terminate(pgid: int | None, extras: Iterable[psutil.Process] = (), *, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> list[int]:
+    """SIGTERM the group and extras, wait ``grace_s``, SIGKILL what is left, wait again.
+
+    Returns the pids that survived even SIGKILL (normally none: only a process
+    stuck in the kernel, e.g. in an uninterruptible GPU driver call, stays).
+    """
+    extras = list(extras)
+    signal_group(pgid, signal.SIGTERM, extras)
+    left = wait_gone(pgid, extras, grace_s)
+    if not left:
+        return []
+    logger.info("processes %s outlived SIGTERM by %.1f s; sending SIGKILL", left, grace_s)
+    signal_group(pgid, signal.SIGKILL, extras)
+    left = wait_gone(pgid, extras, kill_wait_s)
+    if left:
+        logger.warning("processes %s survived SIGKILL for %.1f s", left, kill_wait_s)
+    return left

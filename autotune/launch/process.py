@@ -1,0 +1,385 @@
+"""``ServerProcess``: launch one server, wait until it is ready, and tear it down completely.
+
+Lifecycle::
+
+    with ServerProcess(argv, log_path=..., port=free_port(), startup_timeout_s=600) as server:
+        server.wait_ready()            # LaunchError(kind, evidence) / ServerNotReady
+        ... load against server.url ...
+    # leaving the block: TERM the group, grace, KILL, reap, wait for GPU memory
+
+Why the server runs in its own session: SGLang's schedulers and TP workers are
+grandchildren; killing one process group ends them all, and a Ctrl-C in the
+terminal or Ray's cleanup of the worker's group cannot half-kill the tree. The
+price is that nothing else ends the server when the launcher dies, so this
+module guarantees it: a watchdog process per server (see ``watchdog``), a
+registry entry for the next run's sweep (see ``registry``), signal/atexit
+handlers for the live set (see ``cleanup``), and PR_SET_PDEATHSIG on the
+direct child when launched from the main thread (pdeathsig fires when the
+spawning *thread* exits, so from any other thread it would kill the server
+when that thread ends; the watchdog covers those launches).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import threading
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import psutil
+import requests
+
+from autotune.errors import ConfigError, LaunchError, ServerNotReady
+from autotune.launch import cleanup
+from autotune.launch.artifacts import shell_command
+from autotune.launch.classify import classify
+from autotune.launch.gpu import wait_gpu_released
+from autotune.launch.groups import descendants, signal_group, terminate
+from autotune.launch.ports import mark_port_used
+from autotune.launch.registry import LAUNCH_ID_ENV, ProcessRegistry
+from autotune.launch.tail import LogTail
+from autotune.outcome import FailureKind
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None] | None:
+    """A preexec_fn setting PR_SET_PDEATHSIG(SIGKILL), or None where that is unsafe or unsupported."""
+    if _prctl is None or threading.current_thread() is not threading.main_thread():
+        return None
+
+    def preexec() -> None:  # runs in the child between fork and exec: no locks, no imports
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def spawn_watchdog(pgid: int, create_time: float, *, log: IO[bytes] | None = None, poll_s: float = 0.5, grace_s: float = 2.0) -> subprocess.Popen[bytes]:
+    """Start ``python -m autotune.launch.watchdog`` for group ``pgid``, guarding against this process's death.
+
+    Not imported from the watchdog module so that ``-m`` runs it fresh."""
+    me = psutil.Process()
+    argv = [
+        sys.executable, "-m", "autotune.launch.watchdog",
+        "--parent-pid", str(me.pid),
+        "--parent-create-time", repr(me.create_time()),
+        "--pgid", str(pgid),
+        "--create-time", repr(create_time),
+        "--poll-s", str(poll_s),
+        "--grace-s", str(grace_s),
+    ]
+    return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log if log is not None else subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+
+class ServerProcess:
+    """One server process group: start, readiness, kill_now, and a teardown that leaves nothing."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        log_path: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int,
+        startup_timeout_s: float = 600.0,
+        on_line: Callable[[str], None] | None = None,
+        registry: ProcessRegistry | None = None,
+        tags: Mapping[str, Any] | None = None,
+        ready_paths: Sequence[str] = ("/health_generate", "/health"),
+        poll_interval_s: float = 0.5,
+        gpu_ids: Sequence[int | str] | None = None,
+        watchdog: bool = True,
+        gpu_release_timeout_s: float = 30.0,
+    ) -> None:
+        if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ConfigError(f"argv: expected a non-empty list of strings, got {argv!r}")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise ConfigError(f"port: expected 1..65535, got {port!r}")
+        if startup_timeout_s <= 0:
+            raise ConfigError(f"startup_timeout_s: must be > 0, got {startup_timeout_s!r}")
+        if poll_interval_s <= 0:
+            raise ConfigError(f"poll_interval_s: must be > 0, got {poll_interval_s!r}")
+        if not ready_paths:
+            raise ConfigError("ready_paths: need at least one path, got ()")
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.host = host
+        self.port = port
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.on_line = on_line
+        self.registry = registry
+        self.tags = dict(tags or {})
+        self.ready_paths = tuple(ready_paths)
+        self.poll_interval_s = float(poll_interval_s)
+        self.gpu_release_timeout_s = gpu_release_timeout_s
+        self.launch_id = uuid.uuid4().hex
+        self.launch_env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
+        if gpu_ids is not None:
+            self.launch_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+        self._use_watchdog = watchdog
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._log_fh: IO[bytes] | None = None
+        self._tail: LogTail | None = None
+        self._create_time: float | None = None
+        self._started_at = 0.0
+        self._seen: dict[int, psutil.Process] = {}
+        self._kill_request: tuple[FailureKind, str] | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._stopped = False
+        self.ready = False
+        self.timings: dict[str, float] = {}
+
+    # -- facts ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server, e.g. ``http://127.0.0.1:30000``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the direct child (the group leader), None before start."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def pgid(self) -> int | None:
+        """The server's process group id (equal to its pid: it leads its own session)."""
+        return self.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status of the direct child once it ended, else None."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def log_lines(self) -> list[str]:
+        """The last lines of the server log read so far."""
+        return self._tail.lines() if self._tail is not None else []
+
+    def __repr__(self) -> str:
+        return f"ServerProcess(pid={self.pid}, url={self.url!r}, argv0={self.argv[0]!r})"
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self) -> ServerProcess:
+        """Launch argv (never through a shell) in its own session, output to the log file."""
+        if self._proc is not None:
+            raise LaunchError("start: this ServerProcess was already started", kind=FailureKind.CRASHED)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_fh = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the server
+        offset = self._log_fh.tell()
+        env = dict(os.environ)
+        env.update(self.launch_env)
+        env[LAUNCH_ID_ENV] = self.launch_id
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        logger.info("launching on %s: %s (log %s)", self.url, shell_command(self.argv, self.launch_env), self.log_path)
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_pdeathsig_preexec(os.getpid()),  # noqa: PLW1509 - see _pdeathsig_preexec
+            )
+        except OSError as exc:
+            self._log_fh.close()
+            self._log_fh = None
+            raise LaunchError(f"cannot start {self.argv[0]!r}: {exc}", kind=FailureKind.CRASHED, evidence=str(exc)) from exc
+        self._started_at = time.monotonic()
+        cleanup.add_live(self)
+        try:
+            self._create_time = psutil.Process(self._proc.pid).create_time()
+        except psutil.NoSuchProcess:  # exited and reaped already: nothing to guard
+            self._create_time = None
+        if self._create_time is not None:
+            if self.registry is not None:
+                self.registry.record(self._proc.pid, argv=self.argv, pgid=self._proc.pid, trial=self.tags.get("trial"), launch_id=self.launch_id, tags=self.tags)
+            if self._use_watchdog:
+                self._watchdog = spawn_watchdog(self._proc.pid, self._create_time, log=self._log_fh)
+        self._tail = LogTail(self.log_path, offset=offset, on_line=self.on_line)
+        self._tail.start()
+        return self
+
+    # -- readiness -----------------------------------------------------------------------
+
+    def kill_now(self, kind: FailureKind | str, evidence: str) -> None:
+        """Kill the whole group at once and make ``wait_ready`` raise LaunchError(kind, evidence).
+
+        Safe to call from ``on_line`` (the reader thread) and from any other thread.
+        """
+        if self._kill_request is None:
+            try:
+                fk = FailureKind(str(kind))
+            except ValueError:
+                fk = FailureKind.CRASHED
+            self._kill_request = (fk, evidence)
+            logger.info("kill_now(%s): %s", fk, evidence)
+        self.send_signal(signal.SIGKILL)
+        self._wake.set()
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the server's group and to every descendant seen so far."""
+        if self._proc is None:
+            return
+        self._remember_descendants()
+        signal_group(self._proc.pid, sig, list(self._seen.values()))
+
+    def _remember_descendants(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            for p in descendants(self._proc.pid):
+                self._seen.setdefault(p.pid, p)
+
+    def _raise_if_dead(self) -> None:
+        assert self._proc is not None and self._tail is not None  # noqa: S101 - internal invariant
+        if self._kill_request is not None:
+            kind, evidence = self._kill_request
+            self._tail.pump()
+            raise LaunchError(f"launch killed ({kind}): {evidence}", kind=kind, evidence=evidence)
+        rc = self._proc.poll()
+        if rc is not None:
+            time.sleep(0.05)  # let a last line reach the file (grandchildren may still be writing)
+            self._tail.pump(final=True)
+            if self._kill_request is not None:
+                self._raise_if_dead()
+            kind, evidence = classify(self._tail.lines(), rc)
+            raise LaunchError(f"server exited with {rc} before it was ready ({kind}): {evidence}", kind=kind, evidence=evidence)
+
+    def wait_ready(self) -> ServerProcess:
+        """Poll the ready paths until one answers 200; check the process on every poll.
+
+        Raises LaunchError(kind, evidence) as soon as the server dies or
+        ``kill_now`` is called, and ServerNotReady(kind="startup_timeout") at
+        the deadline (``startup_timeout_s`` after start).
+        """
+        if self._proc is None or self._tail is None:
+            raise LaunchError("wait_ready: the server was not started", kind=FailureKind.CRASHED)
+        deadline = self._started_at + self.startup_timeout_s
+        paths = list(self.ready_paths)
+        idx = 0
+        last_scan = 0.0
+        with requests.Session() as session:
+            session.trust_env = False  # never send loopback polls through a proxy
+            while True:
+                self._raise_if_dead()
+                now = time.monotonic()
+                if now - last_scan >= 1.0:
+                    self._remember_descendants()
+                    last_scan = now
+                left = deadline - now
+                if left <= 0:
+                    self._tail.pump()
+                    _kind, evidence = classify(self._tail.lines(), None)
+                    raise ServerNotReady(
+                        f"server on {self.url} not ready after {self.startup_timeout_s:.0f} s: {evidence}",
+                        kind=FailureKind.STARTUP_TIMEOUT,
+                        evidence=evidence,
+                    )
+                try:
+                    resp = session.get(self.url + paths[idx], timeout=(min(1.0, left), min(5.0, left)))
+                    status = resp.status_code
+                    resp.close()
+                except requests.RequestException:
+                    status = None
+                if status == 200:
+                    self._raise_if_dead()  # a 200 from someone else's server on a reused port
+                    self.ready = True
+                    self.timings["startup_s"] = time.monotonic() - self._started_at
+                    logger.info("server %s ready after %.1f s", self.url, self.timings["startup_s"])
+                    return self
+                if status in (404, 405) and idx + 1 < len(paths):
+                    idx += 1  # this server does not serve that path: try the next one now
+                    continue
+                self._wake.wait(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the group, wait ``grace_s``, SIGKILL, reap; also end escaped descendants.
+
+        Then stop the watchdog and the log reader, forget the registry entry,
+        put the port in cooldown and wait (with nvidia-ml-py and GPUs named in
+        the env) until the GPU memory is released. Idempotent.
+        """
+        if self._proc is None or self._stopped:
+            return
+        if self._stopping:  # re-entered from a signal handler during teardown: escalate
+            self.send_signal(signal.SIGKILL)
+            return
+        self._stopping = True
+        t0 = time.monotonic()
+        try:
+            self._remember_descendants()
+            extras = list(self._seen.values())
+            pgid = self._proc.pid
+            left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0)
+            try:
+                self._proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                logger.warning("server pid %d not reaped after SIGKILL", pgid)
+            self._stop_watchdog()
+            if self._tail is not None:
+                self._tail.stop()
+            if self._log_fh is not None:
+                self._log_fh.close()
+            env = dict(os.environ)
+            env.update(self.launch_env)
+            wait_gpu_released([pgid, *self._seen], env, timeout_s=self.gpu_release_timeout_s)
+            if self.registry is not None and not left:
+                self.registry.forget(pgid)
+            mark_port_used(self.port, self.host)
+            self._stopped = True
+            self.timings["teardown_s"] = time.monotonic() - t0
+            logger.info("server pid %d stopped in %.1f s (rc %s)", pgid, self.timings["teardown_s"], self._proc.returncode)
+        finally:
+            self._stopping = False
+            cleanup.discard_live(self)
+
+    def _stop_watchdog(self) -> None:
+        wd = self._watchdog
+        if wd is None or wd.poll() is not None:
+            return
+        wd.terminate()
+        try:
+            wd.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            wd.kill()
+            wd.wait(timeout=2.0)
+
+    def __enter__(self) -> ServerProcess:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
