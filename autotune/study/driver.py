@@ -34,8 +34,8 @@ from autotune.study.trial import TrialRequest, TrialResult
 
 log = logging.getLogger(__name__)
 
-# Failure kinds that do not use up the trial budget (the trial is run again).
-RETRIED_KINDS = {FailureKind.INTERRUPTED.value}
+# A trial whose body died for reasons outside the candidate is run again and does not
+# use up the budget: always when the orchestrator was stopped, once when a Ray worker died.
 PRUNE_VERDICTS = {"kv_oom", "graph_oom", "too_few_tokens"}
 
 
@@ -61,7 +61,7 @@ def budget_used(study: optuna.Study) -> int:
     """Finished trials that count towards ``n_trials`` (interrupted ones are re-run instead)."""
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        if t.user_attrs.get("failure_kind") in RETRIED_KINDS:
+        if t.user_attrs.get("retried"):
             continue
         n += 1
     return n
@@ -143,10 +143,9 @@ class StudyDriver:
             storage = self.study._storage
             storage.set_trial_user_attr(t._trial_id, "failure_kind", FailureKind.INTERRUPTED.value)
             storage.set_trial_user_attr(t._trial_id, "reason", "the orchestrator stopped during this trial; re-run")
+            storage.set_trial_user_attr(t._trial_id, "retried", True)
             self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            attrs = {k: v for k, v in t.user_attrs.items() if k in ("baseline",)}
-            attrs["retry_of"] = t.number
-            self.study.enqueue_trial(t.params, user_attrs=attrs)
+            self._enqueue_retry(t.number, t.params, t.user_attrs)
             numbers.append(t.number)
         return numbers
 
@@ -235,9 +234,21 @@ class StudyDriver:
         log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
         return req
 
+    def _enqueue_retry(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
+        attrs: dict[str, Any] = {"retry_of": number}
+        if user_attrs.get("baseline"):
+            attrs["baseline"] = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.study.enqueue_trial(params, user_attrs=attrs)
+
     def _finish(self, number: int, result: TrialResult) -> None:
         trial = self._live.pop(number)
         self.bridge.record_result(trial, result)
+        first_death = result.failure_kind == FailureKind.WORKER_DIED.value and trial.user_attrs.get("retry_of") is None
+        if result.failure_kind == FailureKind.INTERRUPTED.value or first_death:
+            trial.set_user_attr("retried", True)
+            self._enqueue_retry(number, trial.params, trial.user_attrs)
         for name, path in sorted(result.artifacts.items()):
             if os.path.isfile(path):
                 try:
@@ -262,11 +273,9 @@ class StudyDriver:
             try:
                 trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
                 trial.set_user_attr("reason", "interrupted by the user; re-run on resume")
+                trial.set_user_attr("retried", True)
                 self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-                attrs = {"retry_of": number}
-                if trial.user_attrs.get("baseline"):
-                    attrs["baseline"] = True
-                self.study.enqueue_trial(trial.params, user_attrs=attrs)
+                self._enqueue_retry(number, trial.params, trial.user_attrs)
             except Exception as exc:  # storage may be gone on the way down; resume handles RUNNING too
                 log.warning("could not mark trial %d interrupted: %s", number, exc)
             self._live.pop(number, None)
