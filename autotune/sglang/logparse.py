@@ -1,0 +1,285 @@
+"""Parse SGLang startup logs (both generations, reference sections 6 and 9) into events.
+
+Each recognised line becomes a :class:`LogEvent`; everything else is noise and
+is skipped. Sizes printed as "GB" by SGLang are GiB and are reported as
+``*_gib``. :func:`summarize` reduces a run's events to the observed memory
+facts, taking P and A as the minimum over ranks as SGLang itself does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from autotune.outcome import FailureKind
+
+__all__ = ["LogEvent", "parse_line", "parse_log", "summarize", "EVENT_KINDS"]
+
+EVENT_KINDS = frozenset(
+    {"baseline", "weights_loaded", "kv_allocated", "mamba_allocated", "memory_pool_end", "graph_begin",
+     "graph_batch_sizes", "graph_captured", "max_total_num_tokens", "symm_mem_prealloc", "ready", "failure"}
+)
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One recognised log line. ``rank`` is the TP rank of the ``[... TP5]`` prefix (None if absent)."""
+
+    kind: str
+    rank: int | None
+    values: dict[str, Any] = field(default_factory=dict)
+    failure_kind: str | None = None
+    line: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?P<tags>(?: [A-Z_]+\d+)*)\]")
+_TAG = re.compile(r"([A-Z_]+?)(\d+)$")
+_AVAIL = re.compile(r"avail mem=([\d.]+) ?GB")
+_USAGE = re.compile(r"mem usage=([\d.]+) ?GB")
+_ELAPSED = re.compile(r"(?:elapsed=|Time elapsed: )([\d.]+) ?s")
+_NUM = r"(-?[\d.]+)"
+
+
+def _f(pattern: re.Pattern[str], text: str) -> float | None:
+    m = pattern.search(text)
+    return float(m.group(1)) if m else None
+
+
+def _prefix(line: str) -> tuple[int | None, dict[str, int]]:
+    m = _PREFIX.search(line)
+    tags: dict[str, int] = {}
+    if m and m["tags"]:
+        for tag in m["tags"].split():
+            t = _TAG.match(tag)
+            if t:
+                tags[t.group(1).lower()] = int(t.group(2))
+    rank = tags.get("tp")
+    if m and rank is None:
+        rank = 0 if not tags else tags.get("tp")
+    return rank, tags
+
+
+# Failures, most specific first: (needle regex, failure kind).
+_FAILURES: tuple[tuple[re.Pattern[str], FailureKind], ...] = (
+    (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), FailureKind.KV_OOM),
+    (re.compile(r"Loaded weights leave no GPU memory for the KV cache"), FailureKind.KV_OOM),
+    (re.compile(r"Memory pool size is too small"), FailureKind.KV_OOM),
+    (re.compile(r"Not enough GPU memory for hybrid \(mamba"), FailureKind.KV_OOM),
+    (re.compile(r"SWA pool .* cannot hold even one request"), FailureKind.KV_OOM),
+    (re.compile(r"Capture (?:\w+ )*(?:cuda|CUDA) graph failed"), FailureKind.GRAPH_CAPTURE_OOM),
+    (re.compile(r"The memory capacity is unbalanced"), FailureKind.MEMORY_IMBALANCE),
+    (re.compile(r"(?:Prefill|Decode) out of memory|KV cache pool is full|alloc_req_slots runs out of memory"
+                r"|Out of memory even after retracting"), FailureKind.RUNTIME_OOM),
+    (re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError"), FailureKind.CUDA_OOM),
+    (re.compile(r"[Aa]ddress already in use"), FailureKind.PORT_IN_USE),
+    (re.compile(r"^\S*: error: |error: (?:unrecognized arguments|ambiguous option|argument --)"), FailureKind.INVALID_ARGS),
+    (re.compile(r"Scheduler hit an exception|Received sigquit from a child process|Rank \d+ scheduler is dead"
+                r"|Initialization failed\. warmup error"), FailureKind.CRASHED),
+)
+
+
+def _parse_kv(text: str) -> dict[str, Any]:
+    """``a=1, b=2.5 GB`` pairs into a dict (ints, floats, or strings)."""
+    out: dict[str, Any] = {}
+    for key, raw in re.findall(r"(\w+)=([^,\s]+)", text):
+        val: Any = raw
+        try:
+            val = int(raw)
+        except ValueError:
+            try:
+                val = float(raw)
+            except ValueError:
+                pass
+        out[key] = val
+    return out
+
+
+def parse_line(line: str) -> LogEvent | None:
+    """Parse one log line; ``None`` for lines that carry nothing autotune uses."""
+    text = line.rstrip("\r\n")
+    if not text.strip():
+        return None
+    rank, tags = _prefix(text)
+    base: dict[str, Any] = {k: v for k, v in tags.items() if k != "tp"}
+
+    def ev(kind: str, values: dict[str, Any], failure: FailureKind | None = None) -> LogEvent:
+        return LogEvent(kind, rank, {**base, **values}, failure.value if failure else None, text)
+
+    m = re.search(r"is larger than the profiled value (-?\d+)", text)
+    if m:
+        profiled = int(m.group(1))
+        if profiled <= 0:
+            return ev("failure", {"profiled_tokens": profiled}, FailureKind.KV_OOM)
+        return None
+    for needle, kind in _FAILURES:
+        if needle.search(text):
+            values: dict[str, Any] = {}
+            fm = re.search(r"mem[_-]fraction[_-]static=([\d.]+)", text)
+            if fm:
+                values["mem_fraction_static"] = float(fm.group(1).rstrip("."))
+            fm = re.search(r"Raise --mem-fraction-static above ([\d.]+)", text)
+            if fm:
+                values["min_viable_mem_fraction"] = float(fm.group(1).rstrip("."))
+            return ev("failure", values, kind)
+
+    if "The server is fired up and ready to roll" in text:
+        return ev("ready", {})
+    if "Init torch distributed ends" in text or "Memory baseline taken" in text:
+        return ev("baseline", {"mem_usage_gib": _f(_USAGE, text), "elapsed_s": _f(_ELAPSED, text)})
+    if "Load weight begin" in text:
+        return ev("baseline", {"avail_gib": _f(_AVAIL, text)})
+    if "Load weight end" in text:
+        arch = re.search(r"type=(\w+)", text)
+        dtype = re.search(r"dtype=(torch\.\w+)", text)
+        return ev("weights_loaded", {
+            "avail_gib": _f(_AVAIL, text), "mem_usage_gib": _f(_USAGE, text), "elapsed_s": _f(_ELAPSED, text),
+            "architecture": arch.group(1) if arch else None, "dtype": dtype.group(1) if dtype else None,
+        })
+    m = re.search(r"(.*?)KV Cache (?:is allocated|VA upper bound)\.(.*)", text)
+    if m:
+        rest = m.group(2)
+        label = re.sub(r"^\[[^\]]*\]\s*", "", m.group(1)).strip() or None
+        tokens = re.search(r"#tokens: (\d+)", rest)
+        k = re.search(r"\bK size: ([\d.]+) ?GB", rest)
+        vv = re.search(r"\bV size: ([\d.]+) ?GB", rest)
+        kv = re.search(r"\bKV size: ([\d.]+) ?GB", rest)
+        dtype = re.search(r"dtype: (torch\.\w+)", rest)
+        k_gib = float(k.group(1)) if k else None
+        v_gib = float(vv.group(1)) if vv else None
+        total = float(kv.group(1)) if kv else ((k_gib or 0.0) + (v_gib or 0.0) if k_gib is not None else None)
+        return ev("kv_allocated", {
+            "tokens": int(tokens.group(1)) if tokens else None, "k_gib": k_gib, "v_gib": v_gib, "kv_gib": total,
+            "dtype": dtype.group(1) if dtype else None, "label": label,
+            "draft": bool(label and "draft" in label.lower()), "upper_bound": "VA upper bound" in text,
+        })
+    if "Mamba Cache is allocated" in text:
+        size = re.search(r"max_mamba_cache_size: (\d+)", text)
+        conv = re.search(r"conv_state size: ([\d.]+) ?GB", text)
+        ssm = re.search(r"ssm_state size: ([\d.]+) ?GB", text)
+        return ev("mamba_allocated", {
+            "max_mamba_cache_size": int(size.group(1)) if size else None,
+            "conv_gib": float(conv.group(1)) if conv else None, "ssm_gib": float(ssm.group(1)) if ssm else None,
+        })
+    if "Memory pool end" in text:
+        return ev("memory_pool_end", {"avail_gib": _f(_AVAIL, text)})
+    m = re.search(r"Capture (?:(target|draft) )?(?:(\w+) )?(?:CUDA|cuda) graph (begin|end)", text)
+    if m:
+        role, phase, which = m.group(1) or "target", m.group(2), m.group(3)
+        phase = "prefill" if phase == "piecewise" else (phase or "decode")
+        values = {"avail_gib": _f(_AVAIL, text), "role": role, "phase": phase, "piecewise": "piecewise" in text}
+        if which == "begin":
+            for key in ("backend", "num_tokens_per_req", "num_tokens"):
+                km = re.search(rf"\b{key}=([\w.]+)", text)
+                if km:
+                    values[key] = int(km.group(1)) if km.group(1).isdigit() else km.group(1)
+            return ev("graph_begin", values)
+        values["graph_gib"] = _f(_USAGE, text)
+        values["elapsed_s"] = _f(_ELAPSED, text)
+        bs = re.search(r"bs=\[([\d, ]*)\]", text)
+        if bs:
+            values["batch_sizes"] = [int(x) for x in bs.group(1).split(",") if x.strip()]
+        return ev("graph_captured", values)
+    m = re.search(r"Capture cuda graph bs \[([\d, .]*)\]", text)
+    if m:
+        return ev("graph_batch_sizes", {"batch_sizes": [int(x) for x in re.findall(r"\d+", m.group(1))]})
+    m = re.search(r"(max_total_num_tokens=\d+.*)", text)
+    if m:
+        values = _parse_kv(m.group(1))
+        avail = _f(re.compile(r"available_gpu_mem=([\d.]+)"), text)
+        if avail is not None:
+            values["available_gpu_mem_gib"] = avail
+            values.pop("available_gpu_mem", None)
+        return ev("max_total_num_tokens", values)
+    m = re.search(r"Pre-allocating symmetric memory pool with ([\d.]+) GiB", text)
+    if m:
+        return ev("symm_mem_prealloc", {"gib": float(m.group(1))})
+    return None
+
+
+def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
+    """Parse a whole log. A CUDA OOM seen while graphs are being captured becomes ``graph_capture_oom``."""
+    lines = text.splitlines() if isinstance(text, str) else list(text)
+    events: list[LogEvent] = []
+    capturing = False
+    for line in lines:
+        e = parse_line(line)
+        if e is None:
+            continue
+        if e.kind == "graph_begin":
+            capturing = True
+        elif e.kind in ("graph_captured", "max_total_num_tokens", "ready"):
+            capturing = False
+        elif e.kind == "failure" and capturing and e.failure_kind == FailureKind.CUDA_OOM.value:
+            e = LogEvent(e.kind, e.rank, e.values, FailureKind.GRAPH_CAPTURE_OOM.value, e.line)
+        events.append(e)
+    return events
+
+
+_GENERIC = {FailureKind.CRASHED.value}
+
+
+def _min(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return min(vals) if vals else None
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
+def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
+    """Observed facts of one launch; ``None`` where the log did not show them.
+
+    Keys: p_gib, a_gib (both MIN over ranks), weights_gib, baseline_usage_gib,
+    kv_tokens, kv_gib, kv_dtype, pool_end_avail_gib, graph_gib (per-rank sum of
+    the captures, max over ranks), graph_batch_sizes, max_running_requests,
+    context_len, chunked_prefill_size, max_prefill_tokens, available_gpu_mem_gib,
+    ready, failure_kind (most specific seen), evidence (its line), ranks.
+    """
+    evs = list(events)
+    by = lambda kind: [e for e in evs if e.kind == kind]  # noqa: E731
+    base = by("baseline")
+    loaded = by("weights_loaded")
+    kv = [e for e in by("kv_allocated") if not e.values.get("draft")]
+    mtt = by("max_total_num_tokens")
+    graph_per_rank: dict[int | None, float] = {}
+    for e in by("graph_captured"):
+        g = e.values.get("graph_gib")
+        if g is not None:
+            graph_per_rank[e.rank] = graph_per_rank.get(e.rank, 0.0) + g
+    failures = by("failure")
+    specific = [e for e in failures if e.failure_kind not in _GENERIC]
+    first_failure = (specific or failures or [None])[0]
+    last_mtt = mtt[-1].values if mtt else {}
+    kv_tokens = last_mtt.get("max_total_num_tokens")
+    if kv_tokens is None:
+        kv_tokens = _min(e.values.get("tokens") for e in kv)
+    bs_lists = [e.values["batch_sizes"] for e in by("graph_batch_sizes")] + [
+        e.values["batch_sizes"] for e in by("graph_captured") if e.values.get("batch_sizes")
+    ]
+    return {
+        "p_gib": _min(e.values.get("avail_gib") for e in base),
+        "a_gib": _min(e.values.get("avail_gib") for e in loaded),
+        "weights_gib": _max(e.values.get("mem_usage_gib") for e in loaded),
+        "baseline_usage_gib": _max(e.values.get("mem_usage_gib") for e in base),
+        "kv_tokens": int(kv_tokens) if kv_tokens is not None else None,
+        "kv_gib": _min(e.values.get("kv_gib") for e in kv),
+        "kv_dtype": next((e.values["dtype"] for e in kv if e.values.get("dtype")), None),
+        "pool_end_avail_gib": _min(e.values.get("avail_gib") for e in by("memory_pool_end")),
+        "graph_gib": max(graph_per_rank.values()) if graph_per_rank else None,
+        "graph_batch_sizes": bs_lists[0] if bs_lists else None,
+        "max_running_requests": last_mtt.get("max_running_requests"),
+        "context_len": last_mtt.get("context_len"),
+        "chunked_prefill_size": last_mtt.get("chunked_prefill_size"),
+        "max_prefill_tokens": last_mtt.get("max_prefill_tokens"),
+        "available_gpu_mem_gib": last_mtt.get("available_gpu_mem_gib"),
+        "ready": bool(by("ready")),
+        "failure_kind": first_failure.failure_kind if first_failure else None,
+        "evidence": first_failure.line if first_failure else None,
+        "ranks": sorted({e.rank for e in evs if e.rank is not None}),
+    }
