@@ -18,6 +18,9 @@ import psutil
 
 logger = logging.getLogger(__name__)
 
+LAUNCH_ID_ENV = "AUTOTUNE_LAUNCH_ID"
+"""Every server's environment carries its launch id, so descendants that left the group can be found."""
+
 CREATE_TIME_TOLERANCE_S = 0.05
 """Two create_time readings of one process agree within this (psutil derives it from boot time)."""
 
@@ -126,3 +129,36 @@ def terminate(pgid: int | None, extras: Iterable[psutil.Process] = (), *, grace_
     if left:
         logger.warning("processes %s survived SIGKILL for %.1f s", left, kill_wait_s)
     return left
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """Pids of this user's live processes whose environment has ``name=value`` (Linux /proc)."""
+    needle = f"{name}={value}".encode()
+    uid = os.getuid()
+    pids = []
+    for pid in psutil.pids():
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            fields = _stat_fields(pid)
+            if fields is not None and fields[0] not in ("Z", "X"):
+                pids.append(pid)
+    return pids
+
+
+def born_since(pids: Iterable[int], create_time: float) -> list[psutil.Process]:
+    """psutil objects for those ``pids`` created no earlier than ``create_time`` (never older ones)."""
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() + CREATE_TIME_TOLERANCE_S >= create_time:
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out

@@ -43,9 +43,10 @@ from autotune.launch import cleanup
 from autotune.launch.artifacts import shell_command
 from autotune.launch.classify import classify
 from autotune.launch.gpu import wait_gpu_released
-from autotune.launch.groups import descendants, signal_group, terminate
+from autotune.launch.groups import born_since, descendants, pids_with_env, signal_group, terminate
 from autotune.launch.ports import mark_port_used
-from autotune.launch.registry import LAUNCH_ID_ENV, ProcessRegistry
+from autotune.launch.groups import LAUNCH_ID_ENV
+from autotune.launch.registry import ProcessRegistry
 from autotune.launch.tail import LogTail
 from autotune.outcome import FailureKind
 
@@ -71,7 +72,7 @@ def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None] | None:
     return preexec
 
 
-def spawn_watchdog(pgid: int, create_time: float, *, log: IO[bytes] | None = None, poll_s: float = 0.5, grace_s: float = 2.0) -> subprocess.Popen[bytes]:
+def spawn_watchdog(pgid: int, create_time: float, *, launch_id: str = "", log: IO[bytes] | None = None, poll_s: float = 0.5, grace_s: float = 2.0) -> subprocess.Popen[bytes]:
     """Start ``python -m autotune.launch.watchdog`` for group ``pgid``, guarding against this process's death.
 
     Not imported from the watchdog module so that ``-m`` runs it fresh."""
@@ -85,6 +86,8 @@ def spawn_watchdog(pgid: int, create_time: float, *, log: IO[bytes] | None = Non
         "--poll-s", str(poll_s),
         "--grace-s", str(grace_s),
     ]
+    if launch_id:
+        argv += ["--launch-id", launch_id]
     return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
         argv,
         stdin=subprocess.DEVNULL,
@@ -226,7 +229,7 @@ class ServerProcess:
             if self.registry is not None:
                 self.registry.record(self._proc.pid, argv=self.argv, pgid=self._proc.pid, trial=self.tags.get("trial"), launch_id=self.launch_id, tags=self.tags)
             if self._use_watchdog:
-                self._watchdog = spawn_watchdog(self._proc.pid, self._create_time, log=self._log_fh)
+                self._watchdog = spawn_watchdog(self._proc.pid, self._create_time, launch_id=self.launch_id, log=self._log_fh)
         self._tail = LogTail(self.log_path, offset=offset, on_line=self.on_line)
         self._tail.start()
         return self
@@ -340,6 +343,9 @@ class ServerProcess:
         t0 = time.monotonic()
         try:
             self._remember_descendants()
+            if self._create_time is not None:  # descendants that left the group and lost their parent
+                for p in born_since(pids_with_env(LAUNCH_ID_ENV, self.launch_id), self._create_time):
+                    self._seen.setdefault(p.pid, p)
             extras = list(self._seen.values())
             pgid = self._proc.pid
             left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0)

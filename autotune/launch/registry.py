@@ -31,14 +31,12 @@ from typing import Any
 
 import psutil
 
-from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, group_members, is_alive, terminate
+from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, LAUNCH_ID_ENV, group_members, is_alive, pids_with_env, terminate
 from autotune.launch.redact import redact_argv
 
 logger = logging.getLogger(__name__)
 
 REGISTRY_FILE = "processes.json"
-LAUNCH_ID_ENV = "AUTOTUNE_LAUNCH_ID"
-"""Every server's environment carries its launch id, so escaped descendants can be found."""
 
 
 class ProcessRegistry:
@@ -189,7 +187,7 @@ def _leftover_processes(entry: dict[str, Any]) -> list[psutil.Process]:
         candidates = group_members(pgid)
     launch_id = entry.get("launch_id") or ""
     if launch_id:
-        candidates.extend(_pids_with_launch_id(launch_id))
+        candidates.extend(pids_with_env(LAUNCH_ID_ENV, launch_id))
     for cpid in candidates:
         if cpid in found or cpid == os.getpid():
             continue
@@ -200,21 +198,3 @@ def _leftover_processes(entry: dict[str, Any]) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return list(found.values())
-
-
-def _pids_with_launch_id(launch_id: str) -> list[int]:
-    """Pids of this user's processes whose environment has AUTOTUNE_LAUNCH_ID=launch_id."""
-    needle = f"{LAUNCH_ID_ENV}={launch_id}".encode()
-    uid = os.getuid()
-    pids = []
-    for pid in psutil.pids():
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            pids.append(pid)
-    return pids

@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, descendants, group_members, is_alive, terminate
+from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, LAUNCH_ID_ENV, born_since, descendants, group_members, is_alive, pids_with_env, terminate
 
 logger = logging.getLogger("autotune.launch.watchdog")
 
@@ -43,7 +43,7 @@ def _leader_state(pgid: int, create_time: float) -> str:
     return "ours" if group_members(pgid) else "gone"
 
 
-def watch(parent_pid: int, parent_create_time: float | None, pgid: int, create_time: float, *, poll_s: float = 0.5, grace_s: float = 2.0) -> int:
+def watch(parent_pid: int, parent_create_time: float | None, pgid: int, create_time: float, *, launch_id: str = "", poll_s: float = 0.5, grace_s: float = 2.0) -> int:
     """Poll until the server group is gone (return 0) or the parent dies (kill the group, return 1)."""
     seen: dict[int, psutil.Process] = {}
     last_refresh = 0.0
@@ -63,6 +63,10 @@ def watch(parent_pid: int, parent_create_time: float | None, pgid: int, create_t
             logger.warning("autotune watchdog: launcher pid %d is gone; ending server group %d", parent_pid, pgid)
             for p in descendants(pgid):
                 seen.setdefault(p.pid, p)
+            if launch_id:  # descendants that left the group and were reparented away
+                for p in born_since(pids_with_env(LAUNCH_ID_ENV, launch_id), create_time):
+                    seen.setdefault(p.pid, p)
+            seen.pop(os.getpid(), None)
             left = terminate(pgid, seen.values(), grace_s=grace_s, kill_wait_s=5.0)
             if left:
                 logger.error("autotune watchdog: pids %s survived SIGKILL", left)
@@ -79,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--create-time", type=float, required=True)
     parser.add_argument("--poll-s", type=float, default=0.5)
     parser.add_argument("--grace-s", type=float, default=2.0)
+    parser.add_argument("--launch-id", default="")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="[%(asctime)s] %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    return watch(args.parent_pid, args.parent_create_time, args.pgid, args.create_time, poll_s=args.poll_s, grace_s=args.grace_s)
+    return watch(args.parent_pid, args.parent_create_time, args.pgid, args.create_time, launch_id=args.launch_id, poll_s=args.poll_s, grace_s=args.grace_s)
 
 
 if __name__ == "__main__":

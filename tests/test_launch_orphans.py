@@ -1,0 +1,81 @@
+"""Orphan safety: an orchestrator killed by Ctrl-C, SIGTERM or SIGKILL leaves no server behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_launch_fakes import kill_quietly, wait_all_gone
+
+from autotune.launch import free_port
+
+ORCHESTRATOR = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from test_launch_fakes import fake_argv, grandchild_pids
+from autotune.launch import ServerProcess, install_signal_handlers
+opts = json.loads(sys.argv[3])
+install_signal_handlers()
+s = ServerProcess(fake_argv(int(sys.argv[2]), **opts), log_path=sys.argv[4], port=int(sys.argv[2]), startup_timeout_s=60, poll_interval_s=0.1)
+s.start()
+s.wait_ready()
+deadline = time.monotonic() + 10
+while len(grandchild_pids(s.log_lines())) < len(opts.get("grandchildren", [])) and time.monotonic() < deadline:
+    time.sleep(0.05)
+pids = [s.pid, s._watchdog.pid, *grandchild_pids(s.log_lines())]
+print(json.dumps(pids), flush=True)
+while True:
+    time.sleep(0.1)
+'''
+
+
+def _orchestrator(tmp_path: Path, **opts: object) -> tuple[subprocess.Popen[str], list[int]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ORCHESTRATOR, str(Path(__file__).parent), str(port), json.dumps(opts), str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        proc.kill()
+        pytest.fail(f"orchestrator did not report its server: {proc.stderr.read() if proc.stderr else ''}")
+    return proc, json.loads(line)
+
+
+@pytest.mark.parametrize(("sig", "opts"), [
+    (signal.SIGINT, {"grandchildren": [{}, {"escape": True}]}),
+    (signal.SIGTERM, {"ignore_term": True, "grandchildren": [{"ignore_term": True}]}),
+])
+def test_signal_to_orchestrator_tears_servers_down(tmp_path: Path, sig: int, opts: dict[str, object]) -> None:
+    proc, pids = _orchestrator(tmp_path, **opts)
+    try:
+        assert len(pids) == 2 + len(opts["grandchildren"])  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=30)
+        assert wait_all_gone(pids, 5) == []
+        assert time.monotonic() - t0 < 15  # 10 s promised; slack for a loaded machine
+        assert rc != 0
+    finally:
+        proc.kill()
+        proc.wait()
+        kill_quietly(pids)
+
+
+def test_sigkill_of_orchestrator_server_dies_via_watchdog(tmp_path: Path) -> None:
+    proc, pids = _orchestrator(tmp_path, ignore_term=True, grandchildren=[{}, {"escape": True}, {"ignore_term": True}])
+    try:
+        server, watchdog, *grandchildren = pids
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert wait_all_gone([server, *grandchildren], 15) == []
+        assert wait_all_gone([watchdog], 5) == []
+        assert "launcher pid" in (tmp_path / "server.log").read_text()  # the watchdog did it
+    finally:
+        kill_quietly(pids)
