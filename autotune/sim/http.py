@@ -26,13 +26,11 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from autotune.errors import AutotuneError
 from autotune.sim.faults import Faults
 from autotune.sim.tokenizer import WordTokenizer
 
 logger = logging.getLogger(__name__)
-
-JSON_HEADERS = {"Content-Type": "application/json"}
-
 
 class ChunkLike(Protocol):
     token_ids: list[int]
@@ -80,6 +78,9 @@ class ServerState:
 
     def new_rid(self) -> str:
         return f"{uuid.uuid4().hex[:16]}{next(self._rid_counter)}"
+
+
+STATE_KEY = web.AppKey("state", ServerState)
 
 
 class BadRequest(Exception):
@@ -172,14 +173,18 @@ async def _stream_response(request: web.Request, state: ServerState, stream: _St
     await resp.prepare(request)
     state.in_flight += 1
     try:
-        async for new_ids in stream.chunks():
-            for obj in render(new_ids):
-                if state.faults.next_sse_chunk_is_malformed():
-                    await resp.write(b'data: {"text": "broken' + b"\n\n")
-                else:
-                    await resp.write(_sse(obj))
-        for obj in tail():
-            await resp.write(_sse(obj))
+        try:
+            async for new_ids in stream.chunks():
+                for obj in render(new_ids):
+                    if state.faults.next_sse_chunk_is_malformed():
+                        await resp.write(b'data: {"text": "broken' + b"\n\n")
+                    else:
+                        await resp.write(_sse(obj))
+        except AutotuneError as exc:  # the engine stopped under this request
+            await resp.write(_sse({"error": {"message": str(exc)}}))
+        else:
+            for obj in tail():
+                await resp.write(_sse(obj))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
@@ -199,6 +204,15 @@ async def _run_to_end(state: ServerState, stream: _Stream) -> None:
     finally:
         state.in_flight -= 1
     await _finish_request(state)
+
+
+async def _run_all(state: ServerState, streams: list[_Stream]) -> web.Response | None:
+    """Run non-streamed requests to their end; a 500 response if the engine stopped under them."""
+    try:
+        await asyncio.gather(*(_run_to_end(state, s) for s in streams))
+    except AutotuneError as exc:
+        return web.json_response({"error": {"message": str(exc)}}, status=500)
+    return None
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -228,7 +242,7 @@ def _generate_obj(state: ServerState, stream: _Stream) -> dict[str, Any]:
 
 
 async def handle_generate(request: web.Request) -> web.StreamResponse:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     if (resp := _check_ready(state)) is not None:
         return resp
     try:
@@ -256,7 +270,8 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
             return _error(400, "The simulated server streams single requests only.")
         stream = streams[0]
         return await _stream_response(request, state, stream, lambda _ids: [_generate_obj(state, stream)], lambda: [])
-    await asyncio.gather(*(_run_to_end(state, s) for s in streams))
+    if (failed := await _run_all(state, streams)) is not None:
+        return failed
     objs = [_generate_obj(state, s) for s in streams]
     return web.json_response(objs if batch else objs[0])
 
@@ -269,7 +284,7 @@ def _usage(stream: _Stream) -> dict[str, Any]:
 
 
 async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     if (resp := _check_ready(state)) is not None:
         return resp
     try:
@@ -332,7 +347,8 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
             return [envelope([], _usage(stream))] if include_usage else []
 
         return await _stream_response(request, state, stream, render, tail)
-    await _run_to_end(state, stream)
+    if (failed := await _run_all(state, [stream])) is not None:
+        return failed
     text = state.tokenizer.decode(stream.output_ids)
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
@@ -353,7 +369,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
 
 # ---------------------------------------------------------------- info, health, control
 async def handle_health(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     if not state.ready or state.dead:
         return web.Response(status=503)
     if state.faults.health_check_fails():
@@ -374,7 +390,7 @@ def _server_info(state: ServerState) -> dict[str, Any]:
 
 
 async def handle_server_info(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     if request.path.startswith("/get_"):
         state.emit(f"Endpoint '{request.path}' is deprecated and will be removed in a future version. "
                    f"Please use '{request.path.replace('/get_', '/')}' instead.")
@@ -384,14 +400,14 @@ async def handle_server_info(request: web.Request) -> web.Response:
 
 
 async def handle_models(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     card = {"id": state.served_model_name, "object": "model", "created": state.created, "owned_by": "sglang",
             "root": state.served_model_name, "parent": None, "max_model_len": state.context_len}
     return web.json_response({"object": "list", "data": [card]})
 
 
 async def handle_flush_cache(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     if state.in_flight > 0:
         return web.Response(status=400, text="Cache not flushed. Please check backend logs for more details. "
                                              "(When there are running or waiting requests, the operation will not be performed.)\n")
@@ -400,7 +416,7 @@ async def handle_flush_cache(request: web.Request) -> web.Response:
 
 
 async def handle_sim_stats(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE_KEY]
     stats: dict[str, Any] = dict(state.engine.stats()) if state.engine is not None else {}
     stats["modelled_now_s"] = state.engine.modelled_now() if state.engine is not None else 0.0
     stats["in_flight_http"] = state.in_flight
@@ -412,7 +428,7 @@ async def handle_sim_stats(request: web.Request) -> web.Response:
 def build_app(state: ServerState) -> web.Application:
     """The aiohttp application serving SGLang's endpoints from ``state``."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app["state"] = state
+    app[STATE_KEY] = state
     r = app.router
     for path in ("/health", "/health_generate"):
         r.add_get(path, handle_health)
