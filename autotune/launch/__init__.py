@@ -11,7 +11,7 @@ Public surface:
 """
 
 from autotune.launch.artifacts import shell_command, write_launch_artifacts
-from autotune.launch.classify import classify
+from autotune.launch.failures import classify
 from autotune.launch.cleanup import install_signal_handlers, live_servers, register_atexit, stop_all
 from autotune.launch.ports import free_port, mark_port_used
 from autotune.launch.process import ServerProcess

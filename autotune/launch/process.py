@@ -41,7 +41,7 @@ import requests
 from autotune.errors import ConfigError, LaunchError, ServerNotReady
 from autotune.launch import cleanup
 from autotune.launch.artifacts import shell_command
-from autotune.launch.classify import classify
+from autotune.launch.failures import classify
 from autotune.launch.gpu import wait_gpu_released
 from autotune.launch.groups import born_since, descendants, pids_with_env, signal_group, terminate
 from autotune.launch.ports import mark_port_used
@@ -203,7 +203,8 @@ class ServerProcess:
         env.update(self.launch_env)
         env[LAUNCH_ID_ENV] = self.launch_id
         env.setdefault("PYTHONUNBUFFERED", "1")
-        logger.info("launching on %s: %s (log %s)", self.url, shell_command(self.argv, self.launch_env), self.log_path)
+        added = {k: v for k, v in self.launch_env.items() if os.environ.get(k) != v}  # not the whole environ
+        logger.info("launching on %s: %s (log %s)", self.url, shell_command(self.argv, added), self.log_path)
         try:
             self._proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
                 self.argv,
