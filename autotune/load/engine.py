@@ -1,0 +1,393 @@
+"""The load generator: one asyncio loop, one shared keep-alive aiohttp session.
+
+Design (measured in /work/shared/reference/anchors-loadgen.md): a single process and
+thread; uvloop when installed; one ``ClientSession`` whose connector allows exactly
+``concurrency`` connections, pre-opened before the timed run; responses read as raw
+chunks with one timestamp per read; SSE split by hand and one orjson parse per event
+(:mod:`autotune.load.stream`); all statistics computed once at the end with numpy
+(:mod:`autotune.load.metrics`). A watchdog enforces the first-token and between-token
+timeouts for every in-flight request, so a hung or dead server never hangs a load point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from autotune.errors import ConfigError
+from autotune.load.metrics import RequestTrace, compute_metrics
+from autotune.load.prompts import Prompt, arrival_offsets, prompt_stream
+from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
+from autotune.load.stream import StreamParser
+
+try:  # optional speed-up
+    import orjson
+
+    def _dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover - exercised only without orjson
+    import json
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj).encode()
+
+
+log = logging.getLogger(__name__)
+
+SnapshotCallback = Callable[[Snapshot], Any]
+_JSON = {"Content-Type": "application/json"}
+_LAG_PROBE_S = 0.05
+_MAX_PREOPEN = 1024
+
+
+class _InFlight:
+    """Watchdog view of one running request."""
+
+    __slots__ = ("start", "last", "first", "reason", "task")
+
+    def __init__(self, start: float, task: asyncio.Task[Any] | None) -> None:
+        self.start = start
+        self.last = start
+        self.first = False
+        self.reason: str | None = None
+        self.task = task
+
+
+class LoadRunner:
+    """Runs one load point against ``base_url``. Use :func:`autotune.load.run_load_async`."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: Any, model: str | None) -> None:
+        self.session = session
+        self.base = base_url
+        self.spec = spec
+        self.url = base_url + spec.endpoint
+        self.model = model
+        self.time_scale = 1.0
+        self.inflight: dict[asyncio.Task[Any], _InFlight] = {}
+        self.traces: list[RequestTrace] = []
+        self.streamed_tokens = 0
+        self.consecutive_failures = 0
+        self.abort_reason: str | None = None
+        self.stopped_early = False
+        self._wake = asyncio.Event()
+        self._measuring = False
+
+    # ---- one request -------------------------------------------------------------------
+    def _payload(self, p: Prompt) -> bytes:
+        s = self.spec
+        if s.backend == "sglang":
+            body: dict[str, Any] = {
+                "sampling_params": {"max_new_tokens": p.output_len, "temperature": 0.0, "ignore_eos": s.ignore_eos},
+                "stream": True,
+            }
+            if p.input_ids is not None:
+                body["input_ids"] = p.input_ids
+            else:
+                body["text"] = p.text
+            return _dumps(body)
+        body = {
+            "model": self.model,
+            "max_tokens": p.output_len,
+            "temperature": 0.0,
+            "stream": True,
+            "ignore_eos": s.ignore_eos,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if s.backend == "openai-chat":
+            body["messages"] = [{"role": "user", "content": p.text}]
+        else:
+            body["prompt"] = p.input_ids if p.input_ids is not None else p.text
+        return _dumps(body)
+
+    async def _request(self, p: Prompt, body: bytes, st: _InFlight) -> RequestTrace:
+        parser = StreamParser(self.spec.backend)
+        clock = time.perf_counter
+        st.start = st.last = clock()  # like bench_serving: the clock starts as the request is sent
+        trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len)
+        times, counts = trace.times, trace.counts
+        try:
+            async with self.session.post(self.url, data=body, headers=_JSON) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:200].replace("\n", " ")
+                    trace.error = f"HTTP {resp.status}: {text}"
+                else:
+                    async for data in resp.content.iter_any():
+                        now = clock()
+                        st.last = now
+                        k = parser.feed(data)
+                        if k:
+                            times.append(now)
+                            counts.append(k)
+                            st.first = True
+                            self.streamed_tokens += k
+                        if parser.done:
+                            trace.end = now
+                        elif parser.error:
+                            break
+                    # read on to the end of the body so the connection goes back to the pool
+            trace.end = trace.end or clock()
+            if trace.error is None:
+                if parser.error:
+                    trace.error = parser.error
+                elif not parser.done:
+                    trace.error = "stream ended before [DONE]"
+                elif not times:
+                    trace.error = "no tokens: the stream carried no output"
+        except asyncio.CancelledError:
+            if st.reason is None:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            trace.end = clock()
+            trace.error = st.reason
+        except aiohttp.ClientConnectorError as exc:
+            trace.end = clock()
+            trace.error = f"connection failed: {exc.os_error or exc}"
+            self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc.os_error or exc})"
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            trace.end = clock()
+            trace.error = f"{type(exc).__name__}: {str(exc)[:160] or 'no detail'}"
+        trace.prompt_tokens = parser.prompt_tokens
+        if trace.prompt_tokens is None and p.input_ids is not None:
+            trace.prompt_tokens = len(p.input_ids)  # the ids we sent are exact
+        trace.completion_tokens = parser.completion_tokens
+        trace.tokens_from_server = parser.tokens_from_server
+        return trace
+
+    def _start(self, p: Prompt, sem: asyncio.Semaphore | None, sink: list[RequestTrace]) -> asyncio.Task[Any]:
+        body = self._payload(p)
+        st = _InFlight(time.perf_counter(), None)
+        task = asyncio.get_running_loop().create_task(self._request(p, body, st))
+        st.task = task
+        self.inflight[task] = st
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self.inflight.pop(t, None)
+            if sem is not None:
+                sem.release()
+            if t.cancelled() or t.exception() is not None:
+                self._wake.set()
+                return
+            trace: RequestTrace = t.result()
+            sink.append(trace)
+            if trace.ok:
+                self.consecutive_failures = 0
+            else:
+                self.consecutive_failures += 1
+                if self.consecutive_failures >= self.spec.abort_after_consecutive_failures:
+                    self.abort_reason = self.abort_reason or (
+                        f"{self.consecutive_failures} requests failed in a row, last: {trace.error}"
+                    )
+            if self.abort_reason or not self.inflight:
+                self._wake.set()
+
+        task.add_done_callback(done)
+        return task
+
+    # ---- background helpers ------------------------------------------------------------
+    async def _watchdog(self) -> None:
+        t = self.spec.timeouts
+        first_s, between_s = t.first_token_s, t.between_tokens_s
+        limits = [v for v in (first_s, between_s) if v]
+        if not limits:
+            return
+        period = max(min(min(limits) / 4, 0.5), 0.01)
+        while True:
+            await asyncio.sleep(period)
+            now = time.perf_counter()
+            for st in list(self.inflight.values()):
+                if st.reason is not None:
+                    continue
+                if not st.first and first_s and now - st.start > first_s:
+                    st.reason = f"first-token timeout: no token within {first_s:g} s"
+                elif st.first and between_s and now - st.last > between_s:
+                    st.reason = f"between-tokens timeout: silent for {between_s:g} s"
+                if st.reason is not None and st.task is not None:
+                    st.task.cancel()
+
+    async def _lag_probe(self, lags: list[float]) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(_LAG_PROBE_S)
+            lags.append(max(time.perf_counter() - t - _LAG_PROBE_S, 0.0))
+
+    async def _snapshots(self, t0: float, on_snapshot: SnapshotCallback) -> None:
+        x = self.time_scale
+        while True:
+            await asyncio.sleep(self.spec.snapshot_interval_s)
+            elapsed = (time.perf_counter() - t0) * x
+            ok = [tr for tr in self.traces if tr.ok]
+            ttfts = [(tr.times[0] - tr.start) * 1000 * x for tr in ok if tr.times]
+            snap = Snapshot(
+                elapsed_s=elapsed,
+                completed=len(ok),
+                failed=len(self.traces) - len(ok),
+                in_flight=len(self.inflight),
+                output_tokens=self.streamed_tokens,
+                output_throughput=self.streamed_tokens / elapsed if elapsed > 0 else 0.0,
+                request_throughput=len(ok) / elapsed if elapsed > 0 else 0.0,
+                mean_ttft_ms=sum(ttfts) / len(ttfts) if ttfts else None,
+            )
+            verdict = on_snapshot(snap)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if verdict is False:
+                log.info("load point stopped early by its snapshot callback at %.1f s", elapsed)
+                self.stopped_early = True
+                self._wake.set()
+                return
+
+    # ---- phases --------------------------------------------------------------------
+    async def warmup(self) -> None:
+        """Send the warm-up requests (excluded from metrics); fail clearly if all of them fail."""
+        n = self.spec.warmup_requests
+        if n <= 0:
+            return
+        prompts = prompt_stream(self.spec, warmup=True)
+        sink: list[RequestTrace] = []
+        conc = min(n, self.spec.concurrency or n)
+        sem = asyncio.Semaphore(conc)
+        tasks = []
+        for _, p in zip(range(n), prompts):
+            await sem.acquire()
+            tasks.append(self._start(p, sem, sink))
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.abort_reason = None  # judged below, on all of them
+        self.consecutive_failures = 0
+        bad = [t for t in sink if not t.ok]
+        if len(bad) == len(sink):
+            raise LoadPointFailed(f"warm-up failed: all {n} warm-up requests failed, first: {bad[0].error}")
+        log.debug("warm-up: %d requests, %d failed", n, len(bad))
+
+    async def preopen(self) -> None:
+        """Open ``concurrency`` keep-alive connections so the timed run does not pay for them."""
+        n = min(self.spec.concurrency or 0, self.spec.num_prompts or _MAX_PREOPEN, _MAX_PREOPEN)
+        if n <= 1:
+            return
+        target = self.base + "/v1/models"
+
+        async def touch() -> None:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                async with self.session.get(target) as resp:
+                    await resp.read()
+
+        await asyncio.gather(*(touch() for _ in range(n)))
+
+    async def measure(self, on_snapshot: SnapshotCallback | None) -> LoadResult:
+        """Run the timed part of the load point and compute its metrics."""
+        s = self.spec
+        x = self.time_scale
+        sem = asyncio.Semaphore(s.concurrency) if s.concurrency else None
+        rng = np.random.default_rng(s.seed + 104729)
+        arrivals = arrival_offsets(s.request_rate, s.num_prompts, rng)
+        prompts: Iterator[Prompt] = prompt_stream(s)
+        lags: list[float] = []
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        cpu0 = time.thread_time()
+        deadline = t0 + s.duration_s / x if s.duration_s else math.inf
+        helpers = [loop.create_task(self._lag_probe(lags))]
+        if on_snapshot is not None:
+            helpers.append(loop.create_task(self._snapshots(t0, on_snapshot)))
+        for h in helpers:
+            h.add_done_callback(lambda _t: self._wake.set())
+        dispatcher = loop.create_task(self._dispatch(prompts, arrivals, sem, t0, deadline))
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self.abort_reason or self.stopped_early:
+                    break
+                if dispatcher.done() and not self.inflight:
+                    break
+                for h in helpers:  # a failing snapshot callback ends the run with its error
+                    if h.done() and not h.cancelled() and h.exception() is not None:
+                        raise h.exception()  # type: ignore[misc]
+        finally:
+            t_end = time.perf_counter()
+            cpu = time.thread_time() - cpu0
+            pending = [dispatcher, *helpers, *self.inflight]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if dispatcher.done() and not dispatcher.cancelled() and dispatcher.exception() is not None:
+            raise dispatcher.exception()  # type: ignore[misc]
+        ends = [tr.end for tr in self.traces if tr.ok]
+        if not self.stopped_early and not self.abort_reason and ends:
+            t_end = max(ends)  # bench_serving: first dispatch to last completion
+        metrics, records = compute_metrics(
+            self.traces, t0=t0, duration_wall=t_end - t0, time_scale=x, client_cpu_s=cpu, loop_lags_s=lags
+        )
+        metrics["stopped_early"] = self.stopped_early
+        metrics["time_scale"] = x
+        result = LoadResult(metrics=metrics, records=records, time_scale=x, stopped_early=self.stopped_early)
+        if self.abort_reason:
+            raise LoadPointFailed(
+                f"load point failed after {metrics['completed']} completed requests: {self.abort_reason}",
+                result=result,
+            )
+        if metrics["completed"] == 0 and not self.stopped_early:
+            kinds = ", ".join(f"{k} x{v}" for k, v in metrics["errors"].items()) or "no requests sent"
+            raise LoadPointFailed(f"load point failed: no request completed ({kinds})", result=result)
+        if metrics["client_bound"]:
+            log.warning(
+                "the load generator may have been the bottleneck: %.0f%% of a core, loop lag p99 %.1f ms",
+                100 * metrics["client_cpu_share"],
+                metrics["event_loop_lag_p99_ms"],
+            )
+        return result
+
+    async def _dispatch(
+        self,
+        prompts: Iterator[Prompt],
+        arrivals: Iterator[float],
+        sem: asyncio.Semaphore | None,
+        t0: float,
+        deadline: float,
+    ) -> None:
+        s = self.spec
+        x = self.time_scale
+        limit = s.num_prompts if s.num_prompts is not None else None
+        sent = 0
+        clock = time.perf_counter
+        try:
+            for p, offset in zip(prompts, arrivals):
+                if limit is not None and sent >= limit:
+                    break
+                due = t0 + offset / x
+                if due >= deadline or self.abort_reason:
+                    break
+                delay = due - clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if sem is not None:
+                    await sem.acquire()
+                if clock() >= deadline or self.abort_reason:
+                    if sem is not None:
+                        sem.release()
+                    break
+                self._start(p, sem, self.traces)
+                sent += 1
+        finally:
+            self._wake.set()
+        log.debug("dispatched %d requests", sent)
+
+
+def check_base_url(base_url: str | None) -> str:
+    """Normalise a base URL (no trailing slash); ConfigError when missing or not http(s)."""
+    if not base_url:
+        raise ConfigError("base_url=None: a server URL is required")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url={base_url!r}: must start with http:// or https://")
+    return base_url.rstrip("/")

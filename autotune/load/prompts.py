@@ -1,0 +1,160 @@
+"""The requests of a load point: synthetic prompts of exact length, or a JSONL dataset.
+
+Synthetic prompts follow bench_serving's ``random-ids`` dataset: lengths drawn
+uniformly from ``[max(int(len * range_ratio), 1), len]`` with a seeded generator, so
+two runs with the same seed send the same work. Nothing is downloaded and no
+tokenizer is loaded: the sglang backend sends token ids (exact by construction); the
+OpenAI backends send words, and the only assumption about the server's tokenizer is
+isolated in :func:`text_of_tokens`. Metrics always use the token counts the server
+reports, never these intended lengths.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autotune.errors import ConfigError
+from autotune.load.spec import LoadSpec
+
+# Token ids drawn for synthetic sglang prompts: clear of the special ids at the
+# bottom of every vocabulary and inside the smallest common vocabularies (32k).
+_ID_LOW, _ID_HIGH = 1000, 30000
+
+# Words for synthetic OpenAI prompts: short, lower-case, common English words.
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student group "
+    "country problem hand part place case week company system program question work government number "
+    "night point home water room mother area money story fact month lot right study book eye job word "
+    "business issue side kind head house service friend father power hour game line end member law car "
+    "city community name president team minute idea kid body information back parent face others level"
+).split()
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's payload: either ``text`` or ``input_ids``, and the tokens to generate.
+
+    ``input_len`` is the intended prompt length (exact for ids and for the stand-in
+    tokenizer; ``None`` when a dataset gives text of unknown length).
+    """
+
+    output_len: int
+    text: str | None = None
+    input_ids: list[int] | None = None
+    input_len: int | None = None
+
+
+def text_of_tokens(words: list[str]) -> str:
+    """Join words into a prompt the server counts as exactly ``len(words)`` tokens.
+
+    The one tokenizer assumption of autotune's load generator: the simulated SGLang
+    server's stand-in tokenizer counts one token per whitespace-separated word. A real
+    tokenizer counts differently, which is why metrics use the server's ``usage``.
+    """
+    return " ".join(words)
+
+
+def draw_lengths(length: int, range_ratio: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` lengths uniform in ``[max(int(length * range_ratio), 1), length]`` (bench_serving)."""
+    low = max(int(length * range_ratio), 1)
+    return rng.integers(low, length + 1, size=n)
+
+
+def synthetic_prompts(spec: LoadSpec, n: int, *, seed_offset: int = 0) -> list[Prompt]:
+    """``n`` synthetic prompts for ``spec`` (seeded; ``seed_offset`` separates warm-up from the run)."""
+    rng = np.random.default_rng(spec.seed + seed_offset)
+    in_lens = draw_lengths(spec.input_len, spec.range_ratio, n, rng)
+    out_lens = draw_lengths(spec.output_len, spec.range_ratio, n, rng)
+    prompts: list[Prompt] = []
+    for in_len, out_len in zip(in_lens.tolist(), out_lens.tolist()):
+        if spec.backend == "sglang":
+            ids = rng.integers(_ID_LOW, _ID_HIGH, size=in_len).tolist()
+            prompts.append(Prompt(output_len=out_len, input_ids=ids, input_len=in_len))
+        else:
+            idx = rng.integers(0, len(_WORDS), size=in_len)
+            words = [_WORDS[i] for i in idx.tolist()]
+            prompts.append(Prompt(output_len=out_len, text=text_of_tokens(words), input_len=in_len))
+    return prompts
+
+
+def load_dataset(path: Path, backend: str) -> list[Prompt]:
+    """Read a JSONL dataset of ``{"prompt": str | "input_ids": [int], "output_len": int}`` lines."""
+    prompts: list[Prompt] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"dataset_path={str(path)!r}: cannot read ({exc.strerror})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"dataset_path={str(path)!r} line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: expected an object, got {type(row).__name__}")
+        out = row.get("output_len")
+        if not isinstance(out, int) or isinstance(out, bool) or out < 1:
+            raise ConfigError(f"{where}: output_len={out!r} must be a positive integer")
+        if isinstance(row.get("input_ids"), list):
+            ids = row["input_ids"]
+            if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ConfigError(f"{where}: input_ids must be a non-empty list of integers")
+            if backend == "openai-chat":
+                raise ConfigError(f"{where}: input_ids cannot be sent to the openai-chat backend")
+            prompts.append(Prompt(output_len=out, input_ids=ids, input_len=len(ids)))
+        elif isinstance(row.get("prompt"), str) and row["prompt"]:
+            prompts.append(Prompt(output_len=out, text=row["prompt"]))
+        else:
+            raise ConfigError(f"{where}: needs a non-empty 'prompt' string or an 'input_ids' list")
+    if not prompts:
+        raise ConfigError(f"dataset_path={str(path)!r}: no prompts")
+    return prompts
+
+
+def prompt_stream(spec: LoadSpec, *, warmup: bool = False) -> Iterator[Prompt]:
+    """The prompts of a run (or of its warm-up), endless when only ``duration_s`` bounds it.
+
+    A dataset is cycled in order; synthetic prompts are generated in seeded batches.
+    """
+    if spec.dataset_path is not None:
+        data = load_dataset(spec.dataset_path, spec.backend)
+        return itertools.cycle(data)
+    if warmup:
+        return iter(synthetic_prompts(spec, spec.warmup_requests, seed_offset=1_000_003))
+    if spec.num_prompts is not None:
+        return iter(synthetic_prompts(spec, spec.num_prompts))
+    return _endless(spec)
+
+
+def _endless(spec: LoadSpec, batch: int = 1024) -> Iterator[Prompt]:
+    for k in itertools.count():
+        yield from synthetic_prompts(spec, batch, seed_offset=7919 * (k + 1) if k else 0)
+
+
+def arrival_offsets(rate: float, n: int | None, rng: np.random.Generator) -> Iterator[float]:
+    """Seconds from the start at which each request becomes due: a Poisson process.
+
+    Inter-arrival gaps are exponential with mean ``1/rate`` (bench_serving's
+    ``--request-rate``); ``rate = inf`` makes every request due at once.
+    """
+    if math.isinf(rate):
+        yield from itertools.repeat(0.0, n) if n is not None else itertools.repeat(0.0)
+        return
+    # Like bench_serving: the first request goes at once, then exponential gaps.
+    t = 0.0
+    produced = 0
+    while n is None or produced < n:
+        chunk = rng.exponential(1.0 / rate, size=1024 if n is None else min(1024, n - produced))
+        for gap in chunk.tolist():
+            yield t
+            t += gap
+        produced += len(chunk)

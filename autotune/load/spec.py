@@ -1,0 +1,98 @@
+"""What one load point asks for: :class:`LoadSpec` and its :class:`LoadTimeouts`.
+
+The fields follow SGLang's ``bench_serving`` where it has an equivalent
+(``--max-concurrency``, ``--request-rate``, ``--num-prompts``, ``--random-input-len``,
+``--random-output-len``, ``--random-range-ratio``, ``--warmup-requests``,
+``--flush-cache``, ignore_eos on by default), so a load point can be reproduced
+with either tool.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autotune.errors import ConfigError
+
+Backend = Literal["sglang", "openai", "openai-chat"]
+
+# The request path each backend posts to.
+ENDPOINTS: dict[str, str] = {
+    "sglang": "/generate",
+    "openai": "/v1/completions",
+    "openai-chat": "/v1/chat/completions",
+}
+
+
+class LoadTimeouts(BaseModel):
+    """Per-request time limits, in wall seconds. ``None`` disables a limit.
+
+    ``first_token_s`` bounds the wait from sending a request to the first chunk that
+    carries tokens (queueing and prefill included); ``between_tokens_s`` bounds the
+    silence between two reads once tokens flow. Together they turn a hung server into
+    failed requests instead of a hung load point.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    connect_s: float | None = Field(10.0, gt=0)
+    first_token_s: float | None = Field(600.0, gt=0)
+    between_tokens_s: float | None = Field(60.0, gt=0)
+    total_s: float | None = Field(None, gt=0)
+
+
+class LoadSpec(BaseModel):
+    """One load point. Validated on construction; unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Backend = "sglang"
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None  # served model name; fetched from /v1/models when None (openai backends)
+    concurrency: int | None = Field(None, ge=1)  # closed loop; None = pure open loop
+    request_rate: float = Field(math.inf, gt=0)  # Poisson arrivals per second; inf = all at once
+    num_prompts: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(None, gt=0)  # stop dispatching after this long (modelled seconds)
+    warmup_requests: int = Field(1, ge=0)
+    flush_cache: bool = False
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(1024, ge=1)
+    range_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    seed: int = 1
+    dataset_path: Path | None = None
+    ignore_eos: bool = True
+    timeouts: LoadTimeouts = LoadTimeouts()
+    snapshot_interval_s: float = Field(2.0, gt=0)  # wall seconds between on_snapshot calls
+    abort_after_consecutive_failures: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "LoadSpec":
+        if self.num_prompts is None and self.duration_s is None:
+            raise ValueError("num_prompts or duration_s must be set (a load point needs a bound)")
+        if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None:
+            raise ValueError("an unbounded burst needs num_prompts: set concurrency, request_rate or num_prompts")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return ENDPOINTS[self.backend]
+
+
+def build_spec(**fields: object) -> LoadSpec:
+    """Build a :class:`LoadSpec`, turning pydantic's errors into a one-line ConfigError.
+
+    The message names the first bad field (dotted path) and the value received.
+    """
+    try:
+        return LoadSpec(**fields)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if not loc:
+            raise ConfigError(f"load spec: {msg}") from None
+        raise ConfigError(f"{loc}={err.get('input')!r}: {msg}") from None

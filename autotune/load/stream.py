@@ -1,0 +1,145 @@
+"""Incremental parsing of streamed responses: SSE events split by hand, one JSON parse per event.
+
+The client reads raw chunks (``iter_any``), takes one timestamp per read and hands the
+bytes to :meth:`StreamParser.feed`, which returns how many new tokens the read carried:
+
+* ``sglang`` (``/generate``): ``meta_info.completion_tokens`` is cumulative; the new
+  tokens of an event are its increase.
+* ``openai`` / ``openai-chat``: a chunk carries tokens when its text
+  (``choices[0].text`` / ``choices[0].delta.content``) is non-empty, so the role-only
+  first chat chunk does not count. With per-chunk usage (``continuous_usage_stats``) a
+  chunk's tokens are the increase of ``usage.completion_tokens``; without it each
+  content chunk counts as one token, and the final ``usage`` chunk still gives the total.
+
+orjson is used when installed (falls back to the standard library).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+try:  # optional speed-up
+    import orjson
+
+    loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - exercised only without orjson
+    import json
+
+    loads = json.loads
+
+_DONE = b"[DONE]"
+
+
+class StreamParser:
+    """Parses one response stream. After the stream, read the public attributes."""
+
+    __slots__ = (
+        "_buf",
+        "_chat",
+        "_native",
+        "_usage_ct",
+        "done",
+        "error",
+        "prompt_tokens",
+        "completion_tokens",
+        "tokens_from_server",
+        "counted",
+    )
+
+    def __init__(self, backend: str) -> None:
+        self._buf = b""
+        self._native = backend == "sglang"
+        self._chat = backend == "openai-chat"
+        self._usage_ct = 0  # last usage.completion_tokens seen on a content chunk
+        self.done = False
+        self.error: str | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.tokens_from_server = False
+        self.counted = 0  # tokens attributed to reads so far
+
+    def feed(self, data: bytes) -> int:
+        """Consume one read; return the number of new tokens it carried."""
+        buf = self._buf + data if self._buf else data
+        if b"\n\n" not in buf:
+            if b"\r\n\r\n" not in buf:
+                self._buf = buf
+                return 0
+        buf = buf.replace(b"\r\n", b"\n") if b"\r" in buf else buf
+        *events, self._buf = buf.split(b"\n\n")
+        new = 0
+        for event in events:
+            for line in event.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue  # comments, event:, id:, retry: lines
+                payload = line[5:].strip()
+                if payload == _DONE:
+                    self.done = True
+                    continue
+                try:
+                    obj = loads(payload)
+                except ValueError:
+                    self.error = f"malformed stream: {payload[:80]!r}"
+                    break
+                new += self._native_event(obj) if self._native else self._openai_event(obj)
+                if self.error:
+                    break
+            if self.error:
+                break
+        self.counted += new
+        return new
+
+    def _fail(self, obj: Any) -> bool:
+        if not isinstance(obj, dict):
+            self.error = f"malformed stream: event is {type(obj).__name__}"
+            return True
+        err = obj.get("error")
+        if err is not None:
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            self.error = f"server error: {str(msg)[:200]}"
+            return True
+        return False
+
+    def _native_event(self, obj: Any) -> int:
+        if self._fail(obj):
+            return 0
+        meta = obj.get("meta_info") or {}
+        ct = meta.get("completion_tokens")
+        if ct is None:
+            ids = obj.get("output_ids")
+            ct = len(ids) if isinstance(ids, list) else None
+        if meta.get("prompt_tokens") is not None:
+            self.prompt_tokens = meta["prompt_tokens"]
+        if ct is None:
+            return 0
+        prev = self.completion_tokens or 0
+        self.completion_tokens = ct
+        self.tokens_from_server = True
+        return max(ct - prev, 0)
+
+    def _openai_event(self, obj: Any) -> int:
+        if self._fail(obj):
+            return 0
+        usage = obj.get("usage")
+        choices = obj.get("choices")
+        text = None
+        if choices:
+            c0 = choices[0]
+            text = (c0.get("delta") or {}).get("content") if self._chat else c0.get("text")
+        if usage:
+            if usage.get("prompt_tokens") is not None:
+                self.prompt_tokens = usage["prompt_tokens"]
+            ct = usage.get("completion_tokens")
+            if ct is not None:
+                self.completion_tokens = ct
+                self.tokens_from_server = True
+                if text:
+                    k = ct - self._usage_ct
+                    self._usage_ct = ct
+                    return max(k, 1)
+        if text:
+            self._usage_ct += 1
+            if not self.tokens_from_server:
+                self.completion_tokens = (self.completion_tokens or 0) + 1
+            return 1
+        return 0
