@@ -23,6 +23,8 @@ if opts.get("argparse"):
     p = argparse.ArgumentParser(prog="launch_server.py")
     p.add_argument("--model-path")
     p.parse_args(opts["argparse"])
+for name in opts.get("print_env", []):
+    print(f"ENV {name}={os.environ.get(name)}", flush=True)
 if opts.get("ignore_term"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 for spec in opts.get("grandchildren", []):

@@ -23,8 +23,15 @@ from autotune.launch import ServerProcess, install_signal_handlers
 opts = json.loads(sys.argv[3])
 install_signal_handlers()
 s = ServerProcess(fake_argv(int(sys.argv[2]), **opts), log_path=sys.argv[4], port=int(sys.argv[2]), startup_timeout_s=60, poll_interval_s=0.1)
-s.start()
-s.wait_ready()
+if opts.get("from_thread"):  # no PR_SET_PDEATHSIG off the main thread: only the watchdog guards
+    import threading
+    t = threading.Thread(target=lambda: (s.start(), s.wait_ready(), time.sleep(600)), daemon=True)
+    t.start()
+    while not s.ready:
+        time.sleep(0.05)
+else:
+    s.start()
+    s.wait_ready()
 deadline = time.monotonic() + 10
 while len(grandchild_pids(s.log_lines())) < len(opts.get("grandchildren", [])) and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -68,8 +75,9 @@ def test_signal_to_orchestrator_tears_servers_down(tmp_path: Path, sig: int, opt
         kill_quietly(pids)
 
 
-def test_sigkill_of_orchestrator_server_dies_via_watchdog(tmp_path: Path) -> None:
-    proc, pids = _orchestrator(tmp_path, ignore_term=True, grandchildren=[{}, {"escape": True}, {"ignore_term": True}])
+@pytest.mark.parametrize("from_thread", [False, True])
+def test_sigkill_of_orchestrator_server_dies_via_watchdog(tmp_path: Path, from_thread: bool) -> None:
+    proc, pids = _orchestrator(tmp_path, ignore_term=True, grandchildren=[{}, {"escape": True}, {"ignore_term": True}], from_thread=from_thread)
     try:
         server, watchdog, *grandchildren = pids
         os.kill(proc.pid, signal.SIGKILL)

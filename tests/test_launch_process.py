@@ -168,7 +168,16 @@ def test_missing_executable_is_a_launch_error(tmp_path: Path) -> None:
     assert info.value.kind == FailureKind.CRASHED
 
 
-def test_gpu_ids_set_cuda_visible_devices(tmp_path: Path) -> None:
+def test_env_reaches_the_server_and_no_secret_reaches_our_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
-    server = ServerProcess(fake_argv(port, lines=[], exit=0), env={"HF_TOKEN": "hf_secret"}, gpu_ids=[2, 3], log_path=tmp_path / "s.log", port=port)
-    assert server.launch_env == {"HF_TOKEN": "hf_secret", "CUDA_VISIBLE_DEVICES": "2,3"}
+    caplog.set_level("DEBUG", logger="autotune.launch")
+    names = ["CUDA_VISIBLE_DEVICES", "HF_TOKEN", "AUTOTUNE_LAUNCH_ID"]
+    server = ServerProcess(fake_argv(port, print_env=names), env={"HF_TOKEN": "hf_secret_value"}, gpu_ids=[2, 3], log_path=tmp_path / "s.log", port=port, poll_interval_s=0.1)
+    with server:
+        server.wait_ready()
+        lines = server.log_lines()
+    assert "ENV CUDA_VISIBLE_DEVICES=2,3" in lines
+    assert "ENV HF_TOKEN=hf_secret_value" in lines
+    assert f"ENV AUTOTUNE_LAUNCH_ID={server.launch_id}" in lines
+    assert "hf_secret_value" not in caplog.text
+    assert "launching on" in caplog.text
