@@ -1,0 +1,88 @@
+"""The simulated server's memory truth (autotune.sim.hardware), without starting a process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.sglang.models import load_model_profile
+from autotune.sim.args import parse_args
+from autotune.sim.hardware import MIB, GIB, MemoryPlan, load_draft, plan_memory, resolve_speculative
+
+MODELS = Path(__file__).resolve().parents[1] / "studies" / "models"
+SEED = f"--model-path {MODELS / 'kimi-k2-class'} --tp-size 8 --sim-gpu rtx-pro-6000 --sim-interconnect pcie"
+
+
+def plan(extra: str = "", base: str = SEED, version: str = "0.5.9") -> MemoryPlan:
+    launch, sim = parse_args(f"{base} {extra} --sim-sglang-version {version}".split())
+    model = load_model_profile(launch.model_path)
+    draft = load_draft(resolve_speculative(launch, model, sim.version), model)
+    return plan_memory(launch, model, draft, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+
+
+def test_seed_case_p_a_and_tokens() -> None:
+    p = plan("--mem-fraction-static 0.88")
+    assert p.p_gib == pytest.approx(94.00, abs=0.005)
+    assert p.a_gib == pytest.approx(21.71, abs=0.005)
+    assert p.cell_bytes == 70_272
+    assert abs(p.kv_tokens - 159_277) / 159_277 < 0.005
+    assert p.fails_at is None and p.prefill_oom_tokens is None
+    assert not p.custom_ar_active and any("more than two PCIe-only GPUs" in w for w in p.warnings)
+
+
+def test_seed_case_auto_fraction_and_055() -> None:
+    auto = plan()
+    assert auto.f == 0.848 and auto.f_is_auto
+    low = plan("--mem-fraction-static 0.55")
+    assert low.fails_at == "kv_tokens" and low.rest_gib == pytest.approx(21.71 - 94 * 0.45, abs=0.01)
+    assert plan("--mem-fraction-static 0.55", version="0.5.23").fails_at == "kv_rest"
+
+
+def test_custom_allreduce_costs_buffers_only_when_active() -> None:
+    # PCIe TP8: auto-disabled, so disabling it explicitly changes nothing.
+    assert plan().p_gib == plan("--disable-custom-all-reduce").p_gib
+    h100 = f"--model-path {MODELS / 'llama-3.1-70b-class'} --tp-size 8 --sim-gpu h100 --sim-interconnect nvlink"
+    on, off = plan(base=h100), plan("--disable-custom-all-reduce", base=h100)
+    assert on.custom_ar_active and not off.custom_ar_active
+    assert (off.p_gib - on.p_gib) * GIB == pytest.approx(24 * MIB)
+
+
+def test_torch_symm_mem_needs_multicast() -> None:
+    h100 = f"--model-path {MODELS / 'llama-3.1-70b-class'} --tp-size 8 --sim-gpu h100 --sim-interconnect nvlink"
+    on, off = plan("--enable-torch-symm-mem", base=h100), plan(base=h100)
+    assert on.torch_symm_active and (off.p_gib - on.p_gib) * GIB == pytest.approx(128 * MIB)
+    pcie = plan("--enable-torch-symm-mem")
+    assert not pcie.torch_symm_active and pcie.p_gib == plan().p_gib
+    assert any("multicast operations are not supported" in w for w in pcie.warnings)
+
+
+def test_slack_consumers() -> None:
+    base = plan("--mem-fraction-static 0.85")
+    symm = plan("--mem-fraction-static 0.85 --enable-symm-mem")
+    assert base.final_free_gib - symm.final_free_gib == pytest.approx(4.0)
+    fused = plan("--mem-fraction-static 0.85 --enable-flashinfer-allreduce-fusion")
+    assert fused.fi_fusion_active and fused.fi_fusion_gib * 1024 == pytest.approx(896, rel=0.01)
+    small = plan("--mem-fraction-static 0.85 --cuda-graph-max-bs 128")
+    assert len(small.graph_bs) < len(base.graph_bs) and small.graph_gib < base.graph_gib
+    assert plan("--mem-fraction-static 0.85 --disable-cuda-graph").graph_gib == 0.0
+
+
+def test_failure_points_move_with_fraction() -> None:
+    assert plan("--mem-fraction-static 0.98").fails_at == "graph"
+    risky = plan("--mem-fraction-static 0.95")
+    assert risky.fails_at is None and risky.prefill_oom_tokens is not None
+    assert risky.prefill_oom_tokens < risky.chunked_prefill_size
+    # a smaller chunk fits where the default chunk does not
+    assert plan(f"--mem-fraction-static 0.95 --chunked-prefill-size {risky.prefill_oom_tokens // 2}").prefill_oom_tokens is None
+
+
+def test_draft_weights_regime_a_slack_vs_regime_b_budget() -> None:
+    eagle = f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {MODELS / 'kimi-k2-class-eagle3'}"
+    a = plan(f"--mem-fraction-static 0.85 {eagle}", version="0.5.9")
+    b = plan(f"--mem-fraction-static 0.85 {eagle}", version="0.5.23")
+    plain = plan("--mem-fraction-static 0.85", version="0.5.9")
+    assert a.w_gib == pytest.approx(plain.w_gib) and a.draft_weights_gib > 0 and a.draft_kv_gib > 0
+    assert b.w_gib > plain.w_gib and b.draft_weights_gib == 0
+    assert a.speculative.num_draft_tokens == 4 and a.max_running_requests == 48
+    assert max(a.graph_bs) <= 48
