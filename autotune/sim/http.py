@@ -115,6 +115,7 @@ class _Stream:
         self.max_new_tokens = min(max_new_tokens, state.context_len - input_len)
         self.ignore_eos = ignore_eos
         self.output_ids: list[int] = []
+        self.text = ""  # decoded output so far, extended per chunk (not re-decoded)
         self.finish_reason: str | None = None
         self.arrival_s = state.engine.modelled_now() if state.engine else 0.0
         self.end_s = self.arrival_s
@@ -127,9 +128,13 @@ class _Stream:
         if self.max_new_tokens == 0:
             self.finish_reason = "length"
             return
+        state_tok = self.state.tokenizer
         agen = engine.generate(self.rid, self.input_len, self.max_new_tokens, ignore_eos=self.ignore_eos)
         try:
             async for chunk in agen:
+                piece = state_tok.decode(chunk.token_ids)
+                if piece:
+                    self.text = f"{self.text} {piece}" if self.text else piece
                 self.output_ids.extend(chunk.token_ids)
                 self.end_s = chunk.modelled_time_s
                 if chunk.finished:
@@ -238,7 +243,7 @@ def _generate_obj(state: ServerState, stream: _Stream) -> dict[str, Any]:
     }
     if stream.finish_reason is not None:
         meta["e2e_latency"] = stream.e2e_latency
-    return {"text": state.tokenizer.decode(stream.output_ids), "output_ids": list(stream.output_ids), "meta_info": meta}
+    return {"text": stream.text, "output_ids": list(stream.output_ids), "meta_info": meta}
 
 
 async def handle_generate(request: web.Request) -> web.StreamResponse:
@@ -329,7 +334,8 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         sent_role = [False]
 
         def render(new_ids: list[int]) -> list[Any]:
-            text = state.tokenizer.decode_increment(stream.output_ids, len(stream.output_ids) - len(new_ids))
+            text = state.tokenizer.decode_increment(stream.output_ids, len(stream.output_ids) - len(new_ids)) \
+                if new_ids else ""
             out = []
             if chat and not sent_role[0]:
                 sent_role[0] = True
@@ -349,7 +355,7 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         return await _stream_response(request, state, stream, render, tail)
     if (failed := await _run_all(state, [stream])) is not None:
         return failed
-    text = state.tokenizer.decode(stream.output_ids)
+    text = stream.text
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
                                           "tool_calls": None}, "logprobs": None, "finish_reason": finish(),
