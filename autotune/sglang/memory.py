@@ -1,0 +1,392 @@
+"""The memory model: will this launch fit, and how many KV tokens will it get?
+
+SGLang sizes the KV cache as ``rest = A - P x (1 - f)`` (reference section 1.2):
+P is the free memory per GPU after distributed init, A the free memory after
+weights are loaded, f ``mem_fraction_static``. Tokens are
+``floor(rest x 2^30 / cell)``. Everything allocated after the pool (graphs,
+req_to_token, workspaces, activations, Regime A draft) must fit in the slack
+``P x (1 - f)``. P and A come from a calibration launch's own log when there is
+one (adjusted for the buffers that differ between the calibration launch and
+the candidate), else from the GPU capacity and the weight size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.sglang import _slack as S
+from autotune.sglang.config import ServerConfig
+from autotune.sglang.defaults import (
+    auto_chunked_prefill_size,
+    auto_cuda_graph_max_bs,
+    auto_mem_fraction_static,
+    default_max_running_requests,
+    req_to_token_pool_size,
+)
+from autotune.sglang.gpus import GpuKind, get_gpu
+from autotune.sglang.models import ModelProfile
+from autotune.sglang.versions import SglangVersion, as_version
+
+__all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
+
+VERDICTS = ("fits", "kv_oom", "graph_oom", "runtime_oom_risk", "too_few_tokens")
+_DRAFT_IN_CELL = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+#: Uncalibrated graph/activation estimates are scaled by this before judging (lean towards launching).
+LEAN = 0.75
+#: Loader residue per GPU after weights are loaded (what the simulator adds too).
+LOADER_RESIDUE_GIB = 0.25
+
+
+def kv_bytes_per_element(kv_cache_dtype: str, model: ModelProfile) -> float:
+    """Bytes per KV element: auto = model dtype (1 if the checkpoint declares FP8 KV), fp8 1, fp4 0.5 + scales."""
+    d = (kv_cache_dtype or "auto").lower()
+    if d == "auto":
+        return 1.0 if model.kv_cache_quant_fp8 else float(model.dtype_bytes)
+    if d in ("fp8_e4m3", "fp8_e5m2"):
+        return 1.0
+    if d == "mxfp8":
+        return 1.0 + 1 / 32
+    if d in ("bf16", "bfloat16", "fp16", "float16"):
+        return 2.0
+    if d in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
+        return 0.5 + 1 / 16
+    raise ConfigError(f"kv_cache_dtype: unknown value {kv_cache_dtype!r}")
+
+
+def _draft_layers(model: ModelProfile, draft: ModelProfile | None, algorithm: str) -> int:
+    if draft is not None:
+        return draft.num_nextn_predict_layers or draft.num_layers
+    if algorithm in ("EAGLE", "NEXTN") and model.num_nextn_predict_layers > 0:
+        return model.num_nextn_predict_layers
+    return 1
+
+
+def cell_size_bytes(
+    model: ModelProfile,
+    *,
+    tp_size: int,
+    kv_cache_dtype: str = "auto",
+    version: "str | SglangVersion",
+    draft: ModelProfile | None = None,
+    spec_algorithm: str | None = None,
+    attn_dp_size: int = 1,
+) -> int:
+    """KV bytes per token per GPU (section 1.3).
+
+    MHA/GQA: ``max(1, kv_heads // attn_tp) x (head_dim + v_head_dim) x L x kv_size``
+    (KV heads replicated when TP > kv heads). MLA: ``(kv_lora_rank +
+    qk_rope_head_dim) x L x kv_size``, not divided by TP. Regime B with an
+    EAGLE-family or STANDALONE draft: ``x (1 + L_draft / L_target)``.
+    """
+    v = as_version(version)
+    kv = kv_bytes_per_element(kv_cache_dtype, model)
+    if model.is_mla:
+        cell = (model.kv_lora_rank + model.qk_rope_head_dim) * model.num_layers * kv
+    else:
+        attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
+        heads = max(1, model.num_kv_heads // attn_tp)
+        cell = heads * (model.head_dim + model.v_head_dim) * model.num_layers * kv
+    algo = (spec_algorithm or "").upper()
+    if algo in _DRAFT_IN_CELL and v.regime == "B":
+        cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
+    return int(cell)
+
+
+@dataclass
+class Calibration:
+    """Memory facts measured on a real (or simulated) launch, and the knobs they were measured at.
+
+    ``comm_gib`` / ``draft_w_gib`` are the candidate-dependent terms at the
+    calibration launch (filled by :meth:`at`); left ``None`` they are
+    recomputed from the recorded knobs.
+    """
+
+    p_gib: float | None = None
+    a_gib: float | None = None
+    kv_tokens: int | None = None
+    graph_gib: float | None = None
+    source: str | None = None
+    tp_size: int | None = None
+    mem_fraction_static: float | None = None  # the resolved f the server reported
+    f_is_auto: bool | None = None
+    cuda_graph_max_bs: int | None = None
+    custom_allreduce: bool = True
+    enable_torch_symm_mem: bool = False
+    speculative_algorithm: str | None = None
+    num_draft_tokens: int | None = None
+    comm_gib: float | None = None
+    draft_w_gib: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Calibration":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in names})
+
+    @classmethod
+    def at(cls, observed: dict[str, Any], cfg: ServerConfig, *, source: str = "launch",
+           resolved_f: float | None = None) -> "Calibration":
+        """A calibration from a log summary (:func:`autotune.sglang.logparse.summarize`) and its launch's knobs."""
+        return cls(
+            p_gib=observed.get("p_gib"), a_gib=observed.get("a_gib"), kv_tokens=observed.get("kv_tokens"),
+            graph_gib=observed.get("graph_gib"), source=source, tp_size=cfg.tp_size,
+            mem_fraction_static=resolved_f if resolved_f is not None else cfg.mem_fraction_static,
+            f_is_auto=cfg.mem_fraction_static is None, cuda_graph_max_bs=cfg.cuda_graph_max_bs,
+            custom_allreduce=cfg.custom_allreduce, enable_torch_symm_mem=cfg.enable_torch_symm_mem,
+            speculative_algorithm=cfg.speculative.algorithm, num_draft_tokens=cfg.speculative.num_draft_tokens,
+        )
+
+
+@dataclass
+class Prediction:
+    """The memory model's verdict on one candidate (GiB per GPU)."""
+
+    p_gib: float
+    w_gib: float
+    a_gib: float
+    f: float
+    f_is_auto: bool
+    kv_gib: float  # rest = A - P(1 - f)
+    kv_tokens: int
+    cell_bytes: int
+    slack_gib: float  # P(1 - f)
+    slack_needed_gib: float
+    slack_parts: dict[str, float]
+    cuda_graph_max_bs: int
+    verdict: str
+    reason: str
+    min_viable_mem_fraction: float
+    min_launchable_mem_fraction: float
+    uncertain: bool
+    pa_estimated: bool = False  # P and A from capacity/weights, not from a calibration launch
+    max_running_requests: int = 0
+    chunked_prefill_size: int = 0
+    graph_batch_sizes: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def should_prune(self) -> bool:
+        """Prune before launch? Leans towards launching when the numbers are estimates.
+
+        kv_oom: always with calibrated P/A; with estimated ones only when rest is
+        below -2 % of P. too_few_tokens: only with calibrated P/A. graph_oom:
+        only when nothing in the verdict is uncertain. Never for runtime_oom_risk.
+        """
+        if self.verdict == "kv_oom":
+            return not self.pa_estimated or self.kv_gib < -0.02 * self.p_gib
+        if self.verdict == "too_few_tokens":
+            return not self.pa_estimated
+        return self.verdict == "graph_oom" and not self.uncertain
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["should_prune"] = self.should_prune
+        return d
+
+
+def _draft_weight_gib(model: ModelProfile, draft: ModelProfile | None, algorithm: str | None, tp: int) -> float:
+    algo = (algorithm or "").upper()
+    if not algo or algo == "NGRAM":
+        return 0.0
+    if draft is not None:
+        return draft.weight_bytes / tp / S.GIB
+    if model.num_nextn_predict_layers > 0:  # MTP layers inside the target checkpoint
+        share = model.num_nextn_predict_layers / (model.num_layers + model.num_nextn_predict_layers)
+        return model.weight_bytes * share / tp / S.GIB
+    return 0.0
+
+
+def _min_viable(a: float, p: float) -> tuple[float, float]:
+    """(SGLang's "raise above" threshold 1 - A/P to 3 decimals, smallest 3-decimal f with rest > 0)."""
+    exact = 1.0 - a / p
+    shown = math.ceil(round(exact, 4) * 1000 - 1e-9) / 1000
+    launchable = math.floor(exact * 1000 + 1e-9) / 1000 + 0.001
+    return round(shown, 3), round(min(launchable, 1.0), 3)
+
+
+def predict(
+    model: ModelProfile,
+    gpu: "GpuKind | str",
+    cfg: ServerConfig,
+    *,
+    version: "str | SglangVersion",
+    num_gpus: int | None = None,
+    interconnect: str = "pcie",
+    calibration: Calibration | None = None,
+    draft: ModelProfile | None = None,
+    min_tokens: int | None = None,
+) -> Prediction:
+    """Predict P, W, A, the KV pool and the slack for ``cfg``, and judge it.
+
+    ``min_tokens``: the KV tokens the workload needs (longest request); fewer
+    gives ``too_few_tokens``. Uncalibrated graph/activation estimates are
+    scaled by :data:`LEAN` before judging, in favour of launching.
+    """
+    v = as_version(version)
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    tp = cfg.tp_size
+    if num_gpus is not None and cfg.num_gpus > num_gpus:
+        raise ConfigError(f"tp_size: {cfg.tp_size} x dp_size {cfg.dp_size} needs {cfg.num_gpus} GPUs, the machine has {num_gpus}")
+    spec = cfg.speculative
+    algo = (spec.algorithm or "").upper() or None
+    notes: list[str] = []
+    cap_gib = g.memory_gib
+    comm = S.comm_buffers_gib(g, tp, interconnect, custom_allreduce=cfg.custom_allreduce, torch_symm_mem=cfg.enable_torch_symm_mem)
+    draft_w = _draft_weight_gib(model, draft, algo, tp)
+    draft_w_b = draft_w if v.regime == "B" else 0.0
+    weights = model.weight_bytes / tp / S.GIB
+    cal = calibration if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None else None
+    uncertain = cal is None or model.weight_bytes_estimated
+    if cal is not None:
+        cal_tp = cal.tp_size or tp
+        cal_comm = cal.comm_gib if cal.comm_gib is not None else S.comm_buffers_gib(
+            g, cal_tp, interconnect, custom_allreduce=cal.custom_allreduce, torch_symm_mem=cal.enable_torch_symm_mem)
+        cal_draft = cal.draft_w_gib if cal.draft_w_gib is not None else (
+            _draft_weight_gib(model, draft, cal.speculative_algorithm, cal_tp) if v.regime == "B" else 0.0)
+        if cal_tp == tp:
+            p = cal.p_gib - (comm - cal_comm)
+            a = cal.a_gib - (comm - cal_comm) - (draft_w_b - cal_draft)
+        else:  # learn the overheads at the calibration TP, apply them at this one
+            base = cap_gib - cal.p_gib - cal_comm
+            residue = cal.p_gib - cal.a_gib - model.weight_bytes / cal_tp / S.GIB - cal_draft
+            p = cap_gib - base - comm
+            a = p - (weights + residue + draft_w_b)
+            uncertain = True
+            notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
+    else:
+        p = cap_gib - S.base_overhead_gib(tp) - comm
+        a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
+        notes.append("P and A estimated from capacity and weight size (no calibration)")
+    w = p - a
+
+    chunk = cfg.chunked_prefill_size or auto_chunked_prefill_size(g.memory_mib, v)
+    max_bs = cfg.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, tp, v)
+    if cfg.cuda_graph_max_bs is None and v.at_least("0.5.23") and cfg.max_running_requests:
+        max_bs = min(max_bs, cfg.max_running_requests)
+    f_is_auto = cfg.mem_fraction_static is None
+    if f_is_auto:
+        f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
+                                     cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla)
+        if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
+            cal_f = auto_mem_fraction_static(g.memory_mib, tp_size=cal.tp_size or tp, version=v,
+                                             cuda_graph_max_bs=cal.cuda_graph_max_bs,
+                                             speculative_algorithm=cal.speculative_algorithm, is_mla=model.is_mla)
+            if abs(cal_f - cal.mem_fraction_static) > 0.0005:
+                f = cal.mem_fraction_static
+                notes.append(f"auto mem_fraction_static taken as {f} (the calibration launch's value; heuristic gave {cal_f})")
+    else:
+        f = float(cfg.mem_fraction_static)  # type: ignore[arg-type]
+
+    cell = cell_size_bytes(model, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft, spec_algorithm=algo)
+    slack = p * (1 - f)
+    rest = a - slack
+    shown_min, launchable_min = _min_viable(a, p)
+    head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
+    tokens = max(int(math.floor(rest * S.GIB / cell)), 0) if rest > 0 else 0
+    if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
+        tokens = cfg.max_total_tokens
+    page = _page_size(cfg)
+    tokens = tokens // page * page
+    context = cfg.context_length or model.context_len
+    speculative = spec.enabled
+    draft_tokens = int(spec.num_draft_tokens or 0) if speculative else 0
+    mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests) if tokens else 0
+
+    common = dict(p_gib=round(p, 4), w_gib=round(w, 4), a_gib=round(a, 4), f=f, f_is_auto=f_is_auto,
+                  kv_gib=round(rest, 4), kv_tokens=tokens, cell_bytes=cell, slack_gib=round(slack, 4),
+                  cuda_graph_max_bs=max_bs, min_viable_mem_fraction=shown_min,
+                  min_launchable_mem_fraction=launchable_min, max_running_requests=mrr,
+                  chunked_prefill_size=chunk, notes=notes, pa_estimated=cal is None)
+    if rest <= 0 or tokens <= 0:
+        reason = f"{head} < 0; minimum viable mem_fraction_static = {shown_min:.3f}" if rest <= 0 else (
+            f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
+        return Prediction(**common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason,
+                          uncertain=uncertain)  # type: ignore[arg-type]
+    needed_tokens = max(min_tokens or 0, 7)
+    if tokens < needed_tokens:
+        reason = f"{head} -> {tokens:,} tokens x {cell:,} B < {needed_tokens:,} tokens needed"
+        return Prediction(**common, slack_needed_gib=0.0, slack_parts={}, verdict="too_few_tokens", reason=reason,
+                          uncertain=uncertain)  # type: ignore[arg-type]
+
+    rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
+    tpr = draft_tokens if speculative and draft_tokens else 1
+    prefill_on = not cfg.disable_cuda_graph and _prefill_graphs_on(cfg, v)
+    prefill_max = min(2048 if model.is_mla else chunk, cfg.max_total_tokens or chunk)
+    ladder = [] if cfg.disable_cuda_graph else S.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)
+    graphs = _graph_estimate(model, tp, ladder, speculative, tpr, prefill_on, prefill_max)
+    graph_calibrated = False
+    if cal is not None and cal.graph_gib is not None and not cfg.disable_cuda_graph:
+        cal_tp = cal.tp_size or tp
+        cal_spec = bool(cal.speculative_algorithm)
+        cal_bs = cal.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, cal_tp, v)
+        cal_rows = req_to_token_pool_size(cal.kv_tokens or tokens, context, v, cal_spec, None)
+        cal_ladder = S.ladder_for(cal_bs, speculative=cal_spec, version=v, req_rows=cal_rows)
+        cal_est = _graph_estimate(model, cal_tp, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1,
+                                  prefill_on, prefill_max)
+        if cal_est > 0:
+            graphs = cal.graph_gib * graphs / cal_est
+            graph_calibrated = True
+    parts = {
+        "graphs": graphs,
+        "req_to_token": S.req_to_token_gib(rows, context, draft_tokens, v),
+        "attention_workspace": S.attention_workspace_gib(model),
+    }
+    if S.fusion_enabled(model, g, tp, cfg.flashinfer_allreduce_fusion):
+        parts["allreduce_fusion"] = S.fusion_workspace_gib(model, tp)
+    if cfg.enable_symm_mem:
+        parts["symm_mem"] = 4.0
+    if speculative and v.regime == "A":
+        d_cell = cell_size_bytes(draft, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v) if draft else int(
+            cell / max(model.num_layers, 1) * _draft_layers(model, None, algo or ""))
+        parts["draft_weights"] = draft_w
+        parts["draft_kv"] = tokens * d_cell / S.GIB
+    activations = S.activations_gib(model, tp, chunk, mrr or max_bs)
+    lean_graph = 1.0 if graph_calibrated else LEAN
+    startup = sum(parts.values()) - graphs + graphs * lean_graph
+    total = startup + activations * LEAN
+    parts["activations"] = activations
+    parts = {k: round(val, 4) for k, val in parts.items()}
+    uncertain = uncertain or not graph_calibrated
+    listed = ", ".join(f"{k} {val:.2f}" for k, val in parts.items())
+    kv_txt = f"{head} -> {tokens:,} tokens x {cell:,} B"
+    if startup > slack:
+        verdict, reason = "graph_oom", (f"slack {p:.2f} x (1 - {f:g}) = {slack:.2f} GiB < {startup:.2f} GiB allocated "
+                                        f"after the KV pool at startup ({listed}); {kv_txt}")
+    elif total > slack:
+        verdict, reason = "runtime_oom_risk", (f"slack {slack:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}")
+    else:
+        verdict, reason = "fits", f"{kv_txt}; slack {slack:.2f} GiB >= {total:.2f} GiB needed ({listed})"
+    return Prediction(**common, slack_needed_gib=round(total, 4), slack_parts=parts, verdict=verdict,  # type: ignore[arg-type]
+                      reason=reason, uncertain=uncertain, graph_batch_sizes=ladder)
+
+
+def _page_size(cfg: ServerConfig) -> int:
+    args = list(cfg.extra_args)
+    if "--page-size" in args:
+        i = args.index("--page-size")
+        if i + 1 < len(args) and args[i + 1].isdigit():
+            return max(int(args[i + 1]), 1)
+    return 1
+
+
+def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion) -> bool:
+    args = set(cfg.extra_args)
+    if v.at_least("0.5.12"):
+        return not ({"--disable-piecewise-cuda-graph", "--disable-prefill-cuda-graph"} & args)
+    return "--enable-piecewise-cuda-graph" in args
+
+
+def _graph_estimate(model: ModelProfile, tp: int, ladder: list[int], speculative: bool, tokens_per_req: int,
+                    prefill_on: bool, prefill_max: int) -> float:
+    """Decode graphs for ``ladder`` (x1.3 for draft graphs under speculation) plus prefill graphs when on."""
+    est = S.decode_graph_gib(model, tp, ladder, tokens_per_req)
+    if speculative and ladder:
+        est *= 1.3  # draft decode/extend graphs on top of the target verify graphs
+    if prefill_on:
+        est += S.prefill_graph_gib(model, prefill_max)
+    return est
