@@ -116,7 +116,18 @@ def test_uncalibrated_prediction_is_uncertain_and_leans_to_launch() -> None:
     assert p.f == 0.848 and p.f_is_auto and p.uncertain and p.pa_estimated
     assert 90 < p.p_gib < 95.59 and p.a_gib == pytest.approx(p.p_gib - 576.32 / 8 - 0.25, abs=1e-3)
     near = predict(KIMI, "rtx-pro-6000", _seed(0.76), version="0.5.9")
-    assert near.verdict == "kv_oom" and not near.should_prune  # estimated A: too close to call
+    assert near.verdict == "kv_oom" and near.uncertain and not near.should_prune  # estimated A: too close to call
+    far = predict(KIMI, "rtx-pro-6000", _seed(0.55), version="0.5.9")
+    assert far.verdict == "kv_oom" and not far.uncertain and far.should_prune
+
+
+def test_calibration_at_another_tp_is_rescaled() -> None:
+    per_gpu8 = LLAMA70.weight_bytes / 8 / 2**30
+    cal = Calibration(p_gib=94.0, a_gib=94.0 - per_gpu8 - 0.3, tp_size=8)
+    p = predict(LLAMA70, "rtx-pro-6000", ServerConfig(model_path="l", tp_size=4, mem_fraction_static=0.9),
+                version="0.5.9", calibration=cal)
+    assert p.uncertain and any("rescaled" in n for n in p.notes)
+    assert p.w_gib == pytest.approx(2 * per_gpu8 + 0.3, abs=1e-3)  # residue learned at TP 8 carried over
 
 
 def test_auto_f_follows_a_calibration_that_used_the_fallback() -> None:

@@ -171,17 +171,8 @@ class Prediction:
 
     @property
     def should_prune(self) -> bool:
-        """Prune before launch? Leans towards launching when the numbers are estimates.
-
-        kv_oom: always with calibrated P/A; with estimated ones only when rest is
-        below -2 % of P. too_few_tokens: only with calibrated P/A. graph_oom:
-        only when nothing in the verdict is uncertain. Never for runtime_oom_risk.
-        """
-        if self.verdict == "kv_oom":
-            return not self.pa_estimated or self.kv_gib < -0.02 * self.p_gib
-        if self.verdict == "too_few_tokens":
-            return not self.pa_estimated
-        return self.verdict == "graph_oom" and not self.uncertain
+        """Prune before launch: a cannot-fit verdict that is not uncertain (runtime risk never prunes)."""
+        return self.verdict in ("kv_oom", "too_few_tokens", "graph_oom") and not self.uncertain
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -242,6 +233,7 @@ def predict(
     weights = model.weight_bytes / tp / S.GIB
     cal = calibration if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None else None
     uncertain = cal is None or model.weight_bytes_estimated
+    rescaled = False
     if cal is not None:
         cal_tp = cal.tp_size or tp
         cal_comm = cal.comm_gib if cal.comm_gib is not None else S.comm_buffers_gib(
@@ -256,7 +248,7 @@ def predict(
             residue = cal.p_gib - cal.a_gib - model.weight_bytes / cal_tp / S.GIB - cal_draft
             p = cap_gib - base - comm
             a = p - (weights + residue + draft_w_b)
-            uncertain = True
+            uncertain = rescaled = True
             notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
     else:
         p = cap_gib - S.base_overhead_gib(tp) - comm
@@ -302,11 +294,13 @@ def predict(
                   cuda_graph_max_bs=max_bs, min_viable_mem_fraction=shown_min,
                   min_launchable_mem_fraction=launchable_min, max_running_requests=mrr,
                   chunked_prefill_size=chunk, notes=notes, pa_estimated=cal is None)
+    # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
+    margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0
     if rest <= 0 or tokens <= 0:
         reason = f"{head} < 0; minimum viable mem_fraction_static = {shown_min:.3f}" if rest <= 0 else (
             f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
         return Prediction(**common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason,
-                          uncertain=uncertain)  # type: ignore[arg-type]
+                          uncertain=rest > -margin)  # type: ignore[arg-type]
     needed_tokens = max(min_tokens or 0, 7)
     if tokens < needed_tokens:
         reason = f"{head} -> {tokens:,} tokens x {cell:,} B < {needed_tokens:,} tokens needed"
