@@ -58,7 +58,8 @@ head_dim x tokens^2 / (2 x reqs)`` FLOPs + KV write + 2 allreduces per layer of
 
 Absolute sanity (see tests/test_sim_perf*.py and benchmarks/sim_graph_bs.py):
 kimi-k2-class TP8 on 8 x RTX PRO 6000 PCIe decodes a few thousand tokens/s at
-batch 256; llama-70b-class TP4 on H100 NVLink ~8k tokens/s at batch 128.
+batch 256 (~1.8k from graphs, ~2.4k eager); llama-70b-class TP4 on H100 NVLink ~6k
+tokens/s at batch 128.
 """
 
 from __future__ import annotations
