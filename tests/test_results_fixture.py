@@ -162,6 +162,7 @@ def make_finished_study(tmp_path: Path, *, n_complete: int = 6, seed: int = 0) -
     return spec
 
 
-@pytest.fixture
-def finished_spec(tmp_path: Path) -> StudySpec:
-    return make_finished_study(tmp_path)
+@pytest.fixture(scope="session")
+def finished_spec(tmp_path_factory: pytest.TempPathFactory) -> StudySpec:
+    """One finished study shared by the tests that only read it (building one takes seconds)."""
+    return make_finished_study(tmp_path_factory.mktemp("finished-study"))

@@ -1,0 +1,152 @@
+"""One self-contained HTML report of a study: plots, outcomes, the top configurations
+against SGLang's defaults and the command that launches each.
+
+Why one file: it is copied off a GPU node with scp and opened anywhere, offline.
+plotly.js is inlined once (``include_plotlyjs=True`` on the first figure); nothing
+is fetched from a CDN.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import ExportError
+from autotune.results import report_plots as plots
+from autotune.results import trials as _trials
+from autotune.spec import StudySpec
+from autotune.study.storage import open_study
+
+log = logging.getLogger(__name__)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
+h1{margin-bottom:4px} .sub{color:#666;margin-top:0}
+table{border-collapse:collapse;margin:12px 0;font-size:14px;width:100%}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
+code{font-size:12px;white-space:pre-wrap;word-break:break-all} .gain{font-weight:600;color:#2ca02c}
+.neg{color:#d62728} .plot{margin:18px 0;border-top:1px solid #eee}
+"""
+
+
+def build_report(spec: StudySpec, *, top: int = 5) -> str:
+    """The report's HTML text for the study in ``spec`` (which must exist)."""
+    study = open_study(spec, create=False)
+    metric = spec.objective.metric
+    figures = [
+        plots.history(study, metric),
+        plots.importance(study),
+        plots.memory(study),
+        plots.pareto(study),
+        plots.slices(study, metric),
+    ]
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>autotune report: {_e(spec.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>autotune report: {_e(spec.name)}</h1>",
+        f"<p class='sub'>{_e(metric)} ({_e(spec.objective.resolved_direction)}) · SGLang "
+        f"{_e(spec.server.sglang_version)} · {spec.hardware.num_gpus} x {_e(spec.hardware.gpu)} "
+        f"({_e(spec.hardware.interconnect)}) · generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC</p>",
+        _outcomes_table(study),
+        "<h2>Top configurations against the baseline</h2>",
+        _top_table(spec, study, top),
+    ]
+    for i, fig in enumerate(figures):
+        fig.update_layout(template="plotly_white", margin={"t": 60})
+        title = fig.layout.title.text or ""
+        parts.append(f"<div class='plot'><h2>{_e(title)}</h2>")
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False},
+                                 default_width="100%"))
+        parts.append("</div>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(spec: StudySpec, path: str | Path, *, top: int = 5) -> Path:
+    """Write the report to ``path`` atomically; return the path."""
+    out = Path(path)
+    text = build_report(spec, top=top)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise ExportError(f"cannot write {out}: {exc}") from exc
+    log.info("report written to %s (%.1f MiB)", out, out.stat().st_size / 2**20)
+    return out
+
+
+def _e(v: Any) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def _outcomes_table(study: optuna.Study) -> str:
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        label = _trials.outcome(t)
+        counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        return "<p>No trials yet.</p>"
+    cells = "".join(
+        f"<tr><td><span style='color:{plots.outcome_colour(k)}'>&#9679;</span> {_e(k)}</td><td class='num'>{v}</td></tr>"
+        for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", -kv[1]))
+    )
+    cal = study.user_attrs.get("calibration") or {}
+    cal_line = ""
+    if cal:
+        cal_line = (f"<p>Memory calibration: P = {_e(cal.get('p_gib'))} GiB, A = {_e(cal.get('a_gib'))} GiB, "
+                    f"KV tokens {_e(cal.get('kv_tokens'))} (from {_e(cal.get('source'))}).</p>")
+    return f"<h2>Outcomes</h2><table><tr><th>outcome</th><th>trials</th></tr>{cells}</table>{cal_line}"
+
+
+def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:
+    """The plain SGLang launch line for this trial's settings; the launched line as a fallback."""
+    try:
+        from autotune.results.summary import sglang_command
+        from autotune.sglang.flags import shell_line
+
+        return shell_line(sglang_command(spec, t))
+    except Exception as exc:  # noqa: BLE001 - the report must still render; say what was used
+        log.info("trial %d: no SGLang command from its params (%s); using the launched one", t.number, exc)
+        return str(t.user_attrs.get("shell") or " ".join(t.user_attrs.get("command") or []))
+
+
+def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    if not done:
+        return "<p>No completed trial yet.</p>"
+    sign = 1.0 if _trials.is_maximize(study) else -1.0
+    done.sort(key=lambda t: -sign * float(t.value))  # type: ignore[arg-type]
+    base = next((t for t in done if t.user_attrs.get("baseline")), None)
+    shown = done[:top]
+    if base is not None and base not in shown:
+        shown.append(base)
+    rows = []
+    for rank, t in enumerate(shown, 1):
+        gain = ""
+        if base is not None and base.value and not math.isclose(base.value, 0.0):
+            g = sign * (float(t.value) - base.value) / abs(base.value) * 100  # type: ignore[arg-type]
+            gain = f"<span class='{'gain' if g >= 0 else 'neg'}'>{g:+.2f} %</span>"
+        label = f"#{rank}" if rank <= top else ""
+        if t.user_attrs.get("baseline"):
+            label = f"{label} baseline (SGLang defaults)".strip()
+        p99 = t.user_attrs.get("p99_ttft_ms")
+        rows.append(
+            f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]
+            f"<td class='num'>{gain}</td><td class='num'>{'' if p99 is None else f'{p99:.1f}'}</td>"
+            f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(t.params.items())))}</td>"
+            f"<td><code>{_e(_launch_command(spec, t))}</code></td></tr>"
+        )
+    head = ("<tr><th></th><th>trial</th><th>value</th><th>gain vs baseline</th><th>p99 TTFT ms</th>"
+            "<th>params</th><th>launch command</th></tr>")
+    return f"<table class='top'>{head}{''.join(rows)}</table>"

@@ -1,0 +1,90 @@
+"""`autotune report`: one self-contained HTML file with the plots and the top table."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autotune.cli import main
+from autotune.results import report_plots
+from autotune.results.report import build_report
+from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
+from test_results_fixture import MIN_VIABLE_F, finished_spec, make_finished_study  # noqa: F401  (fixture)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    spec = make_finished_study(tmp)
+    out = tmp / "report.html"
+    assert main(["report", spec.source_path, "-o", str(out)]) == 0
+    return spec, out, out.read_text()
+
+
+def test_self_contained_with_every_plot_title(report):
+    _, _, text = report
+    assert not re.search(r"<script[^>]+src\s*=\s*['\"]?(https?:)?//", text), "a script loads from the network"
+    assert not re.search(r"<link[^>]+href\s*=\s*['\"]?https?://", text)
+    assert text.count("Plotly.newPlot") == len(report_plots.TITLES)
+    # plotly.js inlined exactly once
+    assert text.count("* plotly.js v") == 1
+    for title in report_plots.TITLES.values():
+        assert title in text, title
+
+
+def test_top_table_has_gain_and_sglang_commands(report):
+    spec, _, text = report
+    table = text[text.index("<table class='top'>"):]
+    table = table[:table.index("</table>")]
+    assert "baseline (SGLang defaults)" in table
+    assert re.search(r"[+-]\d+\.\d\d %", table)
+    assert "sglang.launch_server" in table and "--mem-fraction-static" in table
+    assert "autotune.sim" not in table  # the command a person runs, not the simulated one
+
+
+def test_memory_plot_draws_outcomes_and_predicted_boundary(finished_spec):
+    from autotune.study.storage import open_study
+
+    fig = report_plots.memory(open_study(finished_spec, create=False))
+    names = {tr.name for tr in fig.data}
+    assert {"complete", "predicted_oom", "kv_oom", "graph_capture_oom"} <= names
+    xs = [s["x0"] for s in fig.layout.shapes]
+    assert any(abs(x - MIN_VIABLE_F) < 1e-9 for x in xs)
+
+
+def test_pareto_front_is_non_dominated():
+    pts = [(100, 10), (200, 30), (150, 5), (300, 25), (250, 40), (120, 12)]
+    front = report_plots.pareto_front(pts)
+    assert front == [(100, 10), (120, 12), (200, 30), (250, 40)]
+    for x, y in front:
+        assert not any(ox <= x and oy >= y and (ox, oy) != (x, y) for ox, oy in pts)
+
+
+def test_small_study_still_renders(tmp_path):
+    """One completed trial: importance and slices say why they are empty instead of raising."""
+    spec = make_finished_study(tmp_path, n_complete=1)
+    text = build_report(spec)
+    assert "needs at least 3 completed trials" in text
+    for title in report_plots.TITLES.values():
+        assert title in text
+
+
+def test_bad_top_is_exit_2(finished_spec, tmp_path):
+    assert main(["report", finished_spec.source_path, "-o", str(tmp_path / "r.html"), "--top", "0"]) == 2
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_report_renders_in_chromium_without_script_errors(report, tmp_path):
+    _, path, _ = report
+    shot = artifacts_dir(tmp_path) / "report.png"
+    res = chromium(path.as_uri(), tmp_path, dump_dom=True, window="1280,4000")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert console_errors(res.stderr) == []
+    dom = res.stdout
+    assert dom.count('class="plot-container') >= len(report_plots.TITLES), "plots did not render"
+    assert "main-svg" in dom
+    res = chromium(path.as_uri(), tmp_path, screenshot=shot, window="1280,4000")
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    print(f"report screenshot kept at {shot}")
