@@ -37,8 +37,9 @@ def _free_port() -> int:
 class Sim:
     """One ``python -m autotune.sim`` process logging to a file."""
 
-    def __init__(self, log_dir: Path, args: list[str], *, version: str = "0.5.9", time_scale: float = 50.0) -> None:
-        self.port = _free_port()
+    def __init__(self, log_dir: Path, args: list[str], *, version: str = "0.5.9", time_scale: float = 50.0,
+                 port: int | None = None) -> None:
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"sim-{self.port}.log"
         argv = [sys.executable, "-m", "autotune.sim", *args, "--sim-sglang-version", version,
@@ -299,3 +300,12 @@ def test_sigterm_stops_cleanly(sims: Any) -> None:
     assert sim.wait_exit(10) == 0
     _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive
+
+
+def test_port_in_use_fails_like_uvicorn(sims: Any) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        sim = sims([*SEED], port=taken.getsockname()[1])
+        assert sim.wait_exit() != 0
+        assert "address already in use" in sim.text()
