@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 WORD = " tok"  # one word = one token for a whitespace tokenizer
@@ -332,6 +336,39 @@ def main(argv: list[str] | None = None) -> None:
         uvloop.run(serve(args))
     else:
         asyncio.run(serve(args))
+
+
+class FakeServer:
+    """A running fake server subprocess (see :func:`running`)."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc = proc
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/stats", timeout=10) as resp:
+            return json.loads(resp.read())
+
+
+@contextlib.contextmanager
+def running(*options: str) -> Iterator[FakeServer]:
+    """Start the server on a free port (it binds port 0 and reports it); always kill it."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--port", "0", *options],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"fake server did not start: {line!r}")
+        yield FakeServer(proc, int(line.split()[1]))
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
 
 
 if __name__ == "__main__":

@@ -326,6 +326,8 @@ class LoadRunner:
         ends = [tr.end for tr in self.traces if tr.ok]
         if not self.stopped_early and not self.abort_reason and ends:
             t_end = max(ends)  # bench_serving: first dispatch to last completion
+        if self.traces:  # the clock starts with the first request actually sent
+            t0 = min(tr.start for tr in self.traces)
         metrics, records = compute_metrics(
             self.traces, t0=t0, duration_wall=t_end - t0, time_scale=x, client_cpu_s=cpu, loop_lags_s=lags
         )
