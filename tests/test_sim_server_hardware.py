@@ -54,7 +54,10 @@ def test_torch_symm_mem_needs_multicast() -> None:
     assert on.torch_symm_active and (off.p_gib - on.p_gib) * GIB == pytest.approx(128 * MIB)
     pcie = plan("--enable-torch-symm-mem")
     assert not pcie.torch_symm_active and pcie.p_gib == plan().p_gib
-    assert any("multicast operations are not supported" in w for w in pcie.warnings)
+    assert any("Device capability 12.0 not supported" in w for w in pcie.warnings)  # RTX Blackwell, SM120
+    h100_pcie = plan("--enable-torch-symm-mem", base=h100.replace("nvlink", "pcie"))
+    assert not h100_pcie.torch_symm_active
+    assert any("multicast operations are not supported" in w for w in h100_pcie.warnings)
 
 
 def test_slack_consumers() -> None:

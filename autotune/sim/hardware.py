@@ -198,7 +198,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             warnings.append(CUSTOM_AR_PCIE_WARNING.replace("Custom allreduce", prefix, 1))
     torch_symm = False
     if launch.enable_torch_symm_mem and tp > 1:
-        if gpu.sm < 90:
+        if gpu.sm not in (90, 100):  # SGLang sizes the buffer for SM90 and SM100 only
             warnings.append(f"TorchSymmMemCommunicator: Device capability {gpu.sm // 10}.{gpu.sm % 10} not supported, "
                             "communicator is not available.")
         elif interconnect != "nvlink" or tp not in TORCH_SYMM_MEM_MIB:
