@@ -38,8 +38,9 @@ Decode step (``decode_step_time_s``), for ``B`` running requests holding
 Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one
 step is one draft/verify cycle. Per-depth acceptance ``p`` is 0.60 (EAGLE),
 0.75 (EAGLE3), 0.78 (MTP drafts: EAGLE on a checkpoint with its own MTP
-layers), 0.70 (STANDALONE), 0.45 (NGRAM); topk > 1 raises it to
-``1 - (1-p) topk^-0.3`` and the tree depth is ``min(num_steps,
+layers), 0.70 (STANDALONE), 0.30 (NGRAM: no model, it matches repeated
+text only). These are typical published acceptance figures, not measured
+here. topk > 1 raises p to ``1 - (1-p) topk^-0.3`` and the tree depth is ``min(num_steps,
 num_draft_tokens - 1)``. Accepted tokens per cycle ``(1 - p^(d+1)) / (1 - p)``
 (the bonus token included): diminishing returns in the number of steps. Cost
 of a cycle = ``num_steps`` draft forwards over ``B x topk`` tokens + one target
@@ -84,7 +85,7 @@ EAGER_CPU_PER_LAYER_S = {"dense": 150e-6, "moe": 300e-6}
 EAGER_GAP_PER_LAYER_S = {"dense": 30e-6, "moe": 50e-6}
 STEP_FIXED_S = 300e-6
 STEP_PER_REQ_S = 0.4e-6
-SPEC_ACCEPT_P = {"EAGLE": 0.60, "EAGLE3": 0.75, "MTP": 0.78, "STANDALONE": 0.70, "NGRAM": 0.45}
+SPEC_ACCEPT_P = {"EAGLE": 0.60, "EAGLE3": 0.75, "MTP": 0.78, "STANDALONE": 0.70, "NGRAM": 0.30}
 SPEC_TOPK_EXPONENT = 0.3
 SPEC_CYCLE_FIXED_S = 500e-6
 SPEC_CYCLE_PER_REQ_S = 8e-6

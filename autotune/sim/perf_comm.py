@@ -39,11 +39,14 @@ Constants (all per allreduce; GB/s are per direction):
 * Torch symmetric memory (NVLink multicast only): 4 us, 0.5 of the link,
   messages <= 64 MiB (TP2/4) or 128 MiB (TP6/8).
 * FlashInfer allreduce fusion: fuses residual-add + RMSNorm into the
-  allreduce (saves ``FUSION_SAVED_S`` 3 us per call) and uses an IPC one-shot
-  (lamport) exchange: every rank reads ``tp-1`` peers, so its bandwidth term
-  is ``size x (tp-1) / (link x 0.6)`` - cheap on NVLink, poor over PCIe at
-  TP > 2 (the seed case: "FlashInfer allreduce fusion ... failed or
-  underperformed"). Used for <= 2048 tokens only.
+  allreduce (saves ``FUSION_SAVED_S`` 3 us per call) and exchanges through
+  TRT-LLM IPC (lamport) buffers: one-shot (every rank reads ``tp-1`` peers) up
+  to 512 KiB, two-shot above. On NVLink: 4 us, 0.6 of the link. Over PCIe the
+  ranks poll each other's memory across the PCIe fabric: 15 us and only
+  ``FUSION_PCIE_LINK_EFFICIENCY`` 0.25 of the link **[modelled]**, so at TP 8
+  it beats NCCL only for tiny batches and loses at large ones (the seed case:
+  "FlashInfer allreduce fusion ... failed or underperformed"). Used for <= 2048
+  tokens only.
 """
 
 from __future__ import annotations
@@ -65,7 +68,9 @@ SYMM_MEM_LATENCY_S = 4e-6
 SYMM_MEM_LINK_EFFICIENCY = 0.5
 FUSION_MAX_TOKENS = 2048
 FUSION_LATENCY_NVLINK_S = 4e-6
-FUSION_LATENCY_PCIE_S = 10e-6
+FUSION_LATENCY_PCIE_S = 15e-6
+FUSION_PCIE_LINK_EFFICIENCY = 0.25
+FUSION_ONESHOT_MAX_BYTES = 512 * 1024
 FUSION_SAVED_S = 3e-6
 ACT_BYTES = 2  # bf16 activations
 
@@ -113,7 +118,9 @@ def allreduce_s(setup: CommSetup, tokens: int, hidden: int, *, captured: bool) -
     link = setup.link_bytes_s
     if setup.flashinfer_allreduce_fusion and tokens <= FUSION_MAX_TOKENS:
         lat = FUSION_LATENCY_NVLINK_S if setup.nvlink else FUSION_LATENCY_PCIE_S
-        return max(lat + size * (tp - 1) / (link * IPC_LINK_EFFICIENCY) - FUSION_SAVED_S, 1e-6), "flashinfer_fusion"
+        eff = IPC_LINK_EFFICIENCY if setup.nvlink else FUSION_PCIE_LINK_EFFICIENCY
+        factor = (tp - 1) if size <= FUSION_ONESHOT_MAX_BYTES else 2 * (tp - 1) / tp
+        return max(lat + size * factor / (link * eff) - FUSION_SAVED_S, 1e-6), "flashinfer_fusion"
     if setup.custom_allreduce_active and size <= CUSTOM_AR_MAX_BYTES:
         lat = CUSTOM_AR_LATENCY_NVLINK_S if setup.nvlink else CUSTOM_AR_LATENCY_PCIE_S
         # two-shot (reduce-scatter + all-gather) moves 2 (tp-1)/tp of the message per rank
