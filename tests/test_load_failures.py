@@ -1,0 +1,113 @@
+"""Failures end a load point quickly and clearly; snapshots report progress and can stop it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from loadgen_fake_server import running
+
+from autotune.errors import LoadGenError
+from autotune.load import LoadPointFailed, LoadSpec, LoadTimeouts, Snapshot, run_load
+
+
+def spec(**kw: object) -> LoadSpec:
+    base: dict[str, object] = {"warmup_requests": 0, "input_len": 8, "output_len": 20}
+    base.update(kw)
+    return LoadSpec(**base)  # type: ignore[arg-type]
+
+
+def test_server_dying_mid_run_fails_the_load_point_quickly() -> None:
+    with running("--token-delay-ms", "2", "--ttft-ms", "1", "--die-after-tokens", "400") as server:
+        t = time.monotonic()
+        with pytest.raises(LoadPointFailed) as info:
+            run_load(server.url, spec(concurrency=8, num_prompts=400, output_len=30))
+        elapsed = time.monotonic() - t
+    assert isinstance(info.value, LoadGenError)
+    msg = str(info.value)
+    assert "\n" not in msg and "load point failed after" in msg
+    assert "refused" in msg or "in a row" in msg
+    assert elapsed < 15.0  # the server died after ~0.25 s of tokens; no hang
+    partial = info.value.result
+    assert partial is not None and partial.metrics["failed"] >= 1
+    assert partial.metrics["completed"] < 400
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    with running() as server:
+        url = server.url
+    with pytest.raises(LoadPointFailed, match=r"^cannot reach the server at http://127\.0\.0\.1:\d+"):
+        run_load(url, spec(concurrency=1, num_prompts=1))
+
+
+def test_first_token_timeout_fails_requests_instead_of_hanging() -> None:
+    with running("--ttft-ms", "30000") as server:
+        t = time.monotonic()
+        with pytest.raises(LoadPointFailed, match="no request completed .*first-token timeout x3"):
+            run_load(server.url, spec(concurrency=3, num_prompts=3, timeouts=LoadTimeouts(first_token_s=0.3)))
+        assert time.monotonic() - t < 10.0
+
+
+def test_between_tokens_timeout() -> None:
+    with running("--ttft-ms", "0", "--token-delay-ms", "30000") as server:
+        with pytest.raises(LoadPointFailed) as info:
+            run_load(server.url, spec(concurrency=2, num_prompts=2, timeouts=LoadTimeouts(between_tokens_s=0.3)))
+    assert info.value.result is not None
+    assert info.value.result.metrics["errors"] == {"between-tokens timeout": 2}
+
+
+def test_failed_warmup_is_reported_as_such() -> None:
+    with running("--ttft-ms", "30000") as server:
+        with pytest.raises(LoadPointFailed, match="^warm-up failed: all 2 warm-up requests failed"):
+            run_load(server.url, spec(concurrency=2, num_prompts=2, warmup_requests=2,
+                                      timeouts=LoadTimeouts(first_token_s=0.2)))
+
+
+def test_snapshots_arrive_during_the_run() -> None:
+    seen: list[Snapshot] = []
+    with running("--token-delay-ms", "5", "--ttft-ms", "5") as server:
+        result = run_load(server.url, spec(concurrency=4, num_prompts=24, output_len=40, snapshot_interval_s=0.2),
+                          on_snapshot=seen.append)
+    assert len(seen) >= 3
+    assert [s.elapsed_s for s in seen] == sorted(s.elapsed_s for s in seen)
+    assert seen[-1].output_tokens >= seen[0].output_tokens > 0
+    assert all(s.in_flight <= 4 for s in seen)
+    assert seen[-1].output_throughput > 0 and not result.stopped_early
+
+
+def test_returning_false_stops_the_load_point_early() -> None:
+    calls: list[Snapshot] = []
+
+    def judge(s: Snapshot) -> bool:
+        calls.append(s)
+        return len(calls) < 2
+
+    with running("--token-delay-ms", "5", "--ttft-ms", "5") as server:
+        t = time.monotonic()
+        result = run_load(server.url, spec(concurrency=4, num_prompts=400, output_len=40, snapshot_interval_s=0.2),
+                          on_snapshot=judge)
+        elapsed = time.monotonic() - t
+        time.sleep(0.1)
+        truth = server.stats()
+    assert result.stopped_early and result.metrics["stopped_early"]
+    assert len(calls) == 2
+    assert elapsed < 5.0  # 400 requests would take ~20 s
+    assert 0 < result.metrics["completed"] < 400 and result.metrics["failed"] == 0
+    assert truth["requests"] < 400
+
+
+def test_failing_snapshot_callback_propagates_its_error() -> None:
+    def boom(_: Snapshot) -> bool:
+        raise RuntimeError("callback bug")
+
+    with running("--token-delay-ms", "5") as server:
+        with pytest.raises(RuntimeError, match="callback bug"):
+            run_load(server.url, spec(concurrency=2, num_prompts=100, snapshot_interval_s=0.1), on_snapshot=boom)
+
+
+def test_http_errors_are_counted_with_their_message() -> None:
+    with running() as server:
+        s = spec(concurrency=2, num_prompts=2, backend="openai", model="m")
+        # point the openai backend at a path the server does not serve by using a bad base path
+        with pytest.raises(LoadPointFailed, match="no request completed .*HTTP 404 x2"):
+            run_load(server.url + "/nope", s)
