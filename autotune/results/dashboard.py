@@ -1,0 +1,263 @@
+"""optuna-dashboard for a study, in-process: the study's storage and artifact store,
+served with wsgiref on 127.0.0.1 by default.
+
+Why a storage *view*: optuna-dashboard 0.21 reads three things the way older
+optuna wrote them, and the driver writes them the optuna 5 way. Rather than write
+to the study after the fact (only the driver writes optuna storage), the
+dashboard reads the study through :class:`DashboardStorage`, which adds, at read
+time and only where the stored data lacks them:
+
+* ``system_attrs["constraints"]``, the legacy list the dashboard shows as
+  feasibility, from optuna 5's ``constraints:<name>`` keys (``set_constraint``);
+* a trial note (the dashboard keeps notes in study system attrs, written by
+  ``optuna_dashboard.save_note(live_trial, ...)``), from the trial's user_attrs:
+  outcome, its ``note``, reason, prediction vs observation, the launch line;
+  and a study note with the best trial and how to launch it;
+* a readable MIME type (text/plain) for artifacts stored as
+  application/octet-stream (server.log, requests_*.jsonl), so "open" shows text.
+
+A note saved from the dashboard's UI is a real stored note and replaces the
+generated one. Everything else is the stored study, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any, Callable, Container
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.study._frozen import FrozenStudy
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import ConfigError
+from autotune.results import trials as _trials
+from autotune.spec import StudySpec
+
+log = logging.getLogger(__name__)
+
+_CONSTRAINT_PREFIX = "constraints:"
+_ARTIFACT_PREFIX = "artifacts:"
+_TEXT_SUFFIXES = (".log", ".txt", ".sh", ".jsonl", ".out", ".err")
+_NOTE_MAX = 2045  # optuna_dashboard._note.SYSTEM_ATTR_MAX_LENGTH
+
+
+def _note_ver_key(trial_id: int | None) -> str:
+    return "dashboard:note_ver" if trial_id is None else f"dashboard:{trial_id}:note_ver"
+
+
+def _note_str_prefix(trial_id: int | None) -> str:
+    return "dashboard:note_str:" if trial_id is None else f"dashboard:{trial_id}:note_str:"
+
+
+def view_system_attrs(system_attrs: dict[str, Any]) -> dict[str, Any]:
+    """A trial's system attrs as the dashboard needs them (a new dict; the input is not changed)."""
+    out = dict(system_attrs)
+    if "constraints" not in out:
+        values = [v for k, v in sorted(out.items()) if k.startswith(_CONSTRAINT_PREFIX)]
+        if values:
+            out["constraints"] = values
+    for key, raw in system_attrs.items():
+        if not key.startswith(_ARTIFACT_PREFIX) or not isinstance(raw, str):
+            continue
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            continue
+        name = str(meta.get("filename", ""))
+        if name.endswith(_TEXT_SUFFIXES) and not str(meta.get("mimetype", "")).startswith("text/plain"):
+            out[key] = json.dumps({**meta, "mimetype": "text/plain; charset=utf-8"})
+    return out
+
+
+def _view_trial(t: FrozenTrial) -> FrozenTrial:
+    attrs = view_system_attrs(t.system_attrs)
+    if attrs == t.system_attrs:
+        return t
+    v = FrozenTrial(
+        number=t.number, state=t.state, value=None, datetime_start=t.datetime_start,
+        datetime_complete=t.datetime_complete, params=t.params, distributions=t.distributions,
+        user_attrs=t.user_attrs, system_attrs=attrs, intermediate_values=t.intermediate_values,
+        trial_id=t._trial_id, values=t.values,
+    )
+    return v
+
+
+def trial_note(t: FrozenTrial) -> str:
+    """The generated Markdown note of a trial: what happened, why, and how it was launched."""
+    ua = t.user_attrs
+    head = f"**{_trials.outcome(t)}**"
+    if ua.get("baseline"):
+        head += " · baseline (SGLang defaults)"
+    if t.state == TrialState.COMPLETE and t.value is not None:
+        head += f" · value {t.value:.2f}"
+        if ua.get("best_point"):
+            head += f" at {ua['best_point']}"
+    lines = [head, ""]
+    if ua.get("note"):
+        lines += [str(ua["note"]), ""]
+    if ua.get("reason") and t.state != TrialState.COMPLETE and ua.get("reason") not in str(ua.get("note", "")):
+        lines += [f"Reason: {ua['reason']}", ""]
+    pred, obs = ua.get("prediction") or {}, ua.get("observed") or {}
+    if pred:
+        lines.append(f"Memory model: verdict {pred.get('verdict')}, KV tokens {pred.get('kv_tokens')}, "
+                     f"min viable mem_fraction_static {pred.get('min_viable_mem_fraction')}")
+    if obs.get("kv_tokens") is not None:
+        err = ua.get("kv_tokens_error_pct")
+        lines.append(f"Observed: KV tokens {obs.get('kv_tokens')}"
+                     + (f" (prediction off by {err:+.2f} %)" if isinstance(err, (int, float)) else ""))
+    if ua.get("shell"):
+        lines += ["", "Launched with:", "", "```", str(ua["shell"]), "```"]
+    if any(k.startswith(_ARTIFACT_PREFIX) for k in t.system_attrs):
+        lines += ["", "Server log, launch command, load summary and per-request records: see Artifacts below."]
+    body = "\n".join(lines).strip()
+    return body if len(body) <= 4 * _NOTE_MAX else body[: 4 * _NOTE_MAX - 3] + "..."
+
+
+def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
+    from autotune.results.summary import baseline_trial, best_trial
+
+    best, base = best_trial(study), baseline_trial(study)
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[_trials.outcome(t)] = counts.get(_trials.outcome(t), 0) + 1
+    lines = ["**autotune study** · " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
+    if best is not None:
+        lines.append(f"Best: trial {best.number}, value {best.value:.2f}, params `{best.params}`")
+        if base is not None and base.value:
+            sign = 1 if _trials.is_maximize(study) else -1
+            lines.append(f"Baseline (SGLang defaults): trial {base.number}, value {base.value:.2f}, "
+                         f"gain {sign * (best.value - base.value) / abs(base.value) * 100:+.2f} %")
+        if spec is not None:
+            try:
+                from autotune.results.summary import sglang_command
+                from autotune.sglang.flags import shell_line
+
+                lines += ["", "Launch the winner:", "", "```", shell_line(sglang_command(spec, best)), "```"]
+            except Exception as exc:  # noqa: BLE001 - a note must never break the dashboard
+                log.info("no launch command for the study note: %s", exc)
+    return "\n".join(lines)
+
+
+def _note_attrs(trial_id: int | None, body: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {_note_ver_key(trial_id): 0}
+    for i in range(0, max(1, len(body)), _NOTE_MAX):
+        attrs[f"{_note_str_prefix(trial_id)}{i // _NOTE_MAX}"] = body[i:i + _NOTE_MAX]
+    return attrs
+
+
+class DashboardStorage(RDBStorage):
+    """The study's RDB storage as optuna-dashboard 0.21 should see it (see the module doc).
+
+    Reads are translated; writes (the UI's notes, tells, deletions) go to the
+    storage unchanged.
+    """
+
+    def __init__(self, url: str, *, spec: StudySpec | None = None, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self._spec = spec
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        return _view_trial(super().get_trial(trial_id))
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True,
+                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        return [_view_trial(t) for t in super().get_all_trials(study_id, deepcopy=deepcopy, states=states)]
+
+    def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
+        return view_system_attrs(super().get_trial_system_attrs(trial_id))
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._with_notes(study_id, super().get_study_system_attrs(study_id))
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        out = []
+        for s in super().get_all_studies():
+            attrs = self._with_notes(s._study_id, s.system_attrs)
+            out.append(FrozenStudy(s.study_name, None, s.user_attrs, attrs, s._study_id, directions=s.directions))
+        return out
+
+    def _with_notes(self, study_id: int, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Generated notes for the study and its finished trials that have no stored note."""
+        out = dict(attrs)
+        trials = super().get_all_trials(study_id, deepcopy=False)
+        for t in trials:
+            if _note_ver_key(t._trial_id) not in attrs and t.state != TrialState.RUNNING:
+                out.update(_note_attrs(t._trial_id, trial_note(t)))
+        if _note_ver_key(None) not in attrs and trials:
+            name = self.get_study_name_from_id(study_id)
+            study = optuna.load_study(study_name=name, storage=self)
+            spec = self._spec if self._spec is not None and self._spec.name == name else None
+            out.update(_note_attrs(None, study_note(study, spec)))
+        return out
+
+
+def open_dashboard_storage(spec: StudySpec) -> DashboardStorage:
+    """The study's storage through the dashboard view; ConfigError when the study does not exist."""
+    from autotune.study.storage import open_study
+
+    open_study(spec, create=False)  # a clear error for a study that was never run
+    url = spec.storage_url
+    kwargs = {"engine_kwargs": {"connect_args": {"timeout": 30}}} if url.startswith("sqlite") else {}
+    return DashboardStorage(url, spec=spec, **kwargs)
+
+
+def make_app(spec: StudySpec) -> Callable[..., Any]:
+    """The optuna-dashboard WSGI app over the study's storage view and its artifact store."""
+    from optuna_dashboard import wsgi
+
+    from autotune.study.storage import artifact_store
+
+    return wsgi(open_dashboard_storage(spec), artifact_store=artifact_store(spec))
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+
+def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
+    """A bound (not yet serving) wsgiref server; port 0 picks a free port (see ``server_port``)."""
+    if not (0 <= port <= 65535):
+        raise ConfigError(f"--port: must be 0..65535, got {port}")
+    app = make_app(spec)
+    try:
+        httpd = make_server(host, port, app, handler_class=_QuietHandler)
+    except OSError as exc:
+        raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("the dashboard listens on %s: anyone who can reach it can delete trials; "
+                    "prefer 127.0.0.1 and an ssh tunnel (see dashboards/README.md)", host)
+    return httpd
+
+
+def url_of(httpd: WSGIServer) -> str:
+    host, port = httpd.server_address[:2]
+    return f"http://{host}:{port}/dashboard/"
+
+
+def serve_in_thread(spec: StudySpec, host: str = "127.0.0.1", port: int = 0) -> tuple[WSGIServer, threading.Thread]:
+    """Start serving in a daemon thread (tests, ``autotune run`` side by side). Stop with
+    ``httpd.shutdown(); httpd.server_close(); thread.join()``."""
+    httpd = make_dashboard_server(spec, host, port)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                              name="autotune-dashboard", daemon=True)
+    thread.start()
+    return httpd, thread
+
+
+def serve(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve until Ctrl-C (KeyboardInterrupt), then close the socket and return."""
+    httpd = make_dashboard_server(spec, host, port)
+    if on_ready is not None:
+        on_ready(url_of(httpd))
+    try:
+        httpd.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        log.info("dashboard stopped")
+    finally:
+        httpd.server_close()
