@@ -220,6 +220,20 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
                           f"{_g(plan.prefill_graph_gib)} GB, avail mem={_g(plan.after_graph_gib)} GB.")
     elif plan.fails_at == "graph":
         raise _graph_failure(plan)
+    if plan.draft is not None and plan.version.regime == "B" and plan.draft_graph_gib:
+        free = plan.after_graph_gib  # draft graphs are captured before the symm-mem prealloc
+        topk = plan.speculative.eagle_topk or 1
+        log.all_ranks(f"Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req={topk}, "
+                      f"avail mem={_g(free)} GB" if modern else
+                      f"Capture draft cuda graph begin. This can take up to several minutes. avail mem={_g(free)} GB")
+        await _sleep(sim, GRAPH_PER_SIZE_S * len(plan.graph_bs))
+        if plan.fails_at == "draft":
+            raise _graph_failure(plan)
+        log.all_ranks(f"Capture draft decode CUDA graph end. bs={plan.graph_bs}, elapsed="
+                      f"{GRAPH_PER_SIZE_S * len(plan.graph_bs):.2f} s, mem usage={_g(plan.draft_graph_gib)} GB, "
+                      f"avail mem={_g(free - plan.draft_graph_gib)} GB." if modern else
+                      f"Capture draft cuda graph end. Time elapsed: {GRAPH_PER_SIZE_S * len(plan.graph_bs):.2f} s. "
+                      f"mem usage={_g(plan.draft_graph_gib)} GB. avail mem={_g(free - plan.draft_graph_gib)} GB.")
     # 5. NCCL symmetric memory prealloc, regime-A draft worker
     if launch.enable_symm_mem:
         log.all_ranks("Pre-allocating symmetric memory pool with 4 GiB")
