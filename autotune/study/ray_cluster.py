@@ -1,0 +1,110 @@
+"""Connecting to Ray: an existing cluster, or a local instance bound to loopback.
+
+Why each setting (see /work/shared/reference/optuna-ray-facts.md sections 0 and 5):
+
+* Ray 2.60 turns token auth on for local instances and writes ``~/.ray/auth_token``;
+  a driver that passes an explicit address does not pick that token up by itself
+  and fails after ~20 s with "Unauthenticated". So when ``RAY_AUTH_MODE`` is
+  unset and a token is available, we set ``RAY_AUTH_MODE=token`` before connecting.
+* Ray binds the host's routable IP unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``;
+  with it, a local instance listens on 127.0.0.1 only.
+* ``address="local"`` always starts a fresh instance (a bare ``ray.init()`` would try
+  a dead cluster left in ``/tmp/ray/ray_current_cluster``).
+* No dashboard, usage stats off, and a small object store: trial results are a few KiB.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2
+
+
+def token_available() -> bool:
+    """Whether a Ray auth token can be found (env or ``~/.ray/auth_token``)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return Path(path).expanduser().is_file()
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The cluster to join: the study's ``executor.address``, else ``RAY_ADDRESS``, else None (local)."""
+    addr = address or os.environ.get("RAY_ADDRESS") or None
+    if addr in (None, "", "local"):
+        return None
+    return addr
+
+
+def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespace: str = "autotune") -> bool:
+    """Connect this process to Ray; return True when it started a local instance (then it owns it).
+
+    Reuses an instance this process already initialised (tests share one that way).
+    """
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        log.info("using the Ray instance this process already joined")
+        return False
+    addr = resolve_address(address)
+    if addr is not None:
+        explicit = addr != "auto" and not addr.startswith("ray://")
+        if explicit and "RAY_AUTH_MODE" not in os.environ and token_available():
+            os.environ["RAY_AUTH_MODE"] = "token"
+            log.info("RAY_AUTH_MODE=token (a Ray auth token is present; explicit address %s)", addr)
+        log.info("joining the Ray cluster at %s", addr)
+        try:
+            ray.init(address=addr, namespace=namespace, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"executor.address: cannot join the Ray cluster at {addr!r}: {first} "
+                "(token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN or ~/.ray/auth_token as on the head; "
+                "Ray and Python versions must match the cluster's)"
+            ) from exc
+        return False
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+    log.info("starting a local Ray instance on loopback: %d CPU(s), %d GPU(s) declared", cpus, num_gpus)
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        num_gpus=num_gpus,
+        include_dashboard=False,
+        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        namespace=namespace,
+        logging_level=logging.WARNING,
+    )
+    return True
+
+
+def disconnect(owned: bool) -> None:
+    """Shut down a local instance this process started; leave a joined cluster running."""
+    import ray
+
+    if owned and ray.is_initialized():
+        ray.shutdown()
+        log.info("local Ray instance shut down")
+
+
+def node_totals() -> list[dict[str, float]]:
+    """Resources of each live node, without Ray's internal ``node:*`` markers."""
+    import ray
+
+    out = []
+    for node in ray.nodes():
+        if not node.get("Alive", False):
+            continue
+        res: dict[str, Any] = node.get("Resources", {}) or {}
+        out.append({k: float(v) for k, v in res.items() if not k.startswith("node:")})
+    return out

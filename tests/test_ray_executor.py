@@ -1,0 +1,278 @@
+"""RayExecutor on a real local Ray instance (2 CPUs, 8 declared GPUs), shared by the module.
+
+Trial bodies here are cheap stand-ins passed through RayExecutor's ``body`` seam; they
+record what they saw (times, CUDA_VISIBLE_DEVICES, pids) in files under tmp dirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.spec import StudySpec  # noqa: E402
+from autotune.study.ray_executor import RayExecutor  # noqa: E402
+from autotune.study.trial import TrialRequest, TrialResult  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+# The bodies below are defined in this test module, which Ray workers cannot import:
+# ship them by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _spec(**executor: Any) -> StudySpec:
+    return StudySpec.model_validate({
+        "name": "raytest",
+        "server": {"model_path": "models/x", "tp_size": 2},
+        "hardware": {"gpu": "h100", "num_gpus": 8},
+        "executor": {"kind": "ray", "num_cpus": 2, "num_gpus": 8, **executor},
+    })
+
+
+def _request(number: int, tmp: Path, *, tp: int = 2, **sim: Any) -> TrialRequest:
+    return TrialRequest(
+        study_name="raytest", trial_number=number, config=ServerConfig(model_path="models/x", tp_size=tp).to_dict(),
+        backend="sim", sglang_version="0.5.9", gpu="h100", num_gpus=8, interconnect="nvlink",
+        workload={}, objective_metric="output_throughput", objective_direction="maximize",
+        artifact_dir=str(tmp / f"t{number}"), run_dir=str(tmp), sim=dict(sim),
+    )
+
+
+@pytest.fixture(scope="module")
+def ray_owner() -> Iterator[RayExecutor]:
+    """One local Ray instance for the module, started through RayExecutor's own local path."""
+    saved = os.environ.pop("RAY_ADDRESS", None)
+    owner = RayExecutor(_spec())
+    try:
+        assert ray.is_initialized()
+        assert ray.cluster_resources().get("GPU") == 8
+        yield owner
+    finally:
+        owner.shutdown(cancel=True)
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
+    assert not ray.is_initialized()
+
+
+def _drive(ex: RayExecutor, requests: list[TrialRequest], timeout_s: float = 90) -> dict[int, TrialResult]:
+    """What the study driver does: submit while a slot is free, collect results."""
+    pending = list(requests)
+    results: dict[int, TrialResult] = {}
+    deadline = time.monotonic() + timeout_s
+    while pending or ex.in_flight():
+        assert time.monotonic() < deadline, f"trials still running: {ex.in_flight()}"
+        while pending and ex.slots_free(pending[0]) > 0:
+            req = pending.pop(0)
+            ex.submit(req.trial_number, req)
+        for number, result in ex.wait(1.0):
+            results[number] = result
+    return results
+
+
+# ---- bodies (run inside Ray workers) ------------------------------------------------------
+
+def _hold_body(req: TrialRequest, report: Any) -> TrialResult:
+    """Hold 'GPUs' until ``want`` trials are in at once (or ``barrier_s`` passed); record what it saw."""
+    d = Path(req.sim["dir"])
+    active = d / "active"
+    me = active / str(req.trial_number)
+    start = time.time()
+    me.write_text(str(os.getpid()))
+    deadline = start + req.sim["barrier_s"]
+    while len(list(active.iterdir())) < req.sim["want"] and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    end = time.time()
+    me.unlink()
+    record = {"start": start, "end": end, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": req.gpu_ids}
+    (d / f"{req.trial_number}.json").write_text(json.dumps(record))
+    return TrialResult(state="complete", value=float(req.trial_number))
+
+
+def _server_body(req: TrialRequest, report: Any) -> TrialResult:
+    """Start a tiny server tree (child + grandchild) through ServerProcess, then idle until killed."""
+    from autotune.launch import ServerProcess, free_port
+
+    tree = ("import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)")
+    art = Path(req.artifact_dir)
+    art.mkdir(parents=True, exist_ok=True)
+    server = ServerProcess([sys.executable, "-c", tree], log_path=art / "server.log", port=free_port("127.0.0.1"),
+                           startup_timeout_s=60)
+    try:
+        server.start()
+        time.sleep(0.5)  # let the grandchild appear
+        pids = [server.pid] + [c.pid for c in psutil.Process(server.pid).children(recursive=True)]
+        info = {"worker_pid": os.getpid(), "server_pids": pids}
+        (Path(req.sim["dir"]) / f"{req.trial_number}.json").write_text(json.dumps(info))
+        for _ in range(1200):
+            time.sleep(0.1)
+    finally:
+        server.stop(grace_s=2)
+    return TrialResult(state="complete", value=1.0)
+
+
+def _report_body(req: TrialRequest, report: Any) -> TrialResult:
+    """Report steps 1..50 until told to stop."""
+    for step in range(1, 51):
+        if not report(step, float(step) * 10):
+            return TrialResult(state="pruned", failure_kind="early_stopped", evidence=f"stopped at {step}",
+                               observed={"stopped_at": step})
+        time.sleep(0.1)
+    return TrialResult(state="complete", value=500.0)
+
+
+# ---- tests -----------------------------------------------------------------------------------
+
+def test_tp2_trials_run_four_at_a_time_on_disjoint_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    (tmp_path / "active").mkdir()
+    ex = RayExecutor(_spec(), body=_hold_body)
+    try:
+        reqs = [_request(n, tmp_path, dir=str(tmp_path), want=4, barrier_s=20.0) for n in range(8)]
+        assert ex.slots_free(reqs[0]) == 4
+        assert ex.slots_free(_request(99, tmp_path, tp=8)) == 1
+        results = _drive(ex, reqs)
+    finally:
+        ex.shutdown(cancel=True)
+    assert sorted(results) == list(range(8))
+    assert all(r.state == "complete" and r.value == n for n, r in results.items())
+    recs = [json.loads((tmp_path / f"{n}.json").read_text()) for n in range(8)]
+    for rec in recs:
+        ids = rec["cvd"].split(",")
+        assert len(ids) == 2 and all(0 <= int(i) < 8 for i in ids)
+        assert rec["gpu_ids"] == [int(i) for i in ids]  # the body's request carries Ray's assignment
+    # Peak concurrency and GPU use, from the bodies' own timestamps.
+    events = sorted([(r["start"], 1, i) for i, r in enumerate(recs)] + [(r["end"], -1, i) for i, r in enumerate(recs)])
+    live: set[int] = set()
+    peak = 0
+    for _, kind, i in events:
+        if kind == 1:
+            live.add(i)
+            gpus = [g for j in live for g in recs[j]["cvd"].split(",")]
+            assert len(gpus) == len(set(gpus)), "trials in flight share a GPU"
+            assert len(gpus) <= 8
+        else:
+            live.discard(i)
+        peak = max(peak, len(live))
+    assert peak == 4
+    assert len({r["cvd"] for r in recs}) >= 4
+
+
+def test_max_parallel_caps_slots(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    ex = RayExecutor(_spec(max_parallel=3), body=_hold_body)
+    try:
+        assert ex.slots_free(_request(0, tmp_path)) == 3
+        assert ex.slots_free() == 3  # default need: the study's tp x dp
+    finally:
+        ex.shutdown(cancel=False)
+
+
+def test_a_trial_that_can_never_fit_fails_at_once(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    ex = RayExecutor(_spec(resources={"gpu_arch_blackwell": 1}), body=_hold_body)
+    try:
+        ex.submit(7, _request(7, tmp_path, tp=16))
+        ex.submit(8, _request(8, tmp_path, tp=2))  # no node has gpu_arch_blackwell
+        assert sorted(ex.in_flight()) == [7, 8]
+        t0 = time.monotonic()
+        out = dict(ex.wait(5.0))
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        ex.shutdown(cancel=True)
+    assert out[7].state == "failed" and out[7].failure_kind == "invalid_args"
+    assert "GPU=16" in out[7].evidence and "largest 8" in out[7].evidence
+    assert "gpu_arch_blackwell=1" in out[8].evidence
+    assert ex.in_flight() == []
+
+
+def test_reports_reach_the_reporter_and_false_stops_the_body(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    seen: list[tuple[int, int, float]] = []
+
+    def factory(number: int) -> Callable[[int, float], bool]:
+        def report(step: int, value: float) -> bool:
+            seen.append((number, step, value))
+            return step < 3
+        return report
+
+    ex = RayExecutor(_spec(), reporter_factory=factory, body=_report_body)
+    try:
+        results = _drive(ex, [_request(5, tmp_path)], timeout_s=60)
+    finally:
+        ex.shutdown(cancel=True)
+    result = results[5]
+    assert result.state == "pruned"
+    stopped = result.observed["stopped_at"]
+    assert 3 < stopped < 50  # the stop flag reached the body soon after the driver's False
+    steps = [s for n, s, _ in seen if n == 5]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3
+    assert all(v == s * 10 for _, s, v in seen)
+
+
+def _wait_file(path: Path, timeout_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+    time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+def _gone(pids: list[int], timeout_s: float = 20) -> list[int]:
+    """Pids still alive (zombies count as gone) after waiting up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def test_killed_worker_fails_with_worker_died_and_leaves_no_server(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    ex = RayExecutor(_spec(), body=_server_body)
+    try:
+        ex.submit(3, _request(3, tmp_path, dir=str(tmp_path)))
+        info = _wait_file(tmp_path / "3.json")
+        assert len(info["server_pids"]) >= 2
+        os.kill(info["worker_pid"], signal.SIGKILL)
+        out: list[tuple[int, TrialResult]] = []
+        deadline = time.monotonic() + 60
+        while not out and time.monotonic() < deadline:
+            out = ex.wait(1.0)
+    finally:
+        ex.shutdown(cancel=True)
+    assert [n for n, _ in out] == [3]
+    result = out[0][1]
+    assert result.state == "failed" and result.failure_kind == "worker_died"
+    assert "Error" in result.evidence
+    assert _gone(info["server_pids"]) == []
+
+
+def test_cancel_tears_down_running_servers(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    ex = RayExecutor(_spec(), body=_server_body, cancel_grace_s=0)  # straight to force-cancel
+    infos = []
+    try:
+        for n in (10, 11):
+            ex.submit(n, _request(n, tmp_path, dir=str(tmp_path)))
+        infos = [_wait_file(tmp_path / f"{n}.json") for n in (10, 11)]
+    finally:
+        ex.shutdown(cancel=True)
+    pids = [p for info in infos for p in info["server_pids"]] + [info["worker_pid"] for info in infos]
+    assert len(pids) >= 6
+    assert _gone(pids) == []
+    assert ray.is_initialized()  # an executor that joined an instance leaves it running
