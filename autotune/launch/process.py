@@ -21,13 +21,11 @@ when that thread ends; the watchdog covers those launches).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
 import subprocess
 import threading
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -43,60 +41,17 @@ from autotune.launch import cleanup
 from autotune.launch.artifacts import shell_command
 from autotune.launch.failures import classify
 from autotune.launch.gpu import wait_gpu_released
-from autotune.launch.groups import born_since, descendants, pids_with_env, signal_group, terminate
+from autotune.launch.groups import LAUNCH_ID_ENV, born_since, descendants, pids_with_env, signal_group, terminate
 from autotune.launch.ports import mark_port_used
-from autotune.launch.groups import LAUNCH_ID_ENV
 from autotune.launch.registry import ProcessRegistry
+from autotune.launch.spawn import pdeathsig_preexec, spawn_watchdog
 from autotune.launch.tail import LogTail
 from autotune.outcome import FailureKind
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
-try:
-    _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
-
-
-def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None] | None:
-    """A preexec_fn setting PR_SET_PDEATHSIG(SIGKILL), or None where that is unsafe or unsupported."""
-    if _prctl is None or threading.current_thread() is not threading.main_thread():
-        return None
-
-    def preexec() -> None:  # runs in the child between fork and exec: no locks, no imports
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
-def spawn_watchdog(pgid: int, create_time: float, *, launch_id: str = "", log: IO[bytes] | None = None, poll_s: float = 0.5, grace_s: float = 2.0) -> subprocess.Popen[bytes]:
-    """Start ``python -m autotune.launch.watchdog`` for group ``pgid``, guarding against this process's death.
-
-    Not imported from the watchdog module so that ``-m`` runs it fresh."""
-    me = psutil.Process()
-    argv = [
-        sys.executable, "-m", "autotune.launch.watchdog",
-        "--parent-pid", str(me.pid),
-        "--parent-create-time", repr(me.create_time()),
-        "--pgid", str(pgid),
-        "--create-time", repr(create_time),
-        "--poll-s", str(poll_s),
-        "--grace-s", str(grace_s),
-    ]
-    if launch_id:
-        argv += ["--launch-id", launch_id]
-    return subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=log if log is not None else subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
-
+_FIRST_READ_TIMEOUT_S = 1.0  # readiness answers (503 or a 1-token generation) are quick ...
+_MAX_READ_TIMEOUT_S = 16.0  # ... but a loaded first generation may take longer: back off to this
 
 
 class ServerProcess:
@@ -214,7 +169,7 @@ class ServerProcess:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_pdeathsig_preexec(os.getpid()),  # noqa: PLW1509 - see _pdeathsig_preexec
+                preexec_fn=pdeathsig_preexec(os.getpid()),  # noqa: PLW1509 - see spawn.pdeathsig_preexec
             )
         except OSError as exc:
             self._log_fh.close()
@@ -223,17 +178,25 @@ class ServerProcess:
         self._started_at = time.monotonic()
         cleanup.add_live(self)
         try:
-            self._create_time = psutil.Process(self._proc.pid).create_time()
-        except psutil.NoSuchProcess:  # exited and reaped already: nothing to guard
-            self._create_time = None
-        if self._create_time is not None:
-            if self.registry is not None:
-                self.registry.record(self._proc.pid, argv=self.argv, pgid=self._proc.pid, trial=self.tags.get("trial"), launch_id=self.launch_id, tags=self.tags)
-            if self._use_watchdog:
-                self._watchdog = spawn_watchdog(self._proc.pid, self._create_time, launch_id=self.launch_id, log=self._log_fh)
+            self._guard()
+        except BaseException:
+            self.stop(grace_s=0)  # never leave a server running that nothing guards
+            raise
         self._tail = LogTail(self.log_path, offset=offset, on_line=self.on_line)
         self._tail.start()
         return self
+
+    def _guard(self) -> None:
+        """Record the new group in the registry and start its watchdog."""
+        assert self._proc is not None  # noqa: S101 - called right after Popen
+        try:
+            self._create_time = psutil.Process(self._proc.pid).create_time()
+            if self.registry is not None:
+                self.registry.record(self._proc.pid, argv=self.argv, pgid=self._proc.pid, trial=self.tags.get("trial"), launch_id=self.launch_id, tags=self.tags)
+        except psutil.NoSuchProcess:  # already exited and reaped: nothing left to guard
+            return
+        if self._use_watchdog:
+            self._watchdog = spawn_watchdog(self._proc.pid, self._create_time, launch_id=self.launch_id, log=self._log_fh)
 
     # -- readiness -----------------------------------------------------------------------
 
@@ -253,8 +216,8 @@ class ServerProcess:
         self._wake.set()
 
     def send_signal(self, sig: int) -> None:
-        """Send ``sig`` to the server's group and to every descendant seen so far."""
-        if self._proc is None:
+        """Send ``sig`` to the server's group and to every descendant seen so far (no-op after stop)."""
+        if self._proc is None or self._stopped:
             return
         self._remember_descendants()
         signal_group(self._proc.pid, sig, list(self._seen.values()))
@@ -292,6 +255,7 @@ class ServerProcess:
         paths = list(self.ready_paths)
         idx = 0
         last_scan = 0.0
+        read_timeout = _FIRST_READ_TIMEOUT_S
         with requests.Session() as session:
             session.trust_env = False  # never send loopback polls through a proxy
             while True:
@@ -310,9 +274,14 @@ class ServerProcess:
                         evidence=evidence,
                     )
                 try:
-                    resp = session.get(self.url + paths[idx], timeout=(min(1.0, left), min(5.0, left)))
+                    resp = session.get(self.url + paths[idx], timeout=(min(1.0, left), min(read_timeout, left)))
                     status = resp.status_code
                     resp.close()
+                except requests.ReadTimeout:
+                    # Slow health generation (or someone else's silent listener): look at the
+                    # process again soon, and allow the next answer a little longer.
+                    status = None
+                    read_timeout = min(read_timeout * 2, _MAX_READ_TIMEOUT_S)
                 except requests.RequestException:
                     status = None
                 if status == 200:
