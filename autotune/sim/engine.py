@@ -369,6 +369,8 @@ class Engine:
             log.error("prefill batch of %d tokens exceeds the %d tokens that fit: runtime OOM",
                       tokens, self.prefill_oom_tokens)
             self._dead = f"Prefill out of memory ({tokens} tokens)"
+            for req, _ in batch:
+                req.fail(self._dead)
             if self.on_runtime_oom is not None:
                 self.on_runtime_oom(tokens)
             return
