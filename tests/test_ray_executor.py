@@ -120,6 +120,7 @@ def _server_body(req: TrialRequest, report: Any) -> TrialResult:
             time.sleep(0.1)
     finally:
         server.stop(grace_s=2)
+        (Path(req.sim["dir"]) / f"{req.trial_number}.stopped").write_text("")
     return TrialResult(state="complete", value=1.0)
 
 
@@ -263,15 +264,24 @@ def test_killed_worker_fails_with_worker_died_and_leaves_no_server(ray_owner: Ra
     assert _gone(info["server_pids"]) == []
 
 
-def test_cancel_tears_down_running_servers(ray_owner: RayExecutor, tmp_path: Path) -> None:
-    ex = RayExecutor(_spec(), body=_server_body, cancel_grace_s=0)  # straight to force-cancel
+@pytest.mark.parametrize("grace_s", [0.0, 10.0], ids=["force", "soft-then-force"])
+def test_cancel_tears_down_running_servers(ray_owner: RayExecutor, tmp_path: Path, grace_s: float) -> None:
+    """Ctrl-C in the driver: shutdown(cancel=True). 0 s grace goes straight to force-cancel."""
+    ex = RayExecutor(_spec(), body=_server_body, cancel_grace_s=grace_s)
     infos = []
     try:
         for n in (10, 11):
             ex.submit(n, _request(n, tmp_path, dir=str(tmp_path)))
         infos = [_wait_file(tmp_path / f"{n}.json") for n in (10, 11)]
+        t0 = time.monotonic()
     finally:
         ex.shutdown(cancel=True)
+    stopped = [(tmp_path / f"{n}.stopped").exists() for n in (10, 11)]
+    if grace_s:  # the soft cancel reached the bodies: their finally stopped the servers
+        assert stopped == [True, True]
+        assert time.monotonic() - t0 < grace_s
+    else:  # force: no finally ran; the guard ended the servers
+        assert stopped == [False, False]
     pids = [p for info in infos for p in info["server_pids"]] + [info["worker_pid"] for info in infos]
     assert len(pids) >= 6
     assert _gone(pids) == []

@@ -1,0 +1,131 @@
+"""The per-trial guard and the Ray connection settings, without starting Ray."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.study import ray_cluster, ray_guard
+
+# A "worker" that starts a server tree in its own session (like ServerProcess) and then idles.
+_WORKER = """
+import os, subprocess, sys, time
+tree = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+server = subprocess.Popen([sys.executable, '-c', tree], start_new_session=True)
+from autotune.study import ray_guard
+ray_guard.spawn(os.environ[ray_guard.MARKER_ENV], poll_s=0.2, grace_s=1.0)
+print(server.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_guard_ends_marked_processes_once_the_worker_is_killed() -> None:
+    marker = uuid.uuid4().hex
+    env = {**os.environ, ray_guard.MARKER_ENV: marker}
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER], env=env, stdout=subprocess.PIPE, text=True)
+    tree: list[int] = []
+    try:
+        assert worker.stdout is not None
+        server_pid = int(worker.stdout.readline())
+        deadline = time.monotonic() + 10
+        while len(tree) < 2 and time.monotonic() < deadline:
+            tree = [server_pid] + [c.pid for c in psutil.Process(server_pid).children(recursive=True)]
+            time.sleep(0.1)
+        assert len(tree) == 2
+        # the guard is detached: not a child of the worker
+        assert all(ray_guard.MARKER_ENV not in " ".join(c.cmdline()) for c in psutil.Process(worker.pid).children())
+        assert {p.pid for p in ray_guard.marked(marker)} >= set(tree)
+        worker.kill()
+        worker.wait()
+        deadline = time.monotonic() + 15
+        while _alive(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive(tree) == []
+    finally:
+        worker.kill()
+        worker.wait()
+        for pid in _alive(tree):
+            os.kill(pid, 9)
+
+
+def test_sweep_leaves_unmarked_processes_alone() -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             env={**os.environ, ray_guard.MARKER_ENV: "someone-else"})
+    try:
+        assert ray_guard.sweep(uuid.uuid4().hex, grace_s=0.5) == []
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_address_comes_from_the_spec_then_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert ray_cluster.resolve_address("10.0.0.9:6379") == "10.0.0.9:6379"
+    assert ray_cluster.resolve_address(None) == "10.0.0.5:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert ray_cluster.resolve_address(None) is None
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert ray_cluster.resolve_address(None) is None
+
+
+def test_token_is_found_in_env_or_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert not ray_cluster.token_available()
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t")
+    assert ray_cluster.token_available()
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "missing"))
+    assert not ray_cluster.token_available()
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "abc")
+    assert ray_cluster.token_available()
+
+
+def test_unreachable_cluster_is_a_config_error_naming_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray")
+
+    def refuse(**kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to.")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(ConfigError, match=r"executor.address: cannot join the Ray cluster at 'auto': Could not find"):
+        ray_cluster.connect("auto", num_cpus=None, num_gpus=0)
+
+
+def test_explicit_address_turns_token_mode_on_when_a_token_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray")
+    seen: dict[str, object] = {}
+
+    def fake_init(**kwargs: object) -> None:
+        seen.update(kwargs, auth=os.environ.get("RAY_AUTH_MODE"))
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "placeholder")  # recorded, so the value set below is undone
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
+    assert ray_cluster.connect("10.1.2.3:6379", num_cpus=None, num_gpus=0) is False
+    assert seen["address"] == "10.1.2.3:6379" and seen["auth"] == "token"
