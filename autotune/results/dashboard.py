@@ -103,11 +103,11 @@ def trial_note(t: FrozenTrial) -> str:
         lines += [f"Reason: {ua['reason']}", ""]
     pred, obs = ua.get("prediction") or {}, ua.get("observed") or {}
     if pred:
-        lines.append(f"Memory model: verdict {pred.get('verdict')}, KV tokens {pred.get('kv_tokens')}, "
+        lines.append(f"- Memory model: verdict {pred.get('verdict')}, KV tokens {pred.get('kv_tokens')}, "
                      f"min viable mem_fraction_static {pred.get('min_viable_mem_fraction')}")
     if obs.get("kv_tokens") is not None:
         err = ua.get("kv_tokens_error_pct")
-        lines.append(f"Observed: KV tokens {obs.get('kv_tokens')}"
+        lines.append(f"- Observed: KV tokens {obs.get('kv_tokens')}"
                      + (f" (prediction off by {err:+.2f} %)" if isinstance(err, (int, float)) else ""))
     if ua.get("shell"):
         lines += ["", "Launched with:", "", "```", str(ua["shell"]), "```"]

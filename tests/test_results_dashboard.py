@@ -1,0 +1,137 @@
+"""`autotune dashboard`: optuna-dashboard in-process, with constraints, notes and artifacts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+
+from autotune.results.dashboard import serve_in_thread, url_of
+from autotune.study.storage import open_study
+from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
+from test_results_fixture import finished_spec, make_finished_study  # noqa: F401  (fixture)
+
+
+@contextmanager
+def dashboard(spec) -> Iterator[str]:
+    httpd, thread = serve_in_thread(spec, "127.0.0.1", 0)
+    try:
+        yield url_of(httpd).removesuffix("/dashboard/")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def _get(url: str) -> tuple[int, str, bytes]:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read()
+
+
+def _study_detail(base: str) -> dict:
+    studies = json.loads(_get(base + "/api/studies")[2])["study_summaries"]
+    assert len(studies) == 1
+    return json.loads(_get(f"{base}/api/studies/{studies[0]['study_id']}")[2])
+
+
+def test_trials_show_constraints_notes_and_artifacts(finished_spec):
+    with dashboard(finished_spec) as base:
+        detail = _study_detail(base)
+        by_number = {t["number"]: t for t in detail["trials"]}
+        assert len(by_number) == len(open_study(finished_spec, create=False).trials)
+        # feasibility from set_constraint, which the dashboard alone would not show
+        assert by_number[0]["constraints"] == [-1.0]
+        assert by_number[1]["constraints"] == [1.0] and by_number[2]["constraints"] == [1.0]
+        # notes generated from user_attrs
+        assert "predicted_oom" in by_number[1]["note"]["body"] and "KV budget" in by_number[1]["note"]["body"]
+        assert "graph_capture_oom" in by_number[3]["note"]["body"]
+        assert "baseline" in by_number[0]["note"]["body"] and "Artifacts" in by_number[0]["note"]["body"]
+        assert "sglang.launch_server" in detail["note"]["body"]
+        # artifacts: each completed trial's log, command, load summary and per-request records
+        arts = {a["filename"]: a for a in by_number[0]["artifacts"]}
+        assert {"server.log", "command.sh", "load_c64.json", "requests_c64.jsonl"} <= set(arts)
+        tid = by_number[0]["trial_id"]
+        status, ctype, body = _get(f"{base}/artifacts/{detail['trials'][0]['study_id']}/{tid}/{arts['server.log']['artifact_id']}")
+        assert status == 200 and ctype.startswith("text/plain") and b"Load weight end" in body
+
+
+def test_viewing_writes_nothing_and_a_ui_note_replaces_the_generated_one(tmp_path):
+    spec = make_finished_study(tmp_path, n_complete=2)
+    study = open_study(spec, create=False)
+    before = dict(study._storage.get_study_system_attrs(study._study_id))
+    with dashboard(spec) as base:
+        detail = _study_detail(base)
+        assert dict(study._storage.get_study_system_attrs(study._study_id)) == before
+        t0 = detail["trials"][0]
+        req = urllib.request.Request(
+            f"{base}/api/studies/{t0['study_id']}/{t0['trial_id']}/note", method="PUT",
+            data=json.dumps({"version": t0["note"]["version"] + 1, "body": "checked by hand"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status in (200, 204)
+        time.sleep(0.1)
+        again = _study_detail(base)
+        assert again["trials"][0]["note"]["body"] == "checked by hand"
+        assert "predicted_oom" in again["trials"][1]["note"]["body"]  # others still generated
+
+
+def test_cli_prints_url_and_stops_cleanly_on_ctrl_c(finished_spec):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "dashboard", finished_spec.source_path, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/dashboard/", line)
+        assert m, line + proc.stderr.read() if proc.poll() is not None else line
+        assert _get(m.group(0) + "")[0] == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_unknown_study_and_busy_port_are_config_errors(finished_spec, tmp_path):
+    from autotune.cli import main
+
+    other = tmp_path / "other.yaml"
+    other.write_text(open(finished_spec.source_path).read().replace("name: results-test", "name: never-run")
+                     .replace("storage: study.db", f"storage: {tmp_path / 'none.db'}"))
+    assert main(["dashboard", str(other), "--port", "0"]) == 2
+    with dashboard(finished_spec) as base:
+        port = base.rsplit(":", 1)[1]
+        assert main(["dashboard", finished_spec.source_path, "--port", port]) == 2
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_dashboard_trials_page_in_chromium(finished_spec, tmp_path):
+    shots = artifacts_dir(tmp_path)
+    with dashboard(finished_spec) as base:
+        sid = _study_detail(base)["trials"][0]["study_id"]
+        url = f"{base}/dashboard/studies/{sid}/trials"
+        res = chromium(url, tmp_path, dump_dom=True, budget_ms=15000)
+        assert res.returncode == 0, res.stderr[-2000:]
+        dom = res.stdout
+        assert "mem_fraction_static" in dom, dom[:2000]
+        assert re.search(r"Trial\s*(<!-- -->)?\s*\d", dom) or "predicted_oom" in dom
+        assert "server.log" in dom or "Artifacts" in dom
+        assert console_errors(res.stderr) == []
+        shot = shots / "dashboard-trials.png"
+        chromium(url, tmp_path, screenshot=shot, window="1400,1800", budget_ms=15000)
+        assert shot.is_file() and shot.stat().st_size > 10_000
+        print(f"dashboard screenshot kept at {shot}")
