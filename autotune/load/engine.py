@@ -17,7 +17,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -45,6 +45,9 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 log = logging.getLogger(__name__)
 
 SnapshotCallback = Callable[[Snapshot], Any]
+# An async probe of the simulated server's modelled clock: returns (wall perf_counter, modelled seconds).
+ClockProbe = Callable[[], Awaitable[tuple[float, float] | None]]
+_SCALE_DRIFT_WARN = 0.02
 _JSON = {"Content-Type": "application/json"}
 _LAG_PROBE_S = 0.05
 _MAX_PREOPEN = 1024
@@ -284,10 +287,16 @@ class LoadRunner:
 
         await asyncio.gather(*(touch() for _ in range(n)))
 
-    async def measure(self, on_snapshot: SnapshotCallback | None) -> LoadResult:
-        """Run the timed part of the load point and compute its metrics."""
+    async def measure(self, on_snapshot: SnapshotCallback | None, clock: ClockProbe | None = None) -> LoadResult:
+        """Run the timed part of the load point and compute its metrics.
+
+        ``clock`` reads the simulated server's modelled clock; when given, the
+        wall-to-modelled factor is measured over the run (it falls below the nominal
+        time scale when the simulator cannot keep up on a busy host) and used instead.
+        """
         s = self.spec
         x = self.time_scale
+        clock_start = await clock() if clock is not None else None
         sem = asyncio.Semaphore(s.concurrency) if s.concurrency else None
         rng = np.random.default_rng(s.seed + 104729)
         arrivals = arrival_offsets(s.request_rate, s.num_prompts, rng)
@@ -328,11 +337,27 @@ class LoadRunner:
             t_end = max(ends)  # bench_serving: first dispatch to last completion
         if self.traces:  # the clock starts with the first request actually sent
             t0 = min(tr.start for tr in self.traces)
+        nominal = x
+        clock_end = await clock() if clock is not None else None
+        if clock_start is not None and clock_end is not None and t_end > t0:
+            # modelled span of the run: the probes' span less the idle edges, which the
+            # simulator lets flow at its nominal scale
+            (w0, m0), (w1, m1) = clock_start, clock_end
+            span = (m1 - m0) - max(t0 - w0, 0.0) * nominal - max(w1 - t_end, 0.0) * nominal
+            x = span / (t_end - t0) if span > 0 else nominal
+            if abs(x / nominal - 1) > _SCALE_DRIFT_WARN:
+                log.warning(
+                    "the simulated server ran at %.3g modelled s per wall s, not its nominal %.3g "
+                    "(host too slow for that time scale); figures use its modelled clock",
+                    x,
+                    nominal,
+                )
         metrics, records = compute_metrics(
             self.traces, t0=t0, duration_wall=t_end - t0, time_scale=x, client_cpu_s=cpu, loop_lags_s=lags
         )
         metrics["stopped_early"] = self.stopped_early
         metrics["time_scale"] = x
+        metrics["time_scale_nominal"] = nominal
         result = LoadResult(metrics=metrics, records=records, time_scale=x, stopped_early=self.stopped_early)
         if self.abort_reason:
             raise LoadPointFailed(

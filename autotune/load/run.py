@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -59,6 +61,27 @@ def time_scale_of(server_info: dict[str, Any]) -> float:
             return 1.0
         return x if x > 0 else 1.0
     return 1.0
+
+
+def sim_clock_probe(session: aiohttp.ClientSession, base_url: str) -> Callable[[], Awaitable[tuple[float, float] | None]]:
+    """A probe of the simulated server's modelled clock (``/sim/stats`` ``modelled_now_s``).
+
+    Returns ``(wall, modelled)`` with ``wall`` the midpoint of the request, or None when
+    the server does not expose the clock.
+    """
+
+    async def probe() -> tuple[float, float] | None:
+        t0 = time.perf_counter()
+        try:
+            stats = await _get_json(session, base_url + "/sim/stats")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return None
+        t1 = time.perf_counter()
+        if not isinstance(stats, dict) or not isinstance(stats.get("modelled_now_s"), (int, float)):
+            return None
+        return (t0 + t1) / 2, float(stats["modelled_now_s"])
+
+    return probe
 
 
 async def served_model(session: aiohttp.ClientSession, base_url: str) -> str:
@@ -116,7 +139,8 @@ async def run_load_async(
             if spec.flush_cache:
                 await flush_cache(session, base)
             await runner.preopen()
-            result = await runner.measure(on_snapshot)
+            clock = sim_clock_probe(session, base) if "sim" in info else None
+            result = await runner.measure(on_snapshot, clock)
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)

@@ -1,0 +1,80 @@
+"""The load generator against the simulated SGLang server (python -m autotune.sim): its
+``/sim/stats`` is the ground truth (exact tokens, modelled timestamps per request).
+
+The time scale is kept small so the simulator keeps up with it on a shared 2-core
+machine; the load generator measures the simulator's real wall-to-modelled factor
+over the run anyway (``metrics["time_scale"]``; nominal in ``time_scale_nominal``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.load import LoadSpec, run_load
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "studies" / "models" / "qwen3-32b-class"
+QUIET = os.getloadavg()[0] < (os.cpu_count() or 1)
+REL = 0.01 if QUIET else 0.05
+
+pytestmark = pytest.mark.skipif(not MODEL.is_dir(), reason="simulated model profile not present")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("sim") / "sim.log"
+    argv = [sys.executable, "-m", "autotune.sim", "--model-path", str(MODEL), "--sim-gpu", "h100",
+            "--sim-time-scale", "2", "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_SIM_")}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "The server is fired up and ready to roll!" not in log_path.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"simulated server did not start: {log_path.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "/sim/stats", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.parametrize("backend", ["sglang", "openai"])
+def test_tokens_exact_and_throughput_in_modelled_time(sim: str, backend: str) -> None:
+    before = {r["rid"] for r in _stats(sim)["requests"]}
+    result = run_load(sim, LoadSpec(backend=backend, concurrency=8, num_prompts=24, input_len=128, output_len=48,
+                                    warmup_requests=0))
+    new = [r for r in _stats(sim)["requests"] if r["rid"] not in before]
+    m = result.metrics
+    assert len(new) == m["completed"] == 24
+    assert m["total_output_tokens"] == sum(r["output_len"] for r in new) == 24 * 48
+    assert m["total_input_tokens"] == sum(r["input_len"] for r in new) == 24 * 128
+    truth = m["total_output_tokens"] / (max(r["finish_s"] for r in new) - min(r["arrival_s"] for r in new))
+    assert m["output_throughput"] == pytest.approx(truth, rel=REL)
+    assert m["time_scale_nominal"] == 2.0 and result.time_scale == m["time_scale"]
+    assert 0.5 < result.time_scale <= 2.2  # measured factor: at most a little above nominal
