@@ -221,3 +221,11 @@ def test_bad_inputs_are_rejected(kimi):
         PerfInputs(model=kimi, gpu=get_gpu("h100"), interconnect="ib")
     with pytest.raises(ValueError, match="tp_size/dp_size must be >= 1, got 0/1"):
         PerfInputs(model=kimi, gpu=get_gpu("h100"), tp_size=0)
+
+
+def test_data_parallel_replicas_split_the_batch(llama):
+    base = PerfInputs(model=llama, gpu=get_gpu("h100"), tp_size=2, interconnect="nvlink", cuda_graph_max_bs=256)
+    one, two = PerfModel(base), PerfModel(replace(base, dp_size=2))
+    assert step(two, 128) < step(one, 128)
+    assert two.decode_step_time_s(128, 128 * 640) == pytest.approx(one.decode_step_time_s(64, 64 * 640))
+    assert two.prefill_time_s(8192, 8) == pytest.approx(one.prefill_time_s(4096, 4))

@@ -3,8 +3,13 @@
 The engine (:mod:`autotune.sim.engine`) asks this model for the modelled time of
 each prefill and decode step. The model is a roofline per step, built so that
 the launch knobs move speed the way they move it in real SGLang. Everything is
-per GPU of one tensor-parallel group (one DP replica); ``dp_size`` replicas are
-independent and only reported.
+per GPU of one tensor-parallel group.
+
+Data parallelism (``dp_size`` > 1, plain DP: independent replicas that the
+router feeds evenly) is modelled as replicas stepping in lockstep: the engine
+keeps one queue and one KV pool for all of them (the server passes the total),
+and a step over ``B`` requests takes the time of one replica's step over
+``ceil(B / dp)`` requests and ``1/dp`` of the KV context (prefill likewise).
 
 Decode step (``decode_step_time_s``), for ``B`` running requests holding
 ``C`` KV tokens in total:
@@ -299,6 +304,9 @@ class PerfModel:
         """Modelled seconds of one decode step (one draft/verify cycle under speculative)."""
         if batch_size <= 0:
             return 0.0
+        dp = self.inputs.dp_size
+        if dp > 1:
+            batch_size, context_tokens = -(-batch_size // dp), context_tokens // dp
         padded = self.graph_batch(batch_size)
         graph = padded is not None
         bs = padded if padded is not None else batch_size
@@ -317,6 +325,9 @@ class PerfModel:
         """Modelled seconds of one prefill (extend) step over ``num_tokens`` new tokens."""
         if num_tokens <= 0:
             return 0.0
+        dp = self.inputs.dp_size
+        if dp > 1:
+            num_tokens, batch_reqs = -(-num_tokens // dp), -(-batch_reqs // dp)
         reqs = max(batch_reqs, 1)
         m = self.inputs.model
         base = self.target.step_s(num_tokens, 0.0, graph=False, efficiency=PREFILL_EFFICIENCY)
