@@ -278,3 +278,29 @@ def test_wall_time_follows_modelled_time_over_scale():
     assert wall >= 0.9 * expected
     assert wall <= expected + 1.5  # generous: the machine is shared
     assert math.isfinite(engine.modelled_now())
+
+
+@pytest.mark.parametrize("scale", [20.0, 1e7])
+def test_modelled_results_do_not_depend_on_the_time_scale(scale):
+    """Closed loop: the same modelled span whether the host keeps up (20x) or lags far behind (1e7x)."""
+    perf = RecordingPerf(decode_s=0.02)
+    engine = make_engine(perf, time_scale=scale, max_running_requests=4)
+
+    async def scenario() -> float:
+        await engine.start()
+        sem = asyncio.Semaphore(4)
+
+        async def one(i: int) -> None:
+            async with sem:
+                await collect(engine, f"r{i}", 50, 30)
+
+        try:
+            await asyncio.gather(*(one(i) for i in range(8)))
+        finally:
+            await engine.stop()
+        recs = engine.stats()["requests"]
+        return max(r["finish_s"] for r in recs) - min(r["arrival_s"] for r in recs)
+
+    span = run(scenario())
+    # two waves of 4: each is one prefill step (0.005 + 200 x 1e-5 s) and 29 decode steps of 0.02 s
+    assert span == pytest.approx(2 * (0.007 + 29 * 0.02), rel=0.05)

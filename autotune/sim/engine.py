@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import AutotuneError, ConfigError
+from autotune.sim.engine_clock import ModelledClock
 from autotune.sim.engine_req import TOKEN_ID_RANGE, Request
 
 __all__ = ["Chunk", "Engine", "EngineStopped"]
@@ -60,7 +61,6 @@ NEW_TOKEN_RATIO_DECAY = 0.001
 CLIP_MAX_NEW_TOKENS = 4096
 RETRACT_DECODE_STEPS = 20
 IDLE_GRACE_TURNS = 3  # event-loop turns the engine waits for work before idling
-LAG_REANCHOR_S = 0.05  # wall seconds of lag after which the modelled clock re-anchors
 
 
 
@@ -135,13 +135,7 @@ class Engine:
         self._work: asyncio.Event | None = None
         self._stopping = False
         self._dead: str | None = None
-        self._t = 0.0  # modelled time at the end of the last step
-        self._step_start = 0.0
-        self._step_end = 0.0
-        self._busy = False
-        self._wall0 = 0.0
-        self._model0 = 0.0
-        self._last_now = 0.0
+        self._clock = ModelledClock(self.time_scale)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -149,11 +143,9 @@ class Engine:
         """Start the scheduler task on the running loop (modelled time starts at 0)."""
         if self._task is not None:
             return
-        loop = asyncio.get_running_loop()
         self._work = asyncio.Event()
-        self._wall0 = loop.time()
-        self._model0 = 0.0
-        self._task = loop.create_task(self._run(), name="sim-engine")
+        self._clock.start()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
         """Stop the scheduler; in-flight consumers get :class:`EngineStopped`."""
@@ -165,28 +157,15 @@ class Engine:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        self._clock.stop()
         self._fail_all(self._dead or "engine stopped")
 
     # --- public API -------------------------------------------------------------------
 
     def modelled_now(self) -> float:
-        """The modelled clock: wall time x scale, held inside the step being modelled.
-
-        When the host lags behind the modelled clock (huge time scales), the
-        wall time spent on the host is not modelled time: a call made during a
-        step then reads the step's start, i.e. a client reacting to the last
-        step's chunks is taken to react at once.
-        """
-        if self._task is None:
-            return self._t
-        now = self._model0 + (asyncio.get_running_loop().time() - self._wall0) * self.time_scale
-        if self._busy:
-            now = self._step_start if now > self._step_end else max(now, self._step_start)
-        else:
-            now = max(now, self._t)
-        now = max(now, self._last_now)
-        self._last_now = now
-        return now
+        """The modelled clock (see :mod:`autotune.sim.engine_clock`): wall time x scale,
+        held inside the step being modelled; host CPU time is not modelled time."""
+        return self._clock.now()
 
     async def generate(
         self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True
@@ -214,9 +193,7 @@ class Engine:
             yield Chunk([], now, True, "abort")
             return
         self._waiting.append(req)
-        if not self._busy:  # wake the engine: its first step starts at this arrival
-            self._busy = True
-            self._step_start = self._step_end = now
+        self._clock.wake(now)
         if self._work is not None:
             self._work.set()
         try:
@@ -260,13 +237,10 @@ class Engine:
                 if not self._waiting and not self._running and self._chunked is None:
                     if await self._linger():
                         continue
-                    self._busy = False
-                    self._anchor_idle()
+                    self._clock.go_idle()
                     self._work.clear()
                     await self._work.wait()
-                    self._t = max(self._t, self._step_start)
-                    self._wall0 = asyncio.get_running_loop().time()
-                    self._model0 = self._t
+                    self._clock.resume()
                     continue
                 batch = self._plan_prefill()
                 if batch:
@@ -286,23 +260,6 @@ class Engine:
             self._fail_all(self._dead)
             raise
 
-    async def _advance(self, dt: float) -> float:
-        """Model a step of ``dt`` seconds: sleep its wall share, keep the clock anchored."""
-        loop = asyncio.get_running_loop()
-        self._step_start = self._t
-        self._step_end = self._t + dt
-        self._busy = True
-        delay = self._wall0 + (self._step_end - self._model0) / self.time_scale - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        else:
-            await asyncio.sleep(0)
-            if -delay > LAG_REANCHOR_S:
-                self._wall0 = loop.time()
-                self._model0 = self._step_end
-        self._t = self._step_end
-        return self._t
-
     async def _linger(self) -> bool:
         """Out of work: give consumers a few loop turns to react at the same modelled instant.
 
@@ -311,20 +268,12 @@ class Engine:
         stamped with the end of the last step instead of wall time x scale.
         Returns True when work arrived.
         """
-        self._busy = True
-        self._step_start = self._step_end = self._t
+        self._clock.hold()
         for _ in range(IDLE_GRACE_TURNS):
             await asyncio.sleep(0)
             if self._waiting:
                 return True
         return False
-
-    def _anchor_idle(self) -> None:
-        """Entering idle: whatever lag the steps built up is dropped, idle time flows from ``_t``."""
-        loop = asyncio.get_running_loop()
-        if self._model0 + (loop.time() - self._wall0) * self.time_scale > self._t:
-            self._wall0 = loop.time()
-            self._model0 = self._t
 
     def _reserve(self, req: Request) -> float:
         return min(req.max_new - req.output, CLIP_MAX_NEW_TOKENS) * self._ratio
@@ -360,8 +309,8 @@ class Engine:
         req = self._waiting.popleft()
         log.warning("request %s (%d input tokens) can never fit the KV pool of %d tokens; aborted",
                     req.rid, req.input_len, self.kv_tokens)
-        req.finish(self._t, "abort")
-        req.push(Chunk([], self._t, True, "abort"))
+        req.finish(self._clock.t, "abort")
+        req.push(Chunk([], self._clock.t, True, "abort"))
 
     async def _prefill_step(self, batch: list[tuple[Request, int]]) -> None:
         tokens = sum(take for _, take in batch)
@@ -381,7 +330,7 @@ class Engine:
         self._chunked = None
         dt = self.perf.prefill_time_s(tokens, len(batch))
         self.steps["prefill"] += 1
-        t_end = await self._advance(dt)
+        t_end = await self._clock.advance(dt)
         for req, _ in batch:
             if req.aborted:
                 continue
@@ -399,15 +348,15 @@ class Engine:
         if self._kv_used + len(self._running) > self.kv_tokens:  # a lone request filled the pool
             req = self._running.pop()
             self._free(req)
-            req.finish(self._t, "abort")
-            req.push(Chunk([], self._t, True, "abort"))
+            req.finish(self._clock.t, "abort")
+            req.push(Chunk([], self._clock.t, True, "abort"))
             return
         batch = list(self._running)
         context = self._kv_used
         dt = self.perf.decode_step_time_s(len(batch), context)
         self.steps["decode"] += 1
         self._ratio = max(self._ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-        t_end = await self._advance(dt)
+        t_end = await self._clock.advance(dt)
         free = self.kv_tokens - self._kv_used
         for req in batch:
             if req.aborted or req.finish_s is not None:
@@ -481,7 +430,7 @@ class Engine:
             except ValueError:
                 pass
         self._free(req)
-        req.finish(self._t, "abort")
+        req.finish(self._clock.t, "abort")
 
     def _fail_all(self, reason: str) -> None:
         for req in list(self._running) + list(self._waiting) + ([self._chunked] if self._chunked else []):
