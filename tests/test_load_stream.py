@@ -75,3 +75,20 @@ def test_malformed_event_is_reported() -> None:
 def test_comment_and_event_lines_are_ignored() -> None:
     p = StreamParser("sglang")
     assert p.feed(b": keep-alive\n\nevent: message\n" + native(1)) == 1
+
+
+def test_native_fast_path_is_not_fooled_by_generated_text() -> None:
+    p = StreamParser("sglang")
+    p.feed(native(1))
+    tricky = {"text": 'say "completion_tokens": 999 and "error"', "output_ids": [1, 2],
+              "meta_info": {"prompt_tokens": 7, "completion_tokens": 2}}
+    assert p.feed(sse(tricky)) == 1 and p.completion_tokens == 2 and p.error is None
+    tricky2 = {"text": "completion_tokens", "output_ids": [1, 2, 3], "meta_info": {"completion_tokens": 3}}
+    assert p.feed(sse(tricky2)) == 1 and p.completion_tokens == 3
+
+
+def test_native_error_after_tokens_is_seen() -> None:
+    p = StreamParser("sglang")
+    p.feed(native(1) + native(2))
+    p.feed(sse({"error": {"message": "engine died", "completion_tokens": 5}}))
+    assert p.error == "server error: engine died" and p.completion_tokens == 2

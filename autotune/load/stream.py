@@ -16,6 +16,7 @@ orjson is used when installed (falls back to the standard library).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 try:  # optional speed-up
@@ -28,6 +29,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     loads = json.loads
 
 _DONE = b"[DONE]"
+_INT = re.compile(rb"\s*(\d+)")
 
 
 class StreamParser:
@@ -76,6 +78,11 @@ class StreamParser:
                 if payload == _DONE:
                     self.done = True
                     continue
+                if self._native:
+                    fast = self._native_fast(payload)
+                    if fast is not None:
+                        new += fast
+                        continue
                 try:
                     obj = loads(payload)
                 except ValueError:
@@ -100,8 +107,29 @@ class StreamParser:
             return True
         return False
 
+    def _native_fast(self, payload: bytes) -> int | None:
+        """Token count of a /generate event without parsing its growing cumulative text and ids.
+
+        In valid JSON ``"completion_tokens":`` can only be a key (a string value is never
+        followed by a colon, and inside a string the quotes are escaped), so a plain
+        search finds meta_info's counter. Anything unusual (first event, an error
+        mention, no counter) returns None and the event is parsed in full.
+        """
+        if self.prompt_tokens is None or b'"error"' in payload:
+            return None
+        i = payload.rfind(b'"completion_tokens":')
+        if i < 0:
+            return None
+        m = _INT.match(payload, i + 20)
+        if m is None:
+            return None
+        ct = int(m.group(1))
+        prev = self.completion_tokens or 0
+        self.completion_tokens = ct
+        return max(ct - prev, 0)
+
     def _native_event(self, obj: Any) -> int:
-        if self._fail(obj):
+        if (type(obj) is not dict or "error" in obj) and self._fail(obj):
             return 0
         meta = obj.get("meta_info") or {}
         ct = meta.get("completion_tokens")
@@ -118,7 +146,7 @@ class StreamParser:
         return max(ct - prev, 0)
 
     def _openai_event(self, obj: Any) -> int:
-        if self._fail(obj):
+        if (type(obj) is not dict or "error" in obj) and self._fail(obj):
             return 0
         usage = obj.get("usage")
         choices = obj.get("choices")
