@@ -163,3 +163,14 @@ def test_prediction_to_dict_is_plain() -> None:
     d = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", calibration=SEED_CAL).to_dict()
     json.dumps(d)
     assert d["verdict"] == "fits" and d["should_prune"] is False and d["kv_tokens"] == 159368
+
+
+def test_auto_speculative_params_drive_the_verify_graph_estimate() -> None:
+    auto = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path)),
+                   version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
+    explicit = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 3, 1, 4)),
+                       version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
+    assert auto.slack_parts == explicit.slack_parts and auto.max_running_requests == 48
+    wide = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 7, 1, 8)),
+                   version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
+    assert wide.slack_parts["graphs"] > explicit.slack_parts["graphs"]

@@ -18,16 +18,18 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.sglang import _slack as S
-from autotune.sglang.config import ServerConfig
+from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
     auto_mem_fraction_static,
+    auto_speculative_params,
     default_max_running_requests,
     req_to_token_pool_size,
 )
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
+from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
@@ -286,7 +288,7 @@ def predict(
     tokens = tokens // page * page
     context = cfg.context_length or model.context_len
     speculative = spec.enabled
-    draft_tokens = int(spec.num_draft_tokens or 0) if speculative else 0
+    draft_tokens = _resolved_draft_tokens(spec, model, v, notes) if speculative else 0
     mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests) if tokens else 0
 
     common = dict(p_gib=round(p, 4), w_gib=round(w, 4), a_gib=round(a, 4), f=f, f_is_auto=f_is_auto,
@@ -357,6 +359,16 @@ def predict(
         verdict, reason = "fits", f"{kv_txt}; slack {slack:.2f} GiB >= {total:.2f} GiB needed ({listed})"
     return Prediction(**common, slack_needed_gib=round(total, 4), slack_parts=parts, verdict=verdict,  # type: ignore[arg-type]
                       reason=reason, uncertain=uncertain, graph_batch_sizes=ladder)
+
+
+def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: SglangVersion, notes: list[str]) -> int:
+    """Draft tokens per request as SGLang will resolve them (auto choice, topk 1 => steps + 1)."""
+    try:
+        resolved, _ = validate_speculative(spec, model.architecture, v)
+        return int(resolved.num_draft_tokens or 1)
+    except ConfigError as e:
+        notes.append(f"speculative settings SGLang would refuse ({e}); memory estimated with its auto choice")
+        return auto_speculative_params(spec.algorithm or "EAGLE", model.architecture)[2]
 
 
 def _page_size(cfg: ServerConfig) -> int:
