@@ -174,3 +174,14 @@ def test_auto_speculative_params_drive_the_verify_graph_estimate() -> None:
     wide = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 7, 1, 8)),
                    version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
     assert wide.slack_parts["graphs"] > explicit.slack_parts["graphs"]
+
+
+def test_flashinfer_fusion_workspace_auto_on_hopper_only() -> None:
+    cal = Calibration(p_gib=130.0, a_gib=58.0)
+    h200 = predict(KIMI, "h200", _seed(0.88), version="0.5.9", interconnect="nvlink", calibration=cal)
+    assert h200.slack_parts["allreduce_fusion"] == pytest.approx(896 / 1024, abs=1e-3)
+    pro = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", calibration=SEED_CAL)
+    assert "allreduce_fusion" not in pro.slack_parts
+    forced = predict(KIMI, "rtx-pro-6000", _seed(0.88, flashinfer_allreduce_fusion=True), version="0.5.9",
+                     calibration=SEED_CAL)
+    assert forced.slack_parts["allreduce_fusion"] > 0 and forced.slack_needed_gib > pro.slack_needed_gib
