@@ -111,3 +111,15 @@ def test_modelled_time_follows_the_servers_time_scale() -> None:
     assert m["duration"] == pytest.approx(10 * truth["duration"], rel=REL)
     assert m["output_throughput"] == pytest.approx(truth["output_throughput"] / 10, rel=REL)
     assert m["mean_tpot_ms"] == pytest.approx(10 * truth["mean_tpot_ms"], rel=REL)
+
+
+def test_duration_bound_stops_dispatching_then_drains(paced) -> None:
+    result = run_load(paced.url, spec(concurrency=4, duration_s=0.6, output_len=10))
+    truth = paced.stats()
+    m = result.metrics
+    # each request takes ~0.11 s; 4 streams for 0.6 s -> about 20 requests, all finished
+    assert 8 <= m["completed"] <= 40 and m["failed"] == 0
+    assert m["completed"] == truth["completed"] == truth["requests"]
+    last_start = max(r["start_s"] for r in result.records)
+    assert last_start < 0.6 < last_start + 0.2  # nothing sent after the bound, sending until close to it
+    assert last_start < m["duration"] < 0.6 + 1.0

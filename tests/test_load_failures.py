@@ -111,3 +111,12 @@ def test_http_errors_are_counted_with_their_message() -> None:
         # point the openai backend at a path the server does not serve by using a bad base path
         with pytest.raises(LoadPointFailed, match="no request completed .*HTTP 404 x2"):
             run_load(server.url + "/nope", s)
+
+
+def test_total_timeout_bounds_a_slow_request() -> None:
+    with running("--ttft-ms", "0", "--token-delay-ms", "100") as server:
+        with pytest.raises(LoadPointFailed) as info:
+            run_load(server.url, spec(concurrency=1, num_prompts=1, output_len=50,
+                                      timeouts=LoadTimeouts(total_s=0.5)))
+    assert info.value.result is not None
+    assert info.value.result.metrics["errors"] == {"total timeout": 1}

@@ -158,7 +158,10 @@ class LoadRunner:
             trace.end = clock()
             trace.error = f"connection failed: {exc.os_error or exc}"
             self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc.os_error or exc})"
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except asyncio.TimeoutError:
+            trace.end = clock()
+            trace.error = f"total timeout: not finished within {self.spec.timeouts.total_s:g} s"
+        except (aiohttp.ClientError, OSError) as exc:
             trace.end = clock()
             trace.error = f"{type(exc).__name__}: {str(exc)[:160] or 'no detail'}"
         trace.prompt_tokens = parser.prompt_tokens
