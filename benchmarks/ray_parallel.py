@@ -1,0 +1,129 @@
+"""Benchmark: 8 TP-2 candidates on 8 declared GPUs, all at once vs one at a time, through RayExecutor.
+
+Each candidate is a real trial body (``run_trial_body``) launching the simulated SGLang
+server (``python -m autotune.sim``) with a small model (studies/models/qwen3-32b-class)
+and running a short load point against it. ``--body sleep`` swaps in a body that only
+holds its GPUs for ``--sleep-s`` seconds (the scheduling overhead alone).
+
+Both runs use one local Ray instance (loopback, ``--num-gpus`` declared); the
+sequential run is the same executor with ``max_parallel: 1``. The goal: the parallel
+run is at least 3x faster. Prints both wall times and the ratio; exit 1 below the goal.
+
+    python benchmarks/ray_parallel.py                  # sim servers
+    python benchmarks/ray_parallel.py --body sleep     # bare scheduling
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune.sglang.config import ServerConfig
+from autotune.spec import StudySpec
+from autotune.study.ray_executor import RayExecutor
+from autotune.study.trial import TrialRequest, TrialResult
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "studies" / "models" / "qwen3-32b-class"
+GOAL = 3.0
+
+
+def sleep_body(req: TrialRequest, report: Any) -> TrialResult:
+    """Hold the trial's GPUs for ``sim['sleep_s']`` seconds; nothing else."""
+    time.sleep(float(req.sim["sleep_s"]))
+    return TrialResult(state="complete", value=1.0, observed={"cvd": os.environ.get("CUDA_VISIBLE_DEVICES")})
+
+
+def _spec(args: argparse.Namespace, max_parallel: int | None) -> StudySpec:
+    return StudySpec.model_validate({
+        "name": "ray-bench",
+        "server": {"model_path": str(MODEL), "tp_size": args.tp},
+        "hardware": {"gpu": args.gpu, "num_gpus": args.num_gpus},
+        "executor": {"kind": "ray", "num_gpus": args.num_gpus, "max_parallel": max_parallel},
+    })
+
+
+def _requests(args: argparse.Namespace, run_dir: Path, tag: str) -> list[TrialRequest]:
+    workload = {"backend": "sglang", "input_len": 256, "output_len": 64, "range_ratio": 1.0,
+                "num_prompts": args.num_prompts, "concurrency": [16], "warmup_requests": 2, "flush_cache": True,
+                "seed": 0}
+    out = []
+    for n in range(args.trials):
+        out.append(TrialRequest(
+            study_name="ray-bench", trial_number=n,
+            config=ServerConfig(model_path=str(MODEL), tp_size=args.tp).to_dict(),
+            backend="sim", sglang_version="0.5.9", gpu=args.gpu, num_gpus=args.num_gpus, interconnect="nvlink",
+            workload=workload, objective_metric="output_throughput", objective_direction="maximize",
+            artifact_dir=str(run_dir / tag / f"trial-{n}"), run_dir=str(run_dir / tag), startup_timeout_s=120,
+            sim={"time_scale": args.time_scale, "seed": 0, "sleep_s": args.sleep_s},
+        ))
+    return out
+
+
+def _drive(ex: RayExecutor, requests: list[TrialRequest]) -> tuple[float, dict[int, TrialResult]]:
+    """The driver's pattern: submit while a slot is free, collect results; returns (wall s, results)."""
+    pending = list(requests)
+    results: dict[int, TrialResult] = {}
+    t0 = time.monotonic()
+    while pending or ex.in_flight():
+        while pending and ex.slots_free(pending[0]) > 0:
+            req = pending.pop(0)
+            ex.submit(req.trial_number, req)
+        for number, result in ex.wait(1.0):
+            results[number] = result
+    return time.monotonic() - t0, results
+
+
+def _check(label: str, results: dict[int, TrialResult]) -> bool:
+    bad = {n: f"{r.failure_kind}: {r.evidence[:160]}" for n, r in results.items() if r.state != "complete"}
+    for n, why in sorted(bad.items()):
+        print(f"  {label} trial {n} did not complete: {why}")
+    return not bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--body", choices=["sim", "sleep"], default="sim")
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--num-gpus", type=int, default=8)
+    parser.add_argument("--gpu", default="h100")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="sim time scale (low: mostly waiting)")
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--sleep-s", type=float, default=5.0, help="hold time of --body sleep")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    body = sleep_body if args.body == "sleep" else None
+    os.environ.pop("RAY_ADDRESS", None)
+    with tempfile.TemporaryDirectory(prefix="ray-bench-") as tmp:
+        run_dir = Path(tmp)
+        t0 = time.monotonic()
+        owner = RayExecutor(_spec(args, None), body=body)  # starts the local instance
+        print(f"ray.init: {time.monotonic() - t0:.1f} s")
+        try:
+            par_s, par = _drive(owner, _requests(args, run_dir, "parallel"))
+            seq_ex = RayExecutor(_spec(args, 1), body=body)  # joins the same instance
+            try:
+                seq_s, seq = _drive(seq_ex, _requests(args, run_dir, "sequential"))
+            finally:
+                seq_ex.shutdown(cancel=True)
+        finally:
+            owner.shutdown(cancel=True)
+    ok = _check("parallel", par) and _check("sequential", seq)
+    ratio = seq_s / par_s if par_s > 0 else float("inf")
+    print(f"body={args.body} trials={args.trials} tp={args.tp} gpus={args.num_gpus} time_scale={args.time_scale} "
+          f"cpus={os.cpu_count()}")
+    print(f"one at a time: {seq_s:.1f} s")
+    print(f"parallel:      {par_s:.1f} s")
+    print(f"ratio:         {ratio:.2f}x (goal >= {GOAL:.0f}x)")
+    return 0 if ok and ratio >= GOAL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
