@@ -139,8 +139,8 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
         log.line("Simulated fault hang_startup: the warm-up request never returns.")
     else:
         await warmup(sim, launch)
+        log.line(READY_LINE)  # printed (and flushed) before health turns 200, so a log reader sees it first
         state.ready = True
-        log.line(READY_LINE)
     await stop.wait()
     state.ready = False
     await runner.cleanup()
