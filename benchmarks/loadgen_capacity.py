@@ -6,7 +6,10 @@ uvloop, back-pressure aware), then runs, one after the other against fresh serve
 * ours: ``python -m autotune.cli bench --json`` (its own figures: output tok/s, client CPU
   microseconds per output token over the timed run; plus the whole process's CPU),
 * SGLang's ``bench_serving`` (python client), when a throwaway venv has it: set
-  ``LOADGEN_SGLANG_PY`` to that venv's python (default /tmp/v-sglang/bin/python),
+  ``LOADGEN_SGLANG_PY`` to that venv's python (default /tmp/v-sglang/bin/python). Made with
+  ``python -m venv /tmp/v-sglang && /tmp/v-sglang/bin/pip install --no-deps sglang &&
+  /tmp/v-sglang/bin/pip install aiohttp numpy requests tqdm transformers tokenizers pybase64
+  pillow orjson uvloop psutil pyzmq msgspec jinja2 datasets`` (no torch needed),
 * guidellm / aiperf / inference-perf, when ``LOADGEN_<TOOL>_BIN`` points at their
   executables. A peer that is missing or fails is skipped, and the script says why.
 
@@ -37,13 +40,16 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from loadgen_fake_server import FakeServer, running  # noqa: E402
 
-# Imports sglang's benchmark module without running sglang/__init__.py (which needs torch).
+# Runs sglang's benchmark module without sglang's package __init__s (they import torch); stubs the
+# one constant it takes from a torch-importing module. Install: see the module docstring.
 _SGLANG_SHIM = r"""
 import importlib.util, runpy, sys, types
-spec = importlib.util.find_spec("sglang")
-root = spec.submodule_search_locations[0]
-for name, sub in (("sglang", ""), ("sglang.benchmark", "/benchmark")):
+root = importlib.util.find_spec("sglang").submodule_search_locations[0]
+for name, sub in (("sglang", ""), ("sglang.benchmark", "/benchmark"), ("sglang.srt", "/srt"),
+                  ("sglang.srt.disaggregation", "/srt/disaggregation"), ("sglang.srt.utils", "/srt/utils")):
     mod = types.ModuleType(name); mod.__path__ = [root + sub]; sys.modules[name] = mod
+utils = types.ModuleType("sglang.srt.disaggregation.utils"); utils.FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+sys.modules["sglang.srt.disaggregation.utils"] = utils
 target = "sglang.benchmark.serving" if importlib.util.find_spec("sglang.benchmark.serving") else "sglang.bench_serving"
 sys.argv = [target] + sys.argv[1:]
 runpy.run_module(target, run_name="__main__")
