@@ -129,3 +129,21 @@ def test_explicit_address_turns_token_mode_on_when_a_token_exists(monkeypatch: p
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
     assert ray_cluster.connect("10.1.2.3:6379", num_cpus=None, num_gpus=0) is False
     assert seen["address"] == "10.1.2.3:6379" and seen["auth"] == "token"
+
+
+def test_artifacts_written_on_another_host_are_shipped_back(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from autotune.study.ray_task import MAX_SHIPPED_BYTES, _ship_artifacts, write_shipped
+    from autotune.study.trial import TrialResult
+
+    log = tmp_path / "trial-3" / "server.log"
+    log.parent.mkdir()
+    log.write_bytes(b"line 1\nline 2\n")
+    result = TrialResult(state="complete", artifacts={"server.log": str(log), "gone": str(tmp_path / "missing")})
+    files = _ship_artifacts(result)
+    assert set(files) == {str(log)}
+    log.unlink()
+    log.parent.rmdir()  # the driver's host has no such directory yet
+    write_shipped(files)
+    assert log.read_bytes() == b"line 1\nline 2\n"
+    assert MAX_SHIPPED_BYTES >= 16 * 1024**2
