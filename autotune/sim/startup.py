@@ -118,7 +118,7 @@ def _graph_failure(plan: MemoryPlan) -> StartupFailure:
     modern = plan.version.dialect == "modern"
     bs_flag = "--cuda-graph-max-bs-decode" if modern else "--cuda-graph-max-bs"
     off = "--cuda-graph-backend-decode=disabled" if modern else "--disable-cuda-graph"
-    need = plan.graph_gib + plan.prefill_graph_gib + plan.fi_fusion_gib
+    need = plan.graph_gib + plan.fi_fusion_gib
     solutions = ["Possible solutions:",
                  "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
                  f"2. set {bs_flag} to a smaller value (e.g., 16)"]
@@ -200,10 +200,10 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
                           f"avail mem={_g(plan.before_graph_gib)} GB")
             log.rank0(f"Capture cuda graph bs {plan.graph_bs}")
         await _sleep(sim, cap_s)
-        if plan.fails_at == "graph":
-            raise _graph_failure(plan)
         used = plan.graph_gib + plan.fi_fusion_gib
         after = plan.before_graph_gib - used
+        if plan.fails_at == "graph" and after < 0:
+            raise _graph_failure(plan)
         if plan.fi_fusion_active and modern:
             log.rank0(f"FlashInfer AllReduce Fusion enabled and workspace initialized: backend=trtllm, "
                       f"max_token_num=2048, hidden_dim={model.hidden_size}")
@@ -216,10 +216,17 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
         if plan.prefill_graph_gib:
             log.all_ranks(f"Capture target prefill CUDA graph begin. backend=full, num_tokens="
                           f"{min(plan.chunked_prefill_size, 8192)}, avail mem={_g(after)} GB")
+            await _sleep(sim, cap_s / 2)
+            if plan.fails_at == "graph":
+                raise StartupFailure(FailureKind.GRAPH_CAPTURE_OOM, "Exception: Capture prefill CUDA graph failed: "
+                                     + _torch_oom(plan, plan.prefill_graph_gib, after),
+                                     "sglang/srt/model_executor/runner_backend_utils/__init__.py",
+                                     "Fail when using backend: full for prefill runner.")
             log.all_ranks(f"Capture target prefill CUDA graph end. elapsed={cap_s / 2:.2f} s, mem usage="
                           f"{_g(plan.prefill_graph_gib)} GB, avail mem={_g(plan.after_graph_gib)} GB.")
-    elif plan.fails_at == "graph":
-        raise _graph_failure(plan)
+    elif plan.fails_at == "graph":  # no graphs to capture: the attention workspace is what does not fit
+        raise StartupFailure(FailureKind.CUDA_OOM, "torch.OutOfMemoryError: " + _torch_oom(
+            plan, plan.attn_workspace_gib, plan.after_pool_gib), "sglang/srt/layers/attention/flashinfer_backend.py")
     if plan.draft is not None and plan.version.regime == "B" and plan.draft_graph_gib:
         free = plan.after_graph_gib  # draft graphs are captured before the symm-mem prealloc
         topk = plan.speculative.eagle_topk or 1
