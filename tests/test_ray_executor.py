@@ -286,3 +286,26 @@ def test_cancel_tears_down_running_servers(ray_owner: RayExecutor, tmp_path: Pat
     assert len(pids) >= 6
     assert _gone(pids) == []
     assert ray.is_initialized()  # an executor that joined an instance leaves it running
+
+
+def test_real_trial_body_runs_the_sim_on_rays_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    """The default body: a simulated SGLang server launched on the GPUs Ray assigned, load run, torn down."""
+    model = Path(__file__).resolve().parent.parent / "studies" / "models" / "qwen3-32b-class"
+    req = _request(0, tmp_path, time_scale=20.0, seed=0)
+    req.config = ServerConfig(model_path=str(model), tp_size=2).to_dict()
+    req.startup_timeout_s = 60
+    req.workload = {"backend": "sglang", "input_len": 128, "output_len": 32, "range_ratio": 1.0, "num_prompts": 16,
+                    "concurrency": [4], "warmup_requests": 1, "flush_cache": True, "seed": 0}
+    ex = RayExecutor(_spec())
+    try:
+        results = _drive(ex, [req], timeout_s=120)
+    finally:
+        ex.shutdown(cancel=True)
+    result = results[0]
+    assert result.state == "complete", f"{result.failure_kind}: {result.evidence}"
+    assert result.value and result.value > 0
+    ids = result.observed["gpu_ids"]
+    assert len(ids) == 2
+    env = json.loads((tmp_path / "t0" / "env.json").read_text())
+    assert env.get("CUDA_VISIBLE_DEVICES") == ",".join(ids)
+    assert "--tp-size" in result.command and "2" in result.command
