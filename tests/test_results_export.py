@@ -12,7 +12,7 @@ from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.results import trials as _trials
 from autotune.results.export import check_output, export, trials_frame
-from test_results_fixture import POINTS, finished_spec, make_finished_study  # noqa: F401  (fixture)
+from test_results_fixture import POINTS, finished_spec  # noqa: F401  (fixture)
 
 README = Path(__file__).resolve().parents[1] / "dashboards" / "README.md"
 
@@ -84,11 +84,13 @@ def test_parquet_when_pyarrow_present(finished_spec, tmp_path):
     assert len(pd.read_parquet(tmp_path / "t.parquet")) == len(frame)
 
 
-def test_missing_study_is_a_config_error(tmp_path):
-    spec = make_finished_study(tmp_path)
+def test_missing_study_is_a_config_error(finished_spec, tmp_path, capsys):
     other = tmp_path / "other.yaml"
-    other.write_text(Path(spec.source_path).read_text().replace("name: results-test", "name: never-run"))
+    other.write_text(Path(finished_spec.source_path).read_text().replace("name: results-test", "name: never-run")
+                     .replace("storage: study.db", f"storage: {tmp_path / 'none.db'}"))
     assert main(["export", str(other), "-o", str(tmp_path / "x.csv")]) == 2
+    assert "never-run" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
 
 
 def test_readme_documents_every_fixed_column():

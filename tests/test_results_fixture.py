@@ -162,7 +162,13 @@ def make_finished_study(tmp_path: Path, *, n_complete: int = 6, seed: int = 0) -
     return spec
 
 
+_SHARED: dict[str, StudySpec] = {}
+
+
 @pytest.fixture(scope="session")
 def finished_spec(tmp_path_factory: pytest.TempPathFactory) -> StudySpec:
-    """One finished study shared by the tests that only read it (building one takes seconds)."""
-    return make_finished_study(tmp_path_factory.mktemp("finished-study"))
+    """One finished study shared by every test module that only reads it (building one takes
+    seconds; each module that imports this fixture gets its own fixture object, hence the cache)."""
+    if "spec" not in _SHARED:
+        _SHARED["spec"] = make_finished_study(tmp_path_factory.mktemp("finished-study"))
+    return _SHARED["spec"]

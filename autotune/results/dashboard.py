@@ -251,13 +251,20 @@ def serve_in_thread(spec: StudySpec, host: str = "127.0.0.1", port: int = 0) -> 
 
 def serve(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080,
           on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve until Ctrl-C (KeyboardInterrupt), then close the socket and return."""
-    httpd = make_dashboard_server(spec, host, port)
-    if on_ready is not None:
-        on_ready(url_of(httpd))
+    """Serve until Ctrl-C (KeyboardInterrupt), then stop serving, close the socket and return.
+
+    Requests are served on a daemon thread and the main thread only waits, so Ctrl-C
+    never lands inside a request (half-done database work) and shutdown is prompt.
+    """
+    httpd, thread = serve_in_thread(spec, host, port)
     try:
-        httpd.serve_forever(poll_interval=0.5)
+        if on_ready is not None:
+            on_ready(url_of(httpd))
+        while thread.is_alive():
+            thread.join(timeout=0.5)
     except KeyboardInterrupt:
-        log.info("dashboard stopped")
+        log.info("dashboard stopping")
     finally:
+        httpd.shutdown()
         httpd.server_close()
+        thread.join(timeout=10)
