@@ -309,3 +309,12 @@ def test_port_in_use_fails_like_uvicorn(sims: Any) -> None:
         sim = sims([*SEED], port=taken.getsockname()[1])
         assert sim.wait_exit() != 0
         assert "address already in use" in sim.text()
+
+
+def test_modern_prefill_graph_capture_oom(sims: Any) -> None:
+    sim = sims([*SEED, "--mem-fraction-static", "0.975"], version="0.5.23")
+    assert sim.wait_exit() != 0
+    text = sim.text()
+    assert "Capture target decode CUDA graph end." in text
+    assert "Capture prefill CUDA graph failed: CUDA out of memory" in text
+    assert "Fail when using backend: full for prefill runner." in text

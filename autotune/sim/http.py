@@ -32,13 +32,6 @@ from autotune.sim.tokenizer import WordTokenizer
 
 logger = logging.getLogger(__name__)
 
-class ChunkLike(Protocol):
-    token_ids: list[int]
-    modelled_time_s: float
-    finished: bool
-    finish_reason: str | None
-
-
 class EngineLike(Protocol):
     """What the HTTP layer needs of :class:`autotune.sim.engine.Engine`."""
 
