@@ -251,20 +251,37 @@ def baseline_params(spec: StudySpec, resolved: dict[str, Any]) -> dict[str, Any]
     return params
 
 
-def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> StudySpec:
-    """Add the baseline's categorical values to the space's choices where missing, so trial 0 is
-    a point of the space (optuna refuses a fixed categorical outside its choices)."""
+def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> tuple[StudySpec, dict[str, Any]]:
+    """Make trial 0 a point of the space: optuna refuses a fixed categorical outside its choices,
+    and samplers re-validate stepped floats. Categorical values are added to the choices; a float
+    is snapped to the nearest step (the range widened by whole steps if it lies outside). The
+    exact automatic values stay in the baseline's ``resolved`` user attribute."""
     space = spec.search_space
     updates: dict[str, Any] = {}
-    for name, value in params.items():
+    params = dict(params)
+    for name, value in list(params.items()):
         dom = getattr(space, name, None)
         if isinstance(dom, (IntChoices, BoolChoices, StrChoices)) and value not in dom.choices:
             updates[name] = dom.model_copy(update={"choices": [*dom.choices, value]})
+        elif isinstance(dom, FloatRange) and value is not None:
+            low, high = dom.low, dom.high
+            if dom.step:
+                k = round((value - low) / dom.step)
+                snapped = round(low + k * dom.step, 10)
+                if snapped < low:
+                    low = snapped
+                if snapped > high:
+                    high = snapped
+                params[name] = snapped
+            else:
+                low, high = min(low, value), max(high, value)
+            if (low, high) != (dom.low, dom.high):
+                updates[name] = dom.model_copy(update={"low": low, "high": high})
     sp = space.speculative
     if sp is not None and "none" not in sp.algorithm.choices:
         updates["speculative"] = sp.model_copy(
             update={"algorithm": sp.algorithm.model_copy(update={"choices": ["none", *sp.algorithm.choices]})}
         )
     if not updates:
-        return spec
-    return spec.model_copy(update={"search_space": space.model_copy(update=updates)})
+        return spec, params
+    return spec.model_copy(update={"search_space": space.model_copy(update=updates)}), params

@@ -212,7 +212,7 @@ class StudyDriver:
             trial.set_user_attr("baseline", True)
         reason = None
         kind = None
-        if pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain"):
+        if pred.get("should_prune", pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain")):
             kind, reason = FailureKind.PREDICTED_OOM.value, pred.get("reason", "")
         else:
             hit = implied_by(cand.params, self.bridge.failures())

@@ -95,13 +95,12 @@ class SpaceBridge:
 
     # ---- trials --------------------------------------------------------
     def widened_spec(self) -> StudySpec:
-        """The space with the baseline's categorical values included (see space.widen_for_baseline)."""
+        """The space with the baseline as one of its points (see space.widen_for_baseline)."""
         if self._widened is None:
-            params = self._baseline_params()
-            self._widened = space.widen_for_baseline(self.spec, params)
+            self._widened, _ = space.widen_for_baseline(self.spec, self._resolved_baseline())
         return self._widened
 
-    def _baseline_params(self) -> dict[str, Any]:
+    def _resolved_baseline(self) -> dict[str, Any]:
         base_cfg = space.to_config(self.spec, {}, baseline=True)
         pred = self.predict(base_cfg)
         resolved = {
@@ -115,11 +114,11 @@ class SpaceBridge:
         """Trial 0 is SGLang's defaults; enqueue it when the study is new."""
         if self.study.get_trials(deepcopy=False):
             return
-        params = self._baseline_params()
-        self.widened_spec()
+        resolved = self._resolved_baseline()
+        self._widened, params = space.widen_for_baseline(self.spec, resolved)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.study.enqueue_trial(params, user_attrs={"baseline": True})
+            self.study.enqueue_trial(params, user_attrs={"baseline": True, "resolved": resolved})
         self.study.set_user_attr("spec", self.spec.model_dump(mode="json", exclude={"source_path"}))
 
     def candidate(self, trial: optuna.Trial) -> Candidate:
@@ -199,14 +198,12 @@ class SpaceBridge:
         obs = result.observed
         if obs.get("p_gib") is None or obs.get("a_gib") is None:
             return
-        cal = {
-            "p_gib": obs["p_gib"],
-            "a_gib": obs["a_gib"],
-            "kv_tokens": obs.get("kv_tokens"),
-            "graph_gib": obs.get("graph_gib"),
-            "source": f"trial {trial.number}",
-            "measured_at": dict(trial.params),
-        }
+        from autotune.sglang.memory import Calibration
+
+        baseline = bool(trial.user_attrs.get("baseline"))
+        cfg = space.to_config(self.widened_spec(), dict(trial.params), baseline=baseline)
+        pred = trial.user_attrs.get("prediction", {})
+        cal = Calibration.at(obs, cfg, source=f"trial {trial.number}", resolved_f=pred.get("f")).to_dict()
         self.study.set_user_attr("calibration", cal)
         log.info("calibrated from trial %d: P=%.2f GiB, A=%.2f GiB", trial.number, cal["p_gib"], cal["a_gib"])
 

@@ -1,0 +1,158 @@
+"""A whole sweep end to end on the simulated backend: real processes, HTTP, optuna storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from autotune.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "studies" / "models"
+
+pytestmark = pytest.mark.slow
+
+
+def _study(tmp_path: Path, **over) -> Path:
+    data = {
+        "name": "e2e",
+        "n_trials": 5,
+        "sampler": {"kind": "grid", "seed": 0},
+        "executor": {"kind": "inline"},
+        "server": {
+            "backend": "sim",
+            "sglang_version": "0.5.9",
+            "model_path": str(MODELS / "kimi-k2-class"),
+            "tp_size": 8,
+            "startup_timeout_s": 60,
+            "sim": {"time_scale": 50, "seed": 0},
+        },
+        "hardware": {"gpu": "rtx-pro-6000", "num_gpus": 8, "interconnect": "pcie"},
+        "search_space": {
+            "mem_fraction_static": {"low": 0.55, "high": 0.90, "step": 0.35},
+            "cuda_graph_max_bs": {"choices": [64, 128]},
+        },
+        "workload": {"input_len": 128, "output_len": 32, "num_prompts": 48, "concurrency": [16],
+                     "warmup_requests": 2},
+        "objective": {"metric": "output_throughput"},
+    }
+    for k, v in over.items():
+        data[k] = v
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _json_out(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _sim_servers(root: int | None = None) -> list[psutil.Process]:
+    """Simulated servers (and their watchdogs) under ``root`` (default: this test process)."""
+    out = []
+    for p in psutil.Process(root or os.getpid()).children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "autotune.sim" in cmd or "autotune.launch.watchdog" in cmd:
+            out.append(p)
+    return out
+
+
+def test_sweep_end_to_end(tmp_path: Path, capsys):
+    study = _study(tmp_path)
+    assert main(["run", str(study), "--no-progress"]) == 0
+    capsys.readouterr()
+    status = _json_out(capsys, ["status", str(study), "--json"])
+    assert status["study"] == "e2e"
+    states = status["states"]
+    assert states["COMPLETE"] >= 3
+    assert states["PRUNED"] + states["FAIL"] >= 1
+    assert status["failure_kinds"].get("predicted_oom", 0) + status["failure_kinds"].get("kv_oom", 0) >= 1
+    assert status["calibration"]["p_gib"] == pytest.approx(94.0, abs=0.05)
+
+    best = _json_out(capsys, ["best", str(study), "--json"])
+    for key in ("number", "params", "value", "metrics", "command", "baseline_value", "gain_pct"):
+        assert key in best
+    assert best["command"][1:3] == ["-m", "sglang.launch_server"]
+    assert best["value"] > 0 and best["baseline_value"] > 0
+
+    import optuna
+
+    st = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp_path / 'e2e.db'}")
+    t0 = st.trials[0]
+    assert t0.user_attrs.get("baseline") is True
+    # Trial 0 launched SGLang's defaults: none of the searched knobs on its command line.
+    assert "--mem-fraction-static" not in t0.user_attrs["command"]
+    assert "--cuda-graph-max-bs" not in t0.user_attrs["command"]
+    pruned = [t for t in st.trials if t.state.name == "PRUNED"]
+    assert pruned and "rest = " in pruned[0].user_attrs["reason"]
+    launched = [t for t in st.trials if t.state.name == "COMPLETE"]
+    for t in launched:
+        err = t.user_attrs.get("kv_tokens_error_pct")
+        assert err is not None and abs(err) <= 1.0, (t.number, err)
+    assert not _sim_servers()
+
+
+def test_kill_9_then_resume(tmp_path: Path, capsys):
+    study = _study(tmp_path, n_trials=4,
+                   workload={"input_len": 128, "output_len": 64, "num_prompts": 200, "concurrency": [8],
+                             "warmup_requests": 1})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(study), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        # Wait until a trial's server is up and serving (the second trial, so one is already complete).
+        deadline = time.monotonic() + 120
+        victims: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            import optuna
+
+            db = tmp_path / "e2e.db"
+            if db.exists():
+                try:
+                    st = optuna.load_study(study_name="e2e", storage=f"sqlite:///{db}")
+                    done = [t for t in st.trials if t.state.name == "COMPLETE"]
+                    running = [t for t in st.trials if t.state.name == "RUNNING"]
+                except Exception:
+                    done, running = [], []
+                victims = _sim_servers(proc.pid)
+                if done and running and victims:
+                    break
+            time.sleep(0.2)
+        assert victims, "no server to kill under"
+        completed_before = {t.number for t in done}
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # The killed run's servers do not outlive it for long (watchdog).
+    gone, alive = psutil.wait_procs(victims, timeout=15)
+    assert not alive, [p.pid for p in alive]
+
+    assert main(["run", str(study), "--no-progress"]) == 0
+    capsys.readouterr()
+    status = _json_out(capsys, ["status", str(study), "--json"])
+    assert status["budget_used"] >= 4
+    assert status["failure_kinds"].get("interrupted") == 1
+    import optuna
+
+    st = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp_path / 'e2e.db'}")
+    still = {t.number for t in st.trials if t.state.name == "COMPLETE"}
+    assert completed_before <= still
+    interrupted = [t for t in st.trials if t.user_attrs.get("failure_kind") == "interrupted"][0]
+    rerun = [t for t in st.trials if t.user_attrs.get("retry_of") == interrupted.number]
+    assert rerun and rerun[0].params == interrupted.params
+    assert not _sim_servers()
