@@ -16,7 +16,8 @@ Endpoints: ``POST /generate`` (SGLang native: cumulative ``text``/``output_ids``
 server-side timings of every request since the last flush).
 
 Run: ``python tests/loadgen_fake_server.py --port 0`` prints ``PORT <n>`` when listening.
-Faults: ``--die-after-tokens N`` exits the process (no goodbye) after N tokens in total.
+Faults: ``--die-after-tokens N`` exits the process (no goodbye) after N tokens in total;
+``--hold-after-done`` never ends a response body after its ``[DONE]`` event.
 """
 
 from __future__ import annotations
@@ -200,8 +201,10 @@ class Stream:
                     "usage": self._usage(self.k)}
             p.write_chunk(b"data: " + json.dumps(tail).encode() + b"\n\n")
         p.write_chunk(b"data: [DONE]\n\n")
-        p.write_end()
         self.rec["done"] = time.perf_counter()
+        if p.server.args.hold_after_done:
+            return  # fault: the body never ends and the connection stays busy
+        p.write_end()
         p.busy = False
         p.process()
 
@@ -328,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="fake-model")
     ap.add_argument("--time-scale", type=float, default=0.0, help="report a 'sim' time scale (default: none)")
     ap.add_argument("--die-after-tokens", type=int, default=0)
+    ap.add_argument("--hold-after-done", action="store_true", help="never end the body after [DONE]")
     ap.add_argument("--uvloop", action="store_true")
     args = ap.parse_args(argv)
     if args.uvloop:

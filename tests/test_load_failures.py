@@ -120,3 +120,14 @@ def test_total_timeout_bounds_a_slow_request() -> None:
                                       timeouts=LoadTimeouts(total_s=0.5)))
     assert info.value.result is not None
     assert info.value.result.metrics["errors"] == {"total timeout": 1}
+
+
+def test_body_that_never_ends_after_done_still_counts() -> None:
+    with running("--ttft-ms", "1", "--token-delay-ms", "1", "--hold-after-done") as server:
+        t = time.monotonic()
+        result = run_load(server.url, spec(concurrency=2, num_prompts=4, output_len=5))
+        elapsed = time.monotonic() - t
+    m = result.metrics
+    assert m["completed"] == 4 and m["failed"] == 0 and m["total_output_tokens"] == 20
+    assert m["mean_e2e_latency_ms"] < 500  # the end is [DONE], not the give-up on the body
+    assert elapsed < 10.0

@@ -50,18 +50,21 @@ ClockProbe = Callable[[], Awaitable[tuple[float, float] | None]]
 _SCALE_DRIFT_WARN = 0.02
 _JSON = {"Content-Type": "application/json"}
 _LAG_PROBE_S = 0.05
+_DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body
+_DRAINED = "drained"
 _MAX_PREOPEN = 1024
 
 
 class _InFlight:
     """Watchdog view of one running request."""
 
-    __slots__ = ("start", "last", "first", "reason", "task")
+    __slots__ = ("start", "last", "first", "done", "reason", "task")
 
     def __init__(self, start: float, task: asyncio.Task[Any] | None) -> None:
         self.start = start
         self.last = start
         self.first = False
+        self.done = False  # [DONE] seen; only the end of the body is awaited
         self.reason: str | None = None
         self.task = task
 
@@ -135,6 +138,7 @@ class LoadRunner:
                             self.streamed_tokens += k
                         if parser.done:
                             trace.end = now
+                            st.done = True
                         elif parser.error:
                             break
                     # read on to the end of the body so the connection goes back to the pool
@@ -152,8 +156,9 @@ class LoadRunner:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            trace.end = clock()
-            trace.error = st.reason
+            if st.reason != _DRAINED:
+                trace.end = clock()
+                trace.error = st.reason
         except aiohttp.ClientConnectorError as exc:
             trace.end = clock()
             trace.error = f"connection failed: {exc.os_error or exc}"
@@ -206,16 +211,17 @@ class LoadRunner:
         t = self.spec.timeouts
         first_s, between_s = t.first_token_s, t.between_tokens_s
         limits = [v for v in (first_s, between_s) if v]
-        if not limits:
-            return
-        period = max(min(min(limits) / 4, 0.5), 0.01)
+        period = max(min([*(v / 4 for v in limits), _DRAIN_S / 4]), 0.01)
         while True:
             await asyncio.sleep(period)
             now = time.perf_counter()
             for st in list(self.inflight.values()):
                 if st.reason is not None:
                     continue
-                if not st.first and first_s and now - st.start > first_s:
+                if st.done:  # finished stream whose body does not end: stop waiting for it
+                    if now - st.last > _DRAIN_S:
+                        st.reason = _DRAINED
+                elif not st.first and first_s and now - st.start > first_s:
                     st.reason = f"first-token timeout: no token within {first_s:g} s"
                 elif st.first and between_s and now - st.last > between_s:
                     st.reason = f"between-tokens timeout: silent for {between_s:g} s"
