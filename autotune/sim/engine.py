@@ -342,8 +342,10 @@ class Engine:
 
     async def _decode_step(self) -> None:
         need = len(self._running) * self._kv_per_decode
+        retracted = False
         while self._kv_used + need > self.kv_tokens and len(self._running) > 1:
             self._retract_one()
+            retracted = True
             need = len(self._running) * self._kv_per_decode
         if self._kv_used + len(self._running) > self.kv_tokens:  # a lone request filled the pool
             req = self._running.pop()
@@ -355,7 +357,8 @@ class Engine:
         context = self._kv_used
         dt = self.perf.decode_step_time_s(len(batch), context)
         self.steps["decode"] += 1
-        self._ratio = max(self._ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        if not retracted:  # SGLang decays the ratio only on steps without a retraction
+            self._ratio = max(self._ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         t_end = await self._clock.advance(dt)
         free = self.kv_tokens - self._kv_used
         for req in batch:

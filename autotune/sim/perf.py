@@ -357,6 +357,7 @@ class PerfModel:
             "expert_bytes_per_gpu": t.expert_bytes,
             "flop_params_per_gpu": t.params,
             "kv_bytes_per_token_per_gpu": t.kv_token_bytes,
+            "chunked_prefill_size": self.inputs.chunked_prefill_size,
             "graph_batch_sizes": list(self.ladder),
             "cuda_graph_max_bs": self.ladder[-1] if self.ladder else 0,
             "custom_allreduce_active": self.inputs.custom_allreduce_active,
