@@ -107,7 +107,7 @@ def test_sweep_end_to_end(tmp_path: Path, capsys):
 
 def test_kill_9_then_resume(tmp_path: Path, capsys):
     study = _study(tmp_path, n_trials=4,
-                   workload={"input_len": 128, "output_len": 64, "num_prompts": 200, "concurrency": [8],
+                   workload={"input_len": 128, "output_len": 256, "num_prompts": 400, "concurrency": [8],
                              "warmup_requests": 1})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(study), "--no-progress"],
