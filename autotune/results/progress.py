@@ -137,17 +137,22 @@ class _LiveView:
 
     def render(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
+        # Text objects, not markup strings: a log line printed above the panel re-renders
+        # it with that print's options, and those must not change how the panel looks.
+        m = Text.from_markup
         snap = self.tracker.snapshot()
         table = Table.grid(padding=(0, 2))
-        table.add_row("[bold]autotune[/]", f"{snap['finished']}/{snap['n_trials']} finished",
-                      f"[green]complete {snap['complete']}[/]", f"[cyan]running {snap['running']}[/]",
-                      f"[yellow]pruned {snap['pruned']}[/]", f"[red]failed {snap['failed']}[/]")
+        table.add_row(m("[bold]autotune[/]"), Text(f"{snap['finished']}/{snap['n_trials']} finished"),
+                      m(f"[green]complete {snap['complete']}[/]"), m(f"[cyan]running {snap['running']}[/]"),
+                      m(f"[yellow]pruned {snap['pruned']}[/]"), m(f"[red]failed {snap['failed']}[/]"))
         best = "-" if snap["best"] is None else f"[bold]{snap['best']:.2f}[/] (trial {snap['best_number']})"
-        table.add_row("", f"best {best}", f"elapsed {fmt_duration(snap['elapsed_s'])}",
-                      f"ETA {fmt_duration(snap['eta_s'])}", "", "")
+        table.add_row(Text(""), m(f"best {best}"), Text(f"elapsed {fmt_duration(snap['elapsed_s'])}"),
+                      Text(f"ETA {fmt_duration(snap['eta_s'])}"), Text(""), Text(""))
         for line in self.last[-3:]:
-            table.add_row("", line, "", "", "", "")
+            table.add_row(Text(""), Text(line, no_wrap=True, overflow="ellipsis"), Text(""), Text(""),
+                          Text(""), Text(""))
         return table
 
     def start(self) -> None:
@@ -203,7 +208,9 @@ class _ConsoleWriter:
 
     def write(self, text: str) -> int:
         if text.strip():
-            self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+            from rich.text import Text
+
+            self.console.print(Text(text.rstrip("\n")))
         return len(text)
 
     def flush(self) -> None:
