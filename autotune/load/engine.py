@@ -23,10 +23,10 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from autotune.errors import ConfigError
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets, prompt_stream
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
+from autotune.load.spec import LoadSpec
 from autotune.load.stream import StreamParser
 
 try:  # optional speed-up
@@ -72,7 +72,7 @@ class _InFlight:
 class LoadRunner:
     """Runs one load point against ``base_url``. Use :func:`autotune.load.run_load_async`."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: Any, model: str | None) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: LoadSpec, model: str | None) -> None:
         self.session = session
         self.base = base_url
         self.spec = spec
@@ -86,7 +86,6 @@ class LoadRunner:
         self.abort_reason: str | None = None
         self.stopped_early = False
         self._wake = asyncio.Event()
-        self._measuring = False
 
     # ---- one request -------------------------------------------------------------------
     def _payload(self, p: Prompt) -> bytes:
@@ -418,12 +417,3 @@ class LoadRunner:
         finally:
             self._wake.set()
         log.debug("dispatched %d requests", sent)
-
-
-def check_base_url(base_url: str | None) -> str:
-    """Normalise a base URL (no trailing slash); ConfigError when missing or not http(s)."""
-    if not base_url:
-        raise ConfigError("base_url=None: a server URL is required")
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"base_url={base_url!r}: must start with http:// or https://")
-    return base_url.rstrip("/")

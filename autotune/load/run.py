@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from autotune.errors import LoadGenError
-from autotune.load.engine import LoadRunner, SnapshotCallback, check_base_url
+from autotune.errors import ConfigError, LoadGenError
+from autotune.load.engine import LoadRunner, SnapshotCallback
 from autotune.load.result import LoadPointFailed, LoadResult
 from autotune.load.spec import LoadSpec
 
@@ -30,6 +30,15 @@ except ImportError:  # pragma: no cover - exercised only without uvloop
     _loop_factory = None
 
 log = logging.getLogger(__name__)
+
+
+def check_base_url(base_url: str | None) -> str:
+    """Normalise a base URL (no trailing slash); ConfigError when missing or not http(s)."""
+    if not base_url:
+        raise ConfigError("base_url=None: a server URL is required")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url={base_url!r}: must start with http:// or https://")
+    return base_url.rstrip("/")
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
