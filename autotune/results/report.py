@@ -46,7 +46,8 @@ def build_report(spec: StudySpec, *, top: int = 5) -> str:
         plots.history(study, metric),
         plots.importance(study),
         plots.memory(study),
-        plots.pareto(study),
+        plots.pareto(study, "p99_ttft_ms"),
+        plots.pareto(study, "p99_itl_ms"),
         plots.slices(study, metric),
     ]
     parts = [

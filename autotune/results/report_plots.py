@@ -27,7 +27,8 @@ TITLES = {
     "history": "Optimization history",
     "importance": "Parameter importance",
     "memory": "Throughput vs mem_fraction_static",
-    "pareto": "Throughput vs p99 TTFT (Pareto front)",
+    "pareto_ttft": "Throughput vs p99 TTFT (Pareto front)",
+    "pareto_itl": "Throughput vs p99 ITL (Pareto front)",
     "slices": "Per-knob slices",
 }
 OUTCOME_COLOURS = {
@@ -166,22 +167,26 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return front
 
 
-def pareto(study: optuna.Study) -> go.Figure:
-    """Every completed trial at every load point: output throughput against p99 TTFT, and
-    the front of the trade-off across them."""
-    title = TITLES["pareto"]
+_LATENCY = {"p99_ttft_ms": ("pareto_ttft", "p99 TTFT"), "p99_itl_ms": ("pareto_itl", "p99 ITL")}
+
+
+def pareto(study: optuna.Study, latency: str = "p99_ttft_ms") -> go.Figure:
+    """Every completed trial at every load point: output throughput against a latency
+    (``p99_ttft_ms`` or ``p99_itl_ms``), and the front of the trade-off across them."""
+    key, label = _LATENCY[latency]
+    title = TITLES[key]
     series: dict[str, list[tuple[float, float, str]]] = {}
     for t in _trials.finished(study):
         if t.state != TrialState.COMPLETE:
             continue
         for point, m in _trials.metric_points(t).items():
-            x, y = m.get("p99_ttft_ms"), m.get("output_throughput")
+            x, y = m.get(latency), m.get("output_throughput")
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 series.setdefault(point, []).append((float(x), float(y), f"trial {t.number} @ {point}<br>{_params(t)}"))
     if not series:
-        return _empty(title, "no completed trial with p99_ttft_ms and output_throughput")
+        return _empty(title, f"no completed trial with {latency} and output_throughput")
     fig = go.Figure()
-    for point in sorted(series, key=lambda p: _trials._point_order(p)):
+    for point in sorted(series, key=lambda p: _trials.point_order(p)):
         pts = series[point]
         fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers",
                                  name=f"load point {point}", text=[p[2] for p in pts], hoverinfo="text",
@@ -190,7 +195,7 @@ def pareto(study: optuna.Study) -> go.Figure:
     fig.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front], mode="lines+markers",
                              name="Pareto front", line={"color": "#000", "dash": "dash", "shape": "hv"},
                              marker={"symbol": "diamond-open", "size": 13, "color": "#000"}))
-    fig.update_layout(title=title, xaxis_title="p99 TTFT (ms, lower is better)",
+    fig.update_layout(title=title, xaxis_title=f"{label} (ms, lower is better)",
                       yaxis_title="output_throughput (tok/s)")
     return fig
 

@@ -104,13 +104,14 @@ def row(t: FrozenTrial) -> dict[str, Any]:
     out["shell"] = ua.get("shell")
     for name, value in sorted(t.params.items()):
         out[f"param_{name}"] = value
-    for point, metrics in sorted(metric_points(t).items(), key=lambda kv: _point_order(kv[0])):
+    for point, metrics in sorted(metric_points(t).items(), key=lambda kv: point_order(kv[0])):
         for key, value in metrics.items():
             out[f"{point}_{key}"] = value
     return out
 
 
-def _point_order(point: str) -> tuple[int, str]:
+def point_order(point: str) -> tuple[int, str]:
+    """Load points by concurrency (c64 before c256), anything else after them by name."""
     digits = point[1:] if point[:1] == "c" else ""
     return (int(digits), point) if digits.isdigit() else (1 << 30, point)
 
@@ -134,7 +135,7 @@ def columns(all_rows: list[dict[str, Any]]) -> list[str]:
 
 def _metric_col_order(col: str) -> tuple[int, str, str]:
     point, _, key = col.partition("_")
-    order, _ = _point_order(point)
+    order, _ = point_order(point)
     return (order, point, key)
 
 
