@@ -106,6 +106,8 @@ class Stream:
             if kind == "generate"
             else body.get("max_tokens", 16)
         )
+        if proto.server.args.eos_after:  # the model "stops" early, as without ignore_eos
+            self.n = min(self.n, proto.server.args.eos_after)
         so = body.get("stream_options") or {}
         self.usage = bool(so.get("include_usage"))
         self.cont = bool(so.get("continuous_usage_stats"))
@@ -246,7 +248,7 @@ class Conn(asyncio.Protocol):
 
     # --- framing ---
     def write_head(self, status: int, ctype: str, *, chunked: bool, length: int = 0) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "X")
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "X")
         framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}"
         self.transport.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n{framing}\r\n\r\n".encode()
@@ -271,19 +273,22 @@ class Conn(asyncio.Protocol):
                 return
             head = self.buf[:head_end].decode("latin-1").split("\r\n")
             method, path, _ = head[0].split(" ", 2)
-            length = 0
+            headers = {}
             for line in head[1:]:
                 name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", 0))
             if len(self.buf) < head_end + 4 + length:
                 return
             body = self.buf[head_end + 4 : head_end + 4 + length]
             self.buf = self.buf[head_end + 4 + length :]
-            self.handle(method, path, body)
+            self.handle(method, path, body, headers)
 
-    def handle(self, method: str, path: str, raw: bytes) -> None:
+    def handle(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> None:
         srv = self.server
+        key = srv.args.api_key
+        if key and path != "/stats" and headers.get("authorization") != f"Bearer {key}":
+            return self.reply_json({"error": {"message": "bad api key"}}, 401)
         if path == "/server_info":
             info: dict[str, Any] = {"version": "fake", "max_total_num_tokens": 1 << 20}
             if srv.args.time_scale:
@@ -331,6 +336,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="fake-model")
     ap.add_argument("--time-scale", type=float, default=0.0, help="report a 'sim' time scale (default: none)")
     ap.add_argument("--die-after-tokens", type=int, default=0)
+    ap.add_argument("--eos-after", type=int, default=0, help="stop every stream after this many tokens")
+    ap.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     ap.add_argument("--hold-after-done", action="store_true", help="never end the body after [DONE]")
     ap.add_argument("--uvloop", action="store_true")
     args = ap.parse_args(argv)

@@ -131,3 +131,18 @@ def test_body_that_never_ends_after_done_still_counts() -> None:
     assert m["completed"] == 4 and m["failed"] == 0 and m["total_output_tokens"] == 20
     assert m["mean_e2e_latency_ms"] < 500  # the end is [DONE], not the give-up on the body
     assert elapsed < 10.0
+
+
+def test_api_key_is_sent_as_bearer_token() -> None:
+    with running("--ttft-ms", "1", "--token-delay-ms", "1", "--api-key", "s3cret") as server:
+        ok = run_load(server.url, spec(backend="openai", concurrency=2, num_prompts=2, output_len=3, api_key="s3cret"))
+        assert ok.metrics["completed"] == 2
+        with pytest.raises(LoadPointFailed, match="HTTP 401"):
+            run_load(server.url, spec(backend="openai", model="m", concurrency=2, num_prompts=2, api_key="wrong"))
+
+
+def test_outputs_shorter_than_requested_are_counted() -> None:
+    with running("--ttft-ms", "1", "--token-delay-ms", "1", "--eos-after", "4") as server:
+        result = run_load(server.url, spec(concurrency=2, num_prompts=4, output_len=10))
+    m = result.metrics
+    assert m["total_output_tokens"] == 16 and m["short_outputs"] == 4 and m["completed"] == 4
