@@ -134,6 +134,10 @@ def _report_body(req: TrialRequest, report: Any) -> TrialResult:
     return TrialResult(state="complete", value=500.0)
 
 
+def _raising_body(req: TrialRequest, report: Any) -> TrialResult:
+    raise ValueError(f"boom in trial {req.trial_number}")
+
+
 # ---- tests -----------------------------------------------------------------------------------
 
 def test_tp2_trials_run_four_at_a_time_on_disjoint_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
@@ -309,3 +313,15 @@ def test_real_trial_body_runs_the_sim_on_rays_gpus(ray_owner: RayExecutor, tmp_p
     env = json.loads((tmp_path / "t0" / "env.json").read_text())
     assert env.get("CUDA_VISIBLE_DEVICES") == ",".join(ids)
     assert "--tp-size" in result.command and "2" in result.command
+
+
+def test_a_body_that_raises_is_a_crashed_trial_with_the_traceback(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    ex = RayExecutor(_spec(), body=_raising_body)
+    try:
+        results = _drive(ex, [_request(4, tmp_path)], timeout_s=60)
+    finally:
+        ex.shutdown(cancel=False)
+    assert results[4].state == "failed" and results[4].failure_kind == "crashed"
+    assert "ValueError" in results[4].evidence and "boom in trial 4" in results[4].evidence
+    with pytest.raises(RuntimeError, match="submit after shutdown"):
+        ex.submit(5, _request(5, tmp_path))

@@ -109,11 +109,15 @@ class RayExecutor(Executor):
 
     # ---- submit and dispatch ---------------------------------------------------------
     def submit(self, number: int, request: TrialRequest) -> None:
+        """Queue trial ``number``; it goes to Ray now if it fits a node, else from a later ``wait``."""
+        if self._closed:
+            raise RuntimeError("submit after shutdown")
         need = self._need(request)
         if self._reporter_factory is not None:
             self._reporters[number] = self._reporter_factory(number)
         nodes = self._cluster()
         if not ray_capacity.fits_anywhere(nodes, need):
+            self._reporters.pop(number, None)
             self._done.append((number, _never_fits(need, nodes)))
             return
         self._queued.append((number, request, need))
@@ -127,6 +131,7 @@ class RayExecutor(Executor):
             nodes = self._cluster()
             if not ray_capacity.fits_anywhere(nodes, need):  # a node left since submit
                 self._queued.popleft()
+                self._reporters.pop(number, None)
                 self._done.append((number, _never_fits(need, nodes)))
                 continue
             room = ray_capacity.how_many_more(nodes, self._held(), need, limit=1)
@@ -143,6 +148,8 @@ class RayExecutor(Executor):
     # ---- results ---------------------------------------------------------------------
     def wait(self, timeout: float) -> list[tuple[int, TrialResult]]:
         """Finished trials; waits up to ``timeout`` for one, delivering reports meanwhile."""
+        if self._closed:
+            return []
         ray = self._ray
         deadline = time.monotonic() + max(0.0, timeout)
         out: list[tuple[int, TrialResult]] = []
@@ -195,7 +202,8 @@ class RayExecutor(Executor):
         except ray.exceptions.RayTaskError as exc:  # the body raised: a bug, not a trial outcome
             log.error("trial %d: the trial body raised: %s", number, exc)
             return TrialResult(state="failed", failure_kind=FailureKind.CRASHED.value,
-                               evidence=f"trial body raised {type(exc.cause).__name__}: {_first_lines(exc)}")
+                               evidence=f"trial body raised {type(getattr(exc, 'cause', None) or exc).__name__}: "
+                                        f"{_first_lines(exc)}")
         except ray.exceptions.RayError as exc:  # worker killed, node died, OOM kill, cancelled
             log.warning("trial %d: Ray worker died: %s", number, _first_lines(exc, 1))
             return TrialResult(state="failed", failure_kind=FailureKind.WORKER_DIED.value,
