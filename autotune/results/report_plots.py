@@ -87,7 +87,8 @@ def history(study: optuna.Study, metric: str) -> go.Figure:
     if base is not None:
         fig.add_hline(y=base.value, line_dash="dash", line_color="#555",
                       annotation_text=f"baseline (SGLang defaults, trial {base.number})")
-    fig.update_layout(title=title, xaxis_title="trial", yaxis_title=metric)
+    fig.update_layout(title=title, xaxis_title="trial", yaxis_title=metric,
+                      xaxis={"dtick": max(1, math.ceil((done[-1].number + 1) / 20))})
     return fig
 
 
@@ -149,11 +150,15 @@ def memory(study: optuna.Study) -> go.Figure:
     band = min_viable_band(study)
     if band is not None:
         lo, hi = band
-        if hi - lo > 1e-6:
+        mid = statistics.median([lo, hi])
+        if hi - lo > 0.005:
             fig.add_vrect(x0=lo, x1=hi, fillcolor="#d62728", opacity=0.12, line_width=0,
-                          annotation_text="predicted OOM boundary", annotation_position="top left")
-        fig.add_vline(x=statistics.median([lo, hi]), line_dash="dot", line_color="#d62728",
-                      annotation_text=f"min viable f ≈ {statistics.median([lo, hi]):.3f}")
+                          annotation_text=f"predicted OOM boundary {lo:.3f}–{hi:.3f}",
+                          annotation_position="top left")
+            fig.add_vline(x=mid, line_dash="dot", line_color="#d62728")
+        else:
+            fig.add_vline(x=mid, line_dash="dot", line_color="#d62728", annotation_position="top left",
+                          annotation_text=f"predicted OOM boundary: min viable f ≈ {mid:.3f}")
     fig.update_layout(title=title, xaxis_title="mem_fraction_static", yaxis_title="output_throughput (tok/s)")
     return fig
 
