@@ -10,8 +10,11 @@ uvloop, back-pressure aware), then runs, one after the other against fresh serve
   ``python -m venv /tmp/v-sglang && /tmp/v-sglang/bin/pip install --no-deps sglang &&
   /tmp/v-sglang/bin/pip install aiohttp numpy requests tqdm transformers tokenizers pybase64
   pillow orjson uvloop psutil pyzmq msgspec jinja2 datasets`` (no torch needed),
-* guidellm / aiperf / inference-perf, when ``LOADGEN_<TOOL>_BIN`` points at their
-  executables. A peer that is missing or fails is skipped, and the script says why.
+* guidellm and aiperf, when ``LOADGEN_<TOOL>_BIN`` (default /tmp/v-<tool>/bin/<tool>) exists
+  (``python -m venv /tmp/v-guidellm && /tmp/v-guidellm/bin/pip install guidellm``; same for
+  aiperf); judged by the server's count and their process CPU, their own reports are not
+  parsed. inference-perf (Python >= 3.12) is not driven. A peer that is missing or fails
+  is skipped, and the script says why.
 
 Every tool gets the same work: concurrency 256, 256 output tokens, 128 input tokens,
 completions endpoint. Throughput is also taken from the server's own count (tokens
@@ -137,15 +140,74 @@ json.dump({"model_type": "llama"}, open(d + "/config.json", "w"))
     return subprocess.run([py, "-c", code, str(path)], capture_output=True).returncode == 0
 
 
-def other_peers() -> list[dict[str, Any]]:
-    rows = []
-    for tool in ("guidellm", "aiperf", "inference-perf"):
-        env_name = f"LOADGEN_{tool.upper().replace('-', '_')}_BIN"
-        exe = os.environ.get(env_name) or shutil.which(tool)
-        if not exe:
-            rows.append({"tool": tool, "skipped": f"not installed (set {env_name})"})
-        else:
-            rows.append({"tool": tool, "skipped": f"found at {exe}, but no driver for it in this script yet"})
+def _peer(server: FakeServer, tool: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run a peer whose own report format we do not parse: judged by the server's count."""
+    try:
+        rc, out, wall, cpu = _run_tool(argv, env=env, timeout=400)
+    except subprocess.TimeoutExpired:
+        return {"tool": tool, "skipped": "timed out after 400 s"}
+    truth = server.stats()
+    if rc != 0 or not truth.get("completed"):
+        return {"tool": tool, "skipped": f"exit {rc}, {truth.get('completed', 0)} requests served: {out[-300:]}"}
+    return {
+        "tool": tool,
+        "reported_tok_s": None,
+        "server_tok_s": truth["output_throughput"],
+        "cpu_us_per_token_run": None,
+        "cpu_us_per_token_process": cpu * 1e6 / truth["total_output_tokens"],
+        "client_bound": None,
+        "wall_s": wall,
+    }
+
+
+def hf_cache_alias(tok_dir: Path, hf_home: Path, repo: str = "local/tiny-tok") -> None:
+    """Serve a local tokenizer under a repo id from an offline HF cache (aiperf wants a repo id)."""
+    commit = "1" * 40
+    d = hf_home / "hub" / f"models--{repo.replace('/', '--')}"
+    (d / "refs").mkdir(parents=True, exist_ok=True)
+    (d / "refs" / "main").write_text(commit)
+    snap = d / "snapshots" / commit
+    snap.mkdir(parents=True, exist_ok=True)
+    for f in tok_dir.iterdir():
+        shutil.copy(f, snap / f.name)
+
+
+def other_peers(a: argparse.Namespace, tok_dir: Path, work: Path, server_opts: tuple[str, ...]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    hf_home = work / "hf"
+    hf_cache_alias(tok_dir, hf_home)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(hf_home),
+               GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL="ERROR")
+    found = {
+        "guidellm": os.environ.get("LOADGEN_GUIDELLM_BIN", "/tmp/v-guidellm/bin/guidellm"),
+        "aiperf": os.environ.get("LOADGEN_AIPERF_BIN", "/tmp/v-aiperf/bin/aiperf"),
+        "inference-perf": os.environ.get("LOADGEN_INFERENCE_PERF_BIN", "/tmp/v-infperf/bin/inference-perf"),
+    }
+    for tool, exe in found.items():
+        if not Path(exe).exists():
+            rows.append({"tool": tool, "skipped": f"not installed at {exe} (set LOADGEN_{tool.upper().replace('-', '_')}_BIN)"})
+            continue
+        if tool == "inference-perf":
+            rows.append({"tool": tool, "skipped": "needs Python >= 3.12 and a YAML config; no driver here"})
+            continue
+        with running(*server_opts) as server:
+            if tool == "guidellm":
+                argv = [exe, "run", "--backend",
+                        f"kind=openai_http,target={server.url},request_format=/v1/completions,model=fake-model",
+                        "--profile", f"kind=concurrent,streams={a.concurrency}",
+                        "--data", f"kind=synthetic_text,prompt_tokens=128,output_tokens={a.output_len}",
+                        "--tokenizer", f"kind=huggingface_auto,model={tok_dir}",
+                        "--constraint", f"kind=max_requests,count={a.num_prompts}",
+                        "--output", f"kind=json,path={work / 'guidellm.json'}", "--disable-progress"]
+            else:
+                argv = [exe, "profile", "--model", "fake-model", "--url", server.url, "--endpoint-type",
+                        "completions", "--streaming", "--concurrency", str(a.concurrency), "--request-count",
+                        str(a.num_prompts), "--synthetic-input-tokens-mean", "128",
+                        "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(a.output_len),
+                        "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--tokenizer",
+                        "local/tiny-tok", "--ui-type", "none", "--artifact-dir", str(work / "aiperf"),
+                        "--no-gpu-telemetry", "--no-server-metrics"]
+            rows.append(_peer(server, tool, argv, env))
     return rows
 
 
@@ -167,9 +229,9 @@ def main() -> int:
             if make_tokenizer(tok):
                 with running(*server_opts) as server:
                     rows.append(sglang_bench(server, a, tok))
+                rows.extend(other_peers(a, tok, Path(tmp), server_opts))
             else:
-                rows.append({"tool": "sglang bench_serving", "skipped": "no venv with sglang + tokenizers"})
-        rows.extend(other_peers())
+                rows.append({"tool": "peers", "skipped": "no venv with `tokenizers` to build their tokenizer"})
     print(f"load average (1 min): {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; c={a.concurrency}, "
           f"output {a.output_len} tokens, {a.num_prompts} requests, fake server streaming unpaced")
     if a.json:
@@ -181,7 +243,8 @@ def main() -> int:
             print(f"{r['tool']:<22} skipped: {r['skipped'][:200]}")
             continue
         run = f"{r['cpu_us_per_token_run']:.2f}" if r["cpu_us_per_token_run"] is not None else "-"
-        print(f"{r['tool']:<22} {r['reported_tok_s']:>14.0f} {r['server_tok_s']:>13.0f} {run:>13} "
+        rep = f"{r['reported_tok_s']:.0f}" if r["reported_tok_s"] is not None else "-"
+        print(f"{r['tool']:<22} {rep:>14} {r['server_tok_s']:>13.0f} {run:>13} "
               f"{r['cpu_us_per_token_process']:>14.2f}")
     return 0
 

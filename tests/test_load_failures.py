@@ -66,11 +66,12 @@ def test_failed_warmup_is_reported_as_such() -> None:
 def test_snapshots_arrive_during_the_run() -> None:
     seen: list[Snapshot] = []
     with running("--token-delay-ms", "5", "--ttft-ms", "5") as server:
-        result = run_load(server.url, spec(concurrency=4, num_prompts=24, output_len=40, snapshot_interval_s=0.2),
-                          on_snapshot=seen.append)
+        result = run_load(server.url, spec(concurrency=4, num_prompts=24, output_len=40, snapshot_interval_s=0.2,
+                                           warmup_requests=4), on_snapshot=seen.append)
     assert len(seen) >= 3
     assert [s.elapsed_s for s in seen] == sorted(s.elapsed_s for s in seen)
     assert seen[-1].output_tokens >= seen[0].output_tokens > 0
+    assert seen[-1].output_tokens <= result.metrics["total_output_tokens"]  # warm-up tokens not counted
     assert all(s.in_flight <= 4 for s in seen)
     assert seen[-1].output_throughput > 0 and not result.stopped_early
 

@@ -311,6 +311,7 @@ class LoadRunner:
         prompts: Iterator[Prompt] = prompt_stream(s)
         lags: list[float] = []
         loop = asyncio.get_running_loop()
+        self.streamed_tokens = 0  # warm-up tokens do not count
         t0 = time.perf_counter()
         cpu0 = time.thread_time()
         deadline = t0 + s.duration_s / x if s.duration_s else math.inf
