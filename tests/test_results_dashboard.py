@@ -138,3 +138,19 @@ def test_dashboard_trials_page_in_chromium(finished_spec, tmp_path):
         chromium(url, tmp_path, screenshot=shot, window="1400,1800", budget_ms=15000)
         assert shot.is_file() and shot.stat().st_size > 10_000
         print(f"dashboard screenshot kept at {shot}")
+
+
+def test_view_system_attrs_adds_only_what_is_missing():
+    from autotune.results.dashboard import view_system_attrs
+
+    log_meta = json.dumps({"artifact_id": "a", "filename": "server.log", "mimetype": "application/octet-stream"})
+    json_meta = json.dumps({"artifact_id": "b", "filename": "load_c64.json", "mimetype": "application/json"})
+    stored = {"constraints:memory": 1.0, "artifacts:a": log_meta, "artifacts:b": json_meta}
+    view = view_system_attrs(stored)
+    assert view["constraints"] == [1.0]
+    assert json.loads(view["artifacts:a"])["mimetype"].startswith("text/plain")
+    assert view["artifacts:b"] == json_meta
+    assert "constraints" not in stored  # the stored dict is not changed
+    legacy = {"constraints": [-2.0], "constraints:memory": 1.0}
+    assert view_system_attrs(legacy)["constraints"] == [-2.0]  # a stored legacy list wins
+    assert "constraints" not in view_system_attrs({"fixed_params": {}})
