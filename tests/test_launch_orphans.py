@@ -87,3 +87,49 @@ def test_sigkill_of_orchestrator_server_dies_via_watchdog(tmp_path: Path, from_t
         assert "launcher pid" in (tmp_path / "server.log").read_text()  # the watchdog did it
     finally:
         kill_quietly(pids)
+
+
+def test_stop_all_shares_one_grace_between_servers(tmp_path: Path) -> None:
+    from test_launch_fakes import fake_argv
+
+    from autotune.launch import ServerProcess, live_servers, stop_all
+
+    servers = []
+    pids: list[int] = []
+    try:
+        for i in range(2):
+            port = free_port()
+            s = ServerProcess(fake_argv(port, ignore_term=True), log_path=tmp_path / f"s{i}.log", port=port, poll_interval_s=0.1)
+            servers.append(s.start())
+        for s in servers:
+            s.wait_ready()
+            pids += [s.pid, s._watchdog.pid]  # type: ignore[list-item,union-attr]
+        t0 = time.monotonic()
+        assert stop_all(grace_s=3.0) == 2
+        elapsed = time.monotonic() - t0
+        assert wait_all_gone(pids, 5) == []
+        assert not set(servers) & set(live_servers())
+        assert 3.0 <= elapsed < 5.5  # one shared grace (two would take 6 s or more)
+        assert all(s.returncode == -signal.SIGKILL for s in servers)
+    finally:
+        for s in servers:
+            s.stop(grace_s=0)
+        kill_quietly(pids)
+
+
+def test_watchdog_exits_when_its_server_ends_by_itself(tmp_path: Path) -> None:
+    from test_launch_fakes import fake_argv
+
+    from autotune.launch import ServerProcess
+
+    port = free_port()
+    server = ServerProcess(fake_argv(port, lines=["bye"], exit=0, exit_delay=0.3), log_path=tmp_path / "s.log", port=port)
+    try:
+        server.start()
+        watchdog = server._watchdog
+        assert watchdog is not None
+        server._proc.wait(timeout=10)  # type: ignore[union-attr]
+        watchdog.wait(timeout=10)  # gone without stop(): it noticed the empty group
+        assert watchdog.returncode == 0
+    finally:
+        server.stop(grace_s=0)

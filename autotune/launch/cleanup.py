@@ -95,8 +95,6 @@ def _handler_for(signum: int, previous: Any) -> Any:
             _tearing_down = False
         if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN):
             previous(sig, frame)
-        elif previous == signal.SIG_IGN:
-            return
         elif sig == signal.SIGINT:
             raise KeyboardInterrupt
         else:
@@ -119,7 +117,10 @@ def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGINT, signal.SI
         logger.warning("install_signal_handlers called off the main thread; only the atexit hook is active")
         return
     for sig in signals:
-        signal.signal(sig, _handler_for(sig, signal.getsignal(sig)))
+        previous = signal.getsignal(sig)
+        if previous == signal.SIG_IGN:  # e.g. SIGINT under nohup: the process must keep running
+            continue
+        signal.signal(sig, _handler_for(sig, previous))
     _installed = True
 
 

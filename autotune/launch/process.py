@@ -339,7 +339,8 @@ class ServerProcess:
             logger.info("server pid %d stopped in %.1f s (rc %s)", pgid, self.timings["teardown_s"], self._proc.returncode)
         finally:
             self._stopping = False
-            cleanup.discard_live(self)
+            if self._stopped:  # an interrupted stop stays in the live set for the atexit hook
+                cleanup.discard_live(self)
 
     def _stop_watchdog(self) -> None:
         wd = self._watchdog
