@@ -57,6 +57,7 @@ def ray_owner() -> Iterator[RayExecutor]:
     try:
         assert ray.is_initialized()
         assert ray.cluster_resources().get("GPU") == 8
+        assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]  # loopback only
         yield owner
     finally:
         owner.shutdown(cancel=True)

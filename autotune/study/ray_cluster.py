@@ -73,7 +73,7 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
                 "Ray and Python versions must match the cluster's)"
             ) from exc
         return False
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    _loopback_only()
     cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
     log.info("starting a local Ray instance on loopback: %d CPU(s), %d GPU(s) declared", cpus, num_gpus)
     ray.init(
@@ -86,6 +86,24 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
         logging_level=logging.WARNING,
     )
     return True
+
+
+def _loopback_only() -> None:
+    """Keep a local instance on 127.0.0.1.
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when ``ray`` is first
+    imported, so setting the variable now only reaches the processes Ray starts;
+    the driver's already-imported constant is set too (a private name, hence guarded).
+    """
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] != "0":
+        return
+    try:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    except (ImportError, AttributeError):  # a Ray without that switch: it binds where it binds
+        log.warning("could not keep the local Ray instance on loopback")
 
 
 def disconnect(owned: bool) -> None:
