@@ -19,20 +19,20 @@ Constants (all per allreduce; GB/s are per direction):
   datasheet figure (PCIe 5 x16, 50 GB/s usable -> ~20 GB/s busbw without P2P
   through a switch; NVLink 450 GB/s -> ~180 GB/s busbw for mid-size
   messages). Ring time = ``size x 2 (tp-1)/tp / busbw``.
-* ``GRAPH_PCIE_PENALTY_MAX`` 1.0, ``GRAPH_PCIE_PENALTY_SIZE`` 2.6 MB,
-  ``GRAPH_PCIE_PENALTY_STEEPNESS`` 6: **[modelled]** an NCCL allreduce
+* ``GRAPH_PCIE_PENALTY_MAX`` 1.0, ``GRAPH_PCIE_PENALTY_SIZE`` 2.4 MB,
+  ``GRAPH_PCIE_PENALTY_STEEPNESS`` 8: **[modelled]** an NCCL allreduce
   captured in a CUDA graph replays with the protocol, algorithm and channel
   count chosen at capture time and loses the per-call tuning eager NCCL does;
   over PCIe (proxy-driven SHM/P2P transports) that costs bandwidth on large
   messages. The bandwidth term of a captured PCIe NCCL allreduce is multiplied
-  by ``1 + 1.0 / (1 + (2.6 MB / size)^6)``: +11 % at batch 128, +58 % at
-  batch 192, +89 % at batch 256 for a 7168-wide model. Calibrated so that the
-  seed case comes out: on 8 x RTX PRO 6000 PCIe (kimi-k2-class, TP 8) a
-  decode step at batch 256 runs ~30 % faster eagerly than from the graph,
-  graphs still win at batch <= 128, and at the demo workload (512 in / 256
-  out, concurrency 256, prefill included) ``--cuda-graph-max-bs 128`` beats
-  512 by ~9 % (the real node: +9 %). NVLink (no penalty) keeps preferring
-  graphs at every batch size.
+  by ``1 + 1.0 / (1 + (2.4 MB / size)^8)``: +10 % at batch 128, +75 % at
+  batch 192, +97 % at batch 256 for a 7168-wide model. Calibrated on the seed
+  case (8 x RTX PRO 6000 PCIe, kimi-k2-class, TP 8): graphs still win at
+  batch <= 128, a decode step at batch 256 runs ~30 % faster eagerly, and at
+  the demo workload (512 in / 256 out, concurrency 256, prefill and
+  retractions included) ``--cuda-graph-max-bs 128`` beats 512 by 7-11 %
+  depending on the KV pool (125k-400k tokens; the real node: +9 %). NVLink
+  (no penalty) keeps preferring graphs at every batch size.
 * Custom allreduce (one-shot IPC for small messages, two-shot above 512 KiB):
   4 us on NVLink, 7 us on PCIe (TP2 P2P), bandwidth 0.6 of the link; only for
   messages <= 8 MiB (``max_size`` of the legacy CUDA implementation).
@@ -58,8 +58,8 @@ PCIE_HOP_LATENCY_S = 1.5e-6
 NVLINK_HOP_LATENCY_S = 0.5e-6
 NCCL_BUS_EFFICIENCY = 0.4
 GRAPH_PCIE_PENALTY_MAX = 1.0
-GRAPH_PCIE_PENALTY_SIZE = 2.6e6
-GRAPH_PCIE_PENALTY_STEEPNESS = 6.0
+GRAPH_PCIE_PENALTY_SIZE = 2.4e6
+GRAPH_PCIE_PENALTY_STEEPNESS = 8.0
 CUSTOM_AR_MAX_BYTES = 8 * 2**20
 CUSTOM_AR_LATENCY_NVLINK_S = 4e-6
 CUSTOM_AR_LATENCY_PCIE_S = 7e-6
