@@ -20,6 +20,7 @@ group whose launching worker died, and teardown on shutdown cancels softly first
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections import deque
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _NODES_TTL_S = 5.0
 _POLL_S = 0.2
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class RayExecutor(Executor):
@@ -266,5 +268,5 @@ def _never_fits(need: dict[str, float], nodes: list[dict[str, float]]) -> TrialR
 
 
 def _first_lines(exc: BaseException, n: int = 12) -> str:
-    text = str(exc).strip()
+    text = _ANSI.sub("", str(exc)).strip()  # Ray colours task names in its errors
     return "\n".join(text.splitlines()[:n])[:2000]
