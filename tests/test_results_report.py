@@ -41,6 +41,14 @@ def test_top_table_has_gain_and_sglang_commands(report):
     assert re.search(r"[+-]\d+\.\d\d %", table)
     assert "sglang.launch_server" in table and "--mem-fraction-static" in table
     assert "autotune.sim" not in table  # the command a person runs, not the simulated one
+    from autotune.results.summary import baseline_trial, best_trial
+    from autotune.study.storage import open_study
+
+    study = open_study(spec, create=False)
+    best, base = best_trial(study), baseline_trial(study)
+    first = table.split("<tr>")[2]  # [0] is empty, [1] the header
+    assert f">{best.number}<" in first and f"{best.value:.2f}" in first
+    assert f"{(best.value - base.value) / base.value * 100:+.2f} %" in first
 
 
 def test_memory_plot_draws_outcomes_and_predicted_boundary(finished_spec):
