@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -110,6 +111,7 @@ class ServerProcess:
         self._seen: dict[int, psutil.Process] = {}
         self._kill_request: tuple[FailureKind, str] | None = None
         self._wake = threading.Event()
+        self._pidfd: int | None = None  # readable once the server exits: wakes wait_ready at once
         self._stopping = False
         self._stopped = False
         self.ready = False
@@ -177,6 +179,10 @@ class ServerProcess:
             raise LaunchError(f"cannot start {self.argv[0]!r}: {exc}", kind=FailureKind.CRASHED, evidence=str(exc)) from exc
         self._started_at = time.monotonic()
         cleanup.add_live(self)
+        try:
+            self._pidfd = os.pidfd_open(self._proc.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3: poll at poll_interval_s instead
+            self._pidfd = None
         try:
             self._guard()
         except BaseException:
@@ -293,7 +299,14 @@ class ServerProcess:
                 if status in (404, 405) and idx + 1 < len(paths):
                     idx += 1  # this server does not serve that path: try the next one now
                     continue
-                self._wake.wait(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+                self._sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+
+    def _sleep(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s``, waking early when the server exits or kill_now is called."""
+        if self._pidfd is not None and not self._wake.is_set():
+            select.select([self._pidfd], [], [], timeout_s)  # kill_now SIGKILLs, which also wakes this
+        else:
+            self._wake.wait(timeout_s)
 
     # -- teardown ------------------------------------------------------------------------
 
@@ -328,6 +341,9 @@ class ServerProcess:
                 self._tail.stop()
             if self._log_fh is not None:
                 self._log_fh.close()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
             env = dict(os.environ)
             env.update(self.launch_env)
             wait_gpu_released([pgid, *self._seen], env, timeout_s=self.gpu_release_timeout_s)
