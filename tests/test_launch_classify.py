@@ -63,3 +63,8 @@ def test_still_running_is_startup_timeout_with_last_line() -> None:
 def test_positive_profiled_value_is_not_a_failure() -> None:
     tail = ["max_total_tokens=131072 is larger than the profiled value 561981. Use the profiled value instead.", "ValueError: bad config"]
     assert classify(tail, 1) == (FailureKind.CRASHED, "ValueError: bad config")
+
+
+def test_exception_line_with_sglang_prefix_is_the_evidence() -> None:
+    line = "[2025-01-01 00:00:00 TP0] KeyError: 'rope_scaling'"
+    assert classify([line, "[2025-01-01 00:00:01] shutting down"], 1) == (FailureKind.CRASHED, line)

@@ -65,7 +65,7 @@ _PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
 # "Capture cuda graph failed:" without the OOM text on the same line: an OOM if one shows elsewhere.
 _GRAPH_FAILED = re.compile(r"Capture .*graph failed", re.IGNORECASE)
 # The last line of a Python traceback, e.g. "RuntimeError: something".
-_EXCEPTION_LINE = re.compile(r"^(\w+\.)*\w*(Error|Exception|Interrupt)\b.*")
+_EXCEPTION_LINE = re.compile(r"^(\[[^\]]*\]\s*)?(\w+\.)*\w*(Error|Exception|Interrupt)\b.*")
 
 _Parse = Callable[[str], Any]
 
