@@ -280,6 +280,8 @@ class Engine:
 
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         """Pick (request, new tokens) pairs for the next prefill step, as SGLang's PrefillAdder."""
+        if not self._waiting and self._chunked is None:
+            return []
         budget = self.chunked_prefill_size
         rem = self.kv_tokens - self._kv_used - sum(self._reserve(r) for r in self._running)
         batch: list[tuple[Request, int]] = []
