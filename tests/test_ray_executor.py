@@ -326,3 +326,29 @@ def test_a_body_that_raises_is_a_crashed_trial_with_the_traceback(ray_owner: Ray
     assert "ValueError" in results[4].evidence and "boom in trial 4" in results[4].evidence
     with pytest.raises(RuntimeError, match="submit after shutdown"):
         ex.submit(5, _request(5, tmp_path))
+
+
+def test_a_study_runs_through_the_driver_on_ray(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    """``executor: {kind: ray}`` end to end: the driver's ask/tell with trials as Ray tasks."""
+    from autotune.study.driver import run_study
+
+    model = Path(__file__).resolve().parent.parent / "studies" / "models" / "qwen3-32b-class"
+    spec = StudySpec.model_validate({
+        "name": "ray-e2e", "n_trials": 3, "storage": str(tmp_path / "study.db"), "run_dir": str(tmp_path / "runs"),
+        "sampler": {"kind": "tpe", "seed": 0},
+        "executor": {"kind": "ray"},
+        "server": {"backend": "sim", "model_path": str(model), "tp_size": 2, "startup_timeout_s": 60,
+                   "sim": {"time_scale": 20, "seed": 0}},
+        "hardware": {"gpu": "h100", "num_gpus": 8},
+        "search_space": {"cuda_graph_max_bs": {"choices": [16, 32]}},
+        "workload": {"input_len": 128, "output_len": 32, "num_prompts": 16, "concurrency": [4],
+                     "warmup_requests": 1},
+    })
+    summary = run_study(spec)
+    assert summary.states.get("COMPLETE") == 3, summary.states
+    import optuna
+
+    study = optuna.load_study(study_name="ray-e2e", storage=spec.storage_url)
+    for t in study.trials:
+        assert len(t.user_attrs["observed"]["gpu_ids"]) == 2
+    assert ray.is_initialized()  # the driver's executor joined the shared instance and left it up
