@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -45,23 +46,22 @@ def chromium(url: str, tmp_path: Path, *, screenshot: Path | None = None, dump_d
     if dump_dom:
         argv.append("--dump-dom")
     argv.append(url)
+    # A new session, so that a timeout (or a leftover helper) is killed with its whole group.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, cwd=tmp_path)
     try:
-        # A new session so that a timeout kills Chromium's helpers with it.
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, cwd=tmp_path)
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            out, err = proc.communicate()
-            pytest.fail(f"chromium did not finish within {timeout_s} s on {url}")
-        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"chromium did not finish within {timeout_s} s on {url}")
     finally:
         try:
-            os.killpg(proc.pid, 9)  # leftover renderer/zygote helpers, if any
-        except (ProcessLookupError, PermissionError, UnboundLocalError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
         shutil.rmtree(profile, ignore_errors=True)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def console_errors(stderr: str) -> list[str]:
