@@ -46,6 +46,7 @@ def test_rows_carry_outcome_prediction_and_observation(finished_spec):
     assert (done["value"] == done["c256_output_throughput"]).all()
     assert done["obs_kv_tokens"].notna().all() and done["kv_tokens_error_pct"].notna().all()
     assert (done["duration_s"] >= 0).all()
+    assert (done["startup_s"] > 0).all() and frame.loc[[1, 2, 3], "startup_s"].isna().all()
 
 
 def test_csv_round_trip_through_cli(finished_spec, tmp_path, capsys):

@@ -129,6 +129,7 @@ def make_finished_study(tmp_path: Path, *, n_complete: int = 6, seed: int = 0) -
             t.set_user_attr(k, metrics["c256"][k])
         t.set_user_attr("kv_tokens_error_pct", round((kv_pred - kv_obs) / kv_obs * 100, 3))
         t.set_user_attr("gpu_seconds", round(rng.uniform(100, 300), 2))
+        t.set_user_attr("timings", {"startup_s": 3.2, "load_s": 5.1, "teardown_s": 0.4})
         t.set_user_attr("note", f"output_throughput={thr:.1f} at c256; KV tokens observed {kv_obs}")
         _upload(store, t, spec.run_path / "trials" / f"{t.number:05d}", thr)
         t.set_constraint("memory", -1.0)

@@ -17,7 +17,8 @@ Columns, in order:
   ``obs_kv_tokens``, ``obs_graph_gib``, ``obs_max_running_requests``;
   ``kv_tokens_error_pct`` ((predicted - observed) / observed x 100),
   ``gpu_seconds`` (modelled GPU time held), ``duration_s`` (wall time of the
-  trial), ``datetime_start``, ``datetime_complete``, ``note``, ``shell`` (the
+  trial), ``startup_s``, ``load_s``, ``teardown_s`` (where that time went),
+  ``datetime_start``, ``datetime_complete``, ``note``, ``shell`` (the
   launch command as run);
 * ``param_<name>`` for each search-space parameter (empty where a conditional
   parameter does not apply);

@@ -27,7 +27,8 @@ FIXED_COLUMNS = (
     "number", "state", "outcome", "failure_kind", "reason", "baseline", "value", "best_point",
     *(f"pred_{k}" for k in PREDICTION_KEYS),
     *(f"obs_{k}" for k in OBSERVED_KEYS),
-    "kv_tokens_error_pct", "gpu_seconds", "duration_s", "datetime_start", "datetime_complete",
+    "kv_tokens_error_pct", "gpu_seconds", "duration_s", "startup_s", "load_s", "teardown_s",
+    "datetime_start", "datetime_complete",
     "note", "shell",
 )
 
@@ -98,6 +99,9 @@ def row(t: FrozenTrial) -> dict[str, Any]:
     out["kv_tokens_error_pct"] = ua.get("kv_tokens_error_pct")
     out["gpu_seconds"] = ua.get("gpu_seconds")
     out["duration_s"] = _duration_s(t)
+    timings = ua.get("timings") or {}
+    for k in ("startup_s", "load_s", "teardown_s"):
+        out[k] = timings.get(k) if isinstance(timings, dict) else None
     out["datetime_start"] = t.datetime_start
     out["datetime_complete"] = t.datetime_complete
     out["note"] = ua.get("note")
