@@ -61,3 +61,36 @@ def test_graph_max_bs_512_is_not_worse_on_nvlink():
     small = asyncio.run(demo_throughput(perf("h200", "nvlink", 128), 400_000))
     large = asyncio.run(demo_throughput(perf("h200", "nvlink", 512), 400_000))
     assert large >= small
+
+
+def test_eagle3_under_the_default_48_running_requests_loses_at_concurrency_256():
+    """SGLang caps running requests at 48 under speculative decoding: at concurrency 256 that costs more than it gains."""
+    from autotune.sglang.config import SpeculativeConfig
+
+    draft = load_model_profile(MODEL.parent / "kimi-k2-class-eagle3")
+    spec = PerfModel(PerfInputs(model=load_model_profile(MODEL), gpu=get_gpu("rtx-pro-6000"), tp_size=8,
+                                interconnect="pcie", cuda_graph_max_bs=128, draft=draft,
+                                speculative=SpeculativeConfig(algorithm="EAGLE3", num_steps=2, eagle_topk=1,
+                                                              num_draft_tokens=3)))
+
+    async def capped() -> float:
+        engine = Engine(spec, kv_tokens=AUTO_KV_TOKENS, max_running_requests=48, chunked_prefill_size=8192,
+                        time_scale=1e7, seed=0)
+        await engine.start()
+        sem = asyncio.Semaphore(256)
+
+        async def one(i: int) -> None:
+            async with sem:
+                async for _ in engine.generate(f"r{i}", 512, 256):
+                    pass
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(256))), timeout=60)
+        finally:
+            await engine.stop()
+        reqs = engine.stats()["requests"]
+        assert sum(r["output_len"] for r in reqs) == 256 * 256
+        return 256 * 256 / (max(r["finish_s"] for r in reqs) - min(r["arrival_s"] for r in reqs))
+
+    plain = asyncio.run(demo_throughput(perf("rtx-pro-6000", "pcie", 128), AUTO_KV_TOKENS, num_prompts=256))
+    assert asyncio.run(capped()) < plain
