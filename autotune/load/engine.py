@@ -233,10 +233,20 @@ class LoadRunner:
             await asyncio.sleep(_LAG_PROBE_S)
             lags.append(max(time.perf_counter() - t - _LAG_PROBE_S, 0.0))
 
-    async def _snapshots(self, t0: float, on_snapshot: SnapshotCallback) -> None:
+    async def _snapshots(
+        self,
+        t0: float,
+        on_snapshot: SnapshotCallback,
+        clock: ClockProbe | None,
+        clock_start: tuple[float, float] | None,
+    ) -> None:
         x = self.time_scale
         while True:
             await asyncio.sleep(self.spec.snapshot_interval_s)
+            if clock is not None and clock_start is not None:  # the simulator's real pace so far
+                now_clock = await clock()
+                if now_clock is not None and now_clock[0] - clock_start[0] > 0 and now_clock[1] > clock_start[1]:
+                    x = (now_clock[1] - clock_start[1]) / (now_clock[0] - clock_start[0])
             elapsed = (time.perf_counter() - t0) * x
             ok = [tr for tr in self.traces if tr.ok]
             ttfts = [(tr.times[0] - tr.start) * 1000 * x for tr in ok if tr.times]
@@ -317,7 +327,7 @@ class LoadRunner:
         deadline = t0 + s.duration_s / x if s.duration_s else math.inf
         helpers = [loop.create_task(self._lag_probe(lags))]
         if on_snapshot is not None:
-            helpers.append(loop.create_task(self._snapshots(t0, on_snapshot)))
+            helpers.append(loop.create_task(self._snapshots(t0, on_snapshot, clock, clock_start)))
         for h in helpers:
             h.add_done_callback(lambda _t: self._wake.set())
         dispatcher = loop.create_task(self._dispatch(prompts, arrivals, sem, t0, deadline))
