@@ -29,6 +29,13 @@ if opts.get("from_thread"):  # no PR_SET_PDEATHSIG off the main thread: only the
     t.start()
     while not s.ready:
         time.sleep(0.05)
+elif opts.get("hang"):  # report at once, then block in wait_ready where the signal lands
+    s.start()
+    deadline = time.monotonic() + 10
+    while len(grandchild_pids(s.log_lines())) < len(opts.get("grandchildren", [])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(json.dumps([s.pid, s._watchdog.pid, *grandchild_pids(s.log_lines())]), flush=True)
+    s.wait_ready()
 else:
     s.start()
     s.wait_ready()
@@ -58,6 +65,7 @@ def _orchestrator(tmp_path: Path, **opts: object) -> tuple[subprocess.Popen[str]
 @pytest.mark.parametrize(("sig", "opts"), [
     (signal.SIGINT, {"grandchildren": [{}, {"escape": True}]}),
     (signal.SIGTERM, {"ignore_term": True, "grandchildren": [{"ignore_term": True}]}),
+    (signal.SIGINT, {"hang": True, "grandchildren": [{}]}),
 ])
 def test_signal_to_orchestrator_tears_servers_down(tmp_path: Path, sig: int, opts: dict[str, object]) -> None:
     proc, pids = _orchestrator(tmp_path, **opts)
