@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.sglang.config import SpeculativeConfig
 from autotune.sglang.gpus import get_gpu
 from autotune.sglang.models import load_model_profile
 from autotune.sim.engine import Engine
@@ -65,8 +66,6 @@ def test_graph_max_bs_512_is_not_worse_on_nvlink():
 
 def test_eagle3_under_the_default_48_running_requests_loses_at_concurrency_256():
     """SGLang caps running requests at 48 under speculative decoding: at concurrency 256 that costs more than it gains."""
-    from autotune.sglang.config import SpeculativeConfig
-
     draft = load_model_profile(MODEL.parent / "kimi-k2-class-eagle3")
     spec = PerfModel(PerfInputs(model=load_model_profile(MODEL), gpu=get_gpu("rtx-pro-6000"), tp_size=8,
                                 interconnect="pcie", cuda_graph_max_bs=128, draft=draft,

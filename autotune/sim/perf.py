@@ -1,5 +1,9 @@
 """Speed model of the simulated SGLang server: how long one engine step takes.
 
+(The roofline of one forward pass lives in :mod:`autotune.sim.perf_forward`,
+the allreduce paths in :mod:`autotune.sim.perf_comm`; their constants are
+documented here and there.)
+
 The engine (:mod:`autotune.sim.engine`) asks this model for the modelled time of
 each prefill and decode step. The model is a roofline per step, built so that
 the launch knobs move speed the way they move it in real SGLang. Everything is
@@ -35,18 +39,20 @@ Decode step (``decode_step_time_s``), for ``B`` running requests holding
   MoE layer, the Python/PyTorch dispatch of ~20-40 kernels at 5-8 us each)
   and the GPU idles between kernels (``EAGER_GAP_PER_LAYER_S``: 30 us dense,
   50 us MoE, ~1.5 us per kernel); CPU launch overlaps GPU work, so an eager
-  step is ``max(cpu, gpu) + gaps``. Small batches are launch-bound (graphs win
-  several-fold), large batches GPU-bound (eager costs a few percent).
-* ``STEP_OVERHEAD_S`` 0.4 us per request + 300 us fixed: sampling, output
-  processing and scheduler work not hidden by the overlap scheduler.
+  step is ``max(cpu, gpu) + gaps``. Small batches are launch-bound (graphs
+  win ~3x for the 61-layer MoE, ~1.2x for a dense 70B), large batches are
+  GPU-bound (eager costs a few percent, unless the captured PCIe allreduce
+  penalty outweighs that).
+* ``STEP_FIXED_S`` 300 us + ``STEP_PER_REQ_S`` 0.4 us per request: sampling,
+  output processing and scheduler work not hidden by the overlap scheduler.
 
 Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one
 step is one draft/verify cycle. Per-depth acceptance ``p`` is 0.60 (EAGLE),
 0.75 (EAGLE3), 0.78 (MTP drafts: EAGLE on a checkpoint with its own MTP
 layers), 0.70 (STANDALONE), 0.30 (NGRAM: no model, it matches repeated
 text only). These are typical published acceptance figures, not measured
-here. topk > 1 raises p to ``1 - (1-p) topk^-0.3`` and the tree depth is ``min(num_steps,
-num_draft_tokens - 1)``. Accepted tokens per cycle ``(1 - p^(d+1)) / (1 - p)``
+here. topk > 1 raises p to ``1 - (1-p) topk^-0.3`` and the tree depth is
+``min(num_steps, num_draft_tokens - 1)``. Accepted tokens per cycle ``(1 - p^(d+1)) / (1 - p)``
 (the bonus token included): diminishing returns in the number of steps. Cost
 of a cycle = ``num_steps`` draft forwards over ``B x topk`` tokens + one target
 forward over ``B x num_draft_tokens`` tokens (compute grows with draft tokens,
@@ -71,8 +77,9 @@ head_dim x tokens^2 / (2 x reqs)`` FLOPs + KV write + 2 allreduces per layer of
 
 Absolute sanity (see tests/test_sim_perf*.py and benchmarks/sim_graph_bs.py):
 kimi-k2-class TP8 on 8 x RTX PRO 6000 PCIe decodes a few thousand tokens/s at
-batch 256 (~1.8k from graphs, ~2.4k eager); llama-70b-class TP4 on H100 NVLink ~6k
-tokens/s at batch 128.
+batch 256 (~1.8k from graphs, ~2.4k eager; about 1k at the demo workload,
+where slow PCIe prefill and the KV pool weigh in); llama-70b-class TP4 on
+H100 NVLink ~6k tokens/s at batch 128.
 """
 
 from __future__ import annotations
@@ -83,18 +90,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.sglang.config import SpeculativeConfig
-from autotune.sim.perf_comm import CommSetup, allreduce_s
+from autotune.sglang.defaults import decode_graph_batch_sizes
+from autotune.sim.perf_comm import CommSetup
+from autotune.sim.perf_forward import (
+    GEMM_EFFICIENCY,
+    GRAPH_REPLAY_S,
+    HBM_EFFICIENCY,
+    PREFILL_EFFICIENCY,
+    Forward,
+    mtp_head,
+)
 
 __all__ = ["PerfInputs", "PerfModel", "graph_ladder"]
 
 log = logging.getLogger(__name__)
 
-HBM_EFFICIENCY = 0.8
-GEMM_EFFICIENCY = 0.55
-PREFILL_EFFICIENCY = 0.6
-GRAPH_REPLAY_S = 40e-6
-EAGER_CPU_PER_LAYER_S = {"dense": 150e-6, "moe": 300e-6}
-EAGER_GAP_PER_LAYER_S = {"dense": 30e-6, "moe": 50e-6}
 STEP_FIXED_S = 300e-6
 STEP_PER_REQ_S = 0.4e-6
 SPEC_ACCEPT_P = {"EAGLE": 0.60, "EAGLE3": 0.75, "MTP": 0.78, "STANDALONE": 0.70, "NGRAM": 0.30}
@@ -106,26 +116,9 @@ NGRAM_DRAFT_PER_REQ_S = 20e-6  # CPU-side n-gram trie lookup per request
 
 
 def graph_ladder(max_bs: int, *, speculative: bool, version: str = "0.5.9") -> list[int]:
-    """SGLang's decode CUDA-graph batch sizes up to ``max_bs`` (reference 3.1).
-
-    Uses :func:`autotune.sglang.defaults.decode_graph_batch_sizes` when that
-    module exists, else the 0.5.9 ladder restated from the reference.
-    """
-    if max_bs <= 0:
-        return []
-    try:
-        from autotune.sglang.defaults import decode_graph_batch_sizes  # type: ignore[attr-defined]
-
-        return sorted(set(decode_graph_batch_sizes(max_bs, speculative=speculative, version=version)))
-    except Exception:  # the knowledge layer may not have landed, or uses another version type
-        pass
-    if speculative:
-        ladder = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
-        ladder += list(range(72, 257, 8)) + list(range(272, max(max_bs, 272) + 1, 16))
-    else:
-        ladder = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 497, 16))
-        ladder += list(range(512, max(max_bs, 512) + 1, 32))
-    return sorted({b for b in ladder if b <= max_bs})
+    """SGLang's decode CUDA-graph batch sizes up to ``max_bs`` (reference 3.1), for
+    servers that do not pass their own ladder in :attr:`PerfInputs.graph_batch_sizes`."""
+    return sorted(set(decode_graph_batch_sizes(max_bs, speculative=speculative, version=version)))
 
 
 @dataclass(frozen=True)
@@ -156,94 +149,6 @@ class PerfInputs:
             raise ValueError(f"interconnect must be 'pcie' or 'nvlink', got {self.interconnect!r}")
 
 
-def _flop_params(model: Any) -> float:
-    """Parameters multiplied per token (attention + active MLP + LM head), from the architecture."""
-    h = model.hidden_size
-    heads = model.num_attention_heads
-    if model.is_mla:
-        v_dim = getattr(model, "v_head_dim", 128) or 128
-        nope = model.head_dim - model.qk_rope_head_dim
-        attn = h * heads * model.head_dim + h * (model.kv_lora_rank + model.qk_rope_head_dim)
-        attn += model.kv_lora_rank * heads * (nope + v_dim) + heads * v_dim * h
-    else:
-        attn = 2 * h * heads * model.head_dim + 2 * h * model.num_kv_heads * model.head_dim
-    if model.num_experts > 0:
-        mlp = 3 * h * model.moe_intermediate_size * max(model.num_experts_per_tok, 1)
-    else:
-        mlp = 3 * h * model.intermediate_size
-    return float(model.num_layers * (attn + mlp) + h * model.vocab_size)
-
-
-def _kv_bytes_per_token(model: Any, tp: int, dtype_bytes: int) -> float:
-    """KV bytes per token on one GPU (MLA replicated; GQA heads split over TP)."""
-    if model.is_mla:
-        return float((model.kv_lora_rank + model.qk_rope_head_dim) * model.num_layers * dtype_bytes)
-    heads_per_gpu = max(model.num_kv_heads / tp, 1.0)
-    v_dim = getattr(model, "v_head_dim", model.head_dim) or model.head_dim
-    return float(heads_per_gpu * (model.head_dim + v_dim) * model.num_layers * dtype_bytes)
-
-
-class _Forward:
-    """Roofline of one forward pass of one model (target or draft) on one GPU."""
-
-    def __init__(self, model: Any, inputs: PerfInputs, comm: CommSetup) -> None:
-        self.model = model
-        self.comm = comm
-        tp = inputs.tp_size
-        gpu = inputs.gpu
-        self.bw = gpu.hbm_tb_s * 1e12 * HBM_EFFICIENCY
-        self.flops = gpu.bf16_tflops * 1e12
-        e = model.num_experts
-        k = max(model.num_experts_per_tok, 1)
-        if e > k:
-            per_expert = max(model.weight_bytes - model.active_param_bytes, 0) / (e - k)
-            self.dense_bytes = max(model.active_param_bytes - k * per_expert, 0.0) / tp
-            self.expert_bytes = e * per_expert / tp
-            self.route_share = k / e
-        else:
-            self.dense_bytes = model.weight_bytes / tp
-            self.expert_bytes = 0.0
-            self.route_share = 1.0
-        self.params = _flop_params(model) / tp
-        self.kv_token_bytes = _kv_bytes_per_token(model, tp, inputs.kv_cache_dtype_bytes)
-        kind = "moe" if e > 0 else "dense"
-        self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers
-        self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
-
-    def weight_read_s(self, tokens: float) -> float:
-        touched = 1.0 - (1.0 - self.route_share) ** max(tokens, 1.0) if self.expert_bytes else 0.0
-        return (self.dense_bytes + self.expert_bytes * touched) / self.bw
-
-    def gpu_s(
-        self, tokens: int, context_tokens: float, *, captured: bool, efficiency: float, routed: float | None = None
-    ) -> float:
-        """GPU busy time of a forward over ``tokens`` tokens reading ``context_tokens`` of KV.
-
-        ``routed`` is the number of independently routed tokens (MoE expert
-        coverage); it defaults to ``tokens``.
-        """
-        weights = self.weight_read_s(tokens if routed is None else routed)
-        compute = 2.0 * self.params * tokens / (self.flops * efficiency)
-        kv = context_tokens * self.kv_token_bytes / self.bw
-        ar, _ = allreduce_s(self.comm, tokens, self.model.hidden_size, captured=captured)
-        return max(weights, compute) + kv + 2 * self.model.num_layers * ar
-
-    def step_s(
-        self,
-        tokens: int,
-        context_tokens: float,
-        *,
-        graph: bool,
-        efficiency: float = GEMM_EFFICIENCY,
-        routed: float | None = None,
-    ) -> float:
-        """Wall time of the forward: graph replay, or eager launch overlapped with the GPU."""
-        gpu = self.gpu_s(tokens, context_tokens, captured=graph, efficiency=efficiency, routed=routed)
-        if graph:
-            return gpu + GRAPH_REPLAY_S
-        return max(gpu, self.eager_cpu) + self.eager_gap
-
-
 class PerfModel:
     """Modelled step times for one launch. Pure functions of the inputs; cheap to call."""
 
@@ -259,13 +164,13 @@ class PerfModel:
             flashinfer_allreduce_fusion=inputs.flashinfer_allreduce_fusion,
             torch_symm_mem_active=inputs.torch_symm_mem_active,
         )
-        self.target = _Forward(inputs.model, inputs, self.comm)
+        self.target = Forward(inputs.model, inputs, self.comm)
         spec = inputs.speculative
         self.spec_algorithm = spec.algorithm.upper() if spec.algorithm else None
         if self.spec_algorithm == "NEXTN":
             self.spec_algorithm = "EAGLE"
         self.spec_steps = self.spec_topk = self.spec_draft_tokens = 0
-        self.draft: _Forward | None = None
+        self.draft: Forward | None = None
         self.accept_p = 0.0
         self._accepted = 1.0
         if self.spec_algorithm:
@@ -292,8 +197,8 @@ class PerfModel:
         self.accept_p = p
         self._accepted = (1.0 - p ** (depth + 1)) / (1.0 - p)
         if algo != "NGRAM":
-            draft_model = self.inputs.draft if self.inputs.draft is not None else _mtp_head(model)
-            self.draft = _Forward(draft_model, self.inputs, self.comm)
+            draft_model = self.inputs.draft if self.inputs.draft is not None else mtp_head(model)
+            self.draft = Forward(draft_model, self.inputs, self.comm)
 
     # --- public API -------------------------------------------------------------------
 
@@ -377,51 +282,3 @@ class PerfModel:
             "speculative_accept_p": self.accept_p,
             "accepted_tokens_per_step": self._accepted,
         }
-
-
-@dataclass(frozen=True)
-class _MtpHead:
-    """Stand-in draft for MTP (NEXTN) when no draft profile is given: one target-shaped layer."""
-
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    v_head_dim: int
-    is_mla: bool
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    vocab_size: int
-    weight_bytes: int
-    active_param_bytes: int
-    num_experts: int
-    num_experts_per_tok: int
-    intermediate_size: int
-    moe_intermediate_size: int
-
-
-def _mtp_head(model: Any) -> _MtpHead:
-    """One decoder layer of the target plus its LM head, as the draft of EAGLE/MTP without a profile."""
-    layers = max(model.num_layers, 1)
-    lm_head = model.hidden_size * model.vocab_size * model.dtype_bytes
-    per_layer_active = max(model.active_param_bytes - lm_head, 0) / layers
-    per_layer_all = max(model.weight_bytes - lm_head, 0) / layers
-    return _MtpHead(
-        num_layers=1,
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        num_kv_heads=model.num_kv_heads,
-        head_dim=model.head_dim,
-        v_head_dim=getattr(model, "v_head_dim", model.head_dim),
-        is_mla=model.is_mla,
-        kv_lora_rank=model.kv_lora_rank,
-        qk_rope_head_dim=model.qk_rope_head_dim,
-        vocab_size=model.vocab_size,
-        weight_bytes=int(per_layer_all + lm_head),
-        active_param_bytes=int(per_layer_active + lm_head),
-        num_experts=model.num_experts,
-        num_experts_per_tok=model.num_experts_per_tok,
-        intermediate_size=model.intermediate_size,
-        moe_intermediate_size=model.moe_intermediate_size,
-    )
