@@ -292,6 +292,7 @@ class ServerProcess:
                     status = None
                 if status == 200:
                     self._raise_if_dead()  # a 200 from someone else's server on a reused port
+                    self._tail.pump()  # every line written before readiness is dispatched on return
                     self.ready = True
                     self.timings["startup_s"] = time.monotonic() - self._started_at
                     logger.info("server %s ready after %.1f s", self.url, self.timings["startup_s"])
