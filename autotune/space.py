@@ -212,7 +212,9 @@ def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False
     updates: dict[str, Any] = {}
     for key in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
         if key in params and params[key] is not None:
-            updates[key] = params[key]
+            value = params[key]
+            # optuna's stepped floats carry binary noise (0.9299999999999999): render 0.93.
+            updates[key] = round(value, 6) if isinstance(value, float) else value
     algo = params.get("speculative_algorithm", "none")
     if algo and algo != "none":
         sp = spec.search_space.speculative

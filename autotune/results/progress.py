@@ -197,7 +197,7 @@ class _LiveView:
             if snap["finished"] >= snap["n_trials"] and not self.tracker.running:
                 self.stop()
 
-        return Progress(on_start=on_start, on_trial_end=on_trial_end, on_launch=on_launch)
+        return Progress(on_start=on_start, on_trial_end=on_trial_end, on_launch=on_launch, on_end=self.stop)
 
 
 class _ConsoleWriter:

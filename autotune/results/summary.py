@@ -14,6 +14,11 @@ from autotune.study.driver import budget_used, count_states
 from autotune.study.storage import open_study
 
 
+def clean_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Params for people: optuna's stepped floats without binary noise (0.93, not 0.9299999999999999)."""
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
+
+
 def _completed(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
 
@@ -50,7 +55,8 @@ def status(spec: StudySpec) -> dict[str, Any]:
         "budget_used": budget_used(study),
         "states": states,
         "failure_kinds": failure_kinds,
-        "best": None if best is None else {"number": best.number, "params": best.params, "value": best.value},
+        "best": None if best is None else {"number": best.number, "params": clean_params(best.params),
+                                           "value": best.value},
         "calibration": study.user_attrs.get("calibration"),
     }
 
@@ -84,7 +90,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     return {
         "study": spec.name,
         "number": top.number,
-        "params": top.params,
+        "params": clean_params(top.params),
         "value": top.value,
         "metric": spec.objective.metric,
         "metrics": top.user_attrs.get("metrics", {}),
@@ -96,7 +102,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "gain_pct": gain,
         "confirmation": top.user_attrs.get("confirmation"),
         "runners_up": [
-            {"number": t.number, "params": t.params, "value": t.value,
+            {"number": t.number, "params": clean_params(t.params), "value": t.value,
              "gain_pct": None if not base_value else round(sign * (t.value - base_value) / abs(base_value) * 100, 2)}
             for t in others[:runners_up]
         ],

@@ -107,7 +107,7 @@ def row(t: FrozenTrial) -> dict[str, Any]:
     out["note"] = ua.get("note")
     out["shell"] = ua.get("shell")
     for name, value in sorted(t.params.items()):
-        out[f"param_{name}"] = value
+        out[f"param_{name}"] = round(value, 6) if isinstance(value, float) else value
     for point, metrics in sorted(metric_points(t).items(), key=lambda kv: point_order(kv[0])):
         for key, value in metrics.items():
             out[f"{point}_{key}"] = value

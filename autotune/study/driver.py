@@ -28,7 +28,7 @@ from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import space_bridge
 from autotune.study.executor import Executor, InlineExecutor
-from autotune.study.infeasible import Failure, implied_by
+from autotune.study.infeasible import LEARNED_KINDS, implied_by
 from autotune.study.storage import artifact_store, open_study, trial_dir
 from autotune.study.trial import TrialRequest, TrialResult
 
@@ -46,6 +46,7 @@ class Progress:
     on_start: Callable[[optuna.Study, int], None] | None = None
     on_trial_end: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
     on_launch: Callable[[int, dict[str, Any]], None] | None = None
+    on_end: Callable[[], None] | None = None  # the sweep ended (done, interrupted or failed)
 
 
 @dataclass
@@ -175,6 +176,8 @@ class StudyDriver:
             finally:
                 if old_term is not None:
                     signal.signal(signal.SIGTERM, old_term)
+                if self.progress.on_end:
+                    self.progress.on_end()
             self.executor.shutdown(cancel=False)
         summary.finished = budget_used(self.study)
         summary.states = count_states(self.study)
@@ -225,7 +228,7 @@ class StudyDriver:
             self.bridge.mark_constraint(trial, violated=True)
             self.study.tell(trial, state=TrialState.PRUNED)
             log.info("trial %d pruned before launch (%s): %s", trial.number, kind, reason)
-            self._notify(trial.number)
+            self._notify(trial.number, trial)
             return None
         self._live[trial.number] = trial
         req = self.bridge.request(trial, cand)
@@ -252,7 +255,9 @@ class StudyDriver:
         for name, path in sorted(result.artifacts.items()):
             if os.path.isfile(path):
                 try:
-                    upload_artifact(artifact_store=self.store, file_path=path, study_or_trial=trial)
+                    mimetype = "text/plain" if path.endswith((".log", ".sh", ".jsonl")) else None
+                    upload_artifact(artifact_store=self.store, file_path=path, study_or_trial=trial,
+                                    mimetype=mimetype)
                 except Exception as exc:  # an artifact must never lose the trial
                     log.warning("could not store artifact %s of trial %d: %s", name, number, exc)
         if result.state == "complete" and result.value is not None:
@@ -261,12 +266,12 @@ class StudyDriver:
         elif result.state == "pruned":
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
-            if result.failure_kind in (FailureKind.KV_OOM.value, FailureKind.GRAPH_CAPTURE_OOM.value):
+            if result.failure_kind in LEARNED_KINDS:
                 self.bridge.mark_constraint(trial, violated=True)
             self.study.tell(trial, state=TrialState.FAIL)
         log.info("trial %d %s%s", number, result.state,
                  f" value={result.value:.1f}" if result.value is not None else f" ({result.failure_kind}: {result.evidence[:160]})")
-        self._notify(number)
+        self._notify(number, trial)
 
     def _fail_in_flight(self) -> None:
         for number, trial in list(self._live.items()):
@@ -280,9 +285,24 @@ class StudyDriver:
                 log.warning("could not mark trial %d interrupted: %s", number, exc)
             self._live.pop(number, None)
 
-    def _notify(self, number: int) -> None:
+    def _notify(self, number: int, trial: optuna.Trial | None = None) -> None:
+        frozen = self.study.trials[number]
+        if trial is not None:
+            _save_note(trial, frozen)
         if self.progress.on_trial_end:
-            self.progress.on_trial_end(self.study, self.study.trials[number])
+            self.progress.on_trial_end(self.study, frozen)
+
+
+def _save_note(trial: optuna.Trial, frozen: optuna.trial.FrozenTrial) -> None:
+    """A Markdown note per trial, so that plain ``optuna-dashboard`` shows it too."""
+    try:
+        from optuna_dashboard import save_note
+
+        from autotune.results.dashboard import trial_note
+
+        save_note(trial, trial_note(frozen))
+    except Exception as exc:  # a note is a convenience: never lose a trial over it
+        log.debug("no note for trial %d: %s", frozen.number, exc)
 
 
 def count_states(study: optuna.Study) -> dict[str, int]:

@@ -3,7 +3,8 @@
 A CUDA-graph capture OOM at (f, bs) means that every candidate with f' >= f and
 bs' >= bs and all other knobs equal fails too: a larger ``mem_fraction_static``
 leaves less slack ``P x (1 - f)`` for the graphs, and a larger max batch size
-captures more graphs. A KV-pool OOM at f (the formula went negative) means every
+captures more graphs. An out-of-memory under load (activations did not fit in
+what the graphs left of the slack) implies the same region. A KV-pool OOM at f (the formula went negative) means every
 f' <= f with the other knobs equal fails too.
 """
 
@@ -15,6 +16,8 @@ from typing import Any
 from autotune.outcome import FailureKind
 
 _MONOTONE = ("mem_fraction_static", "cuda_graph_max_bs")
+_SLACK_KINDS = (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.RUNTIME_OOM.value)
+LEARNED_KINDS = (*_SLACK_KINDS, FailureKind.KV_OOM.value)
 
 
 @dataclass(frozen=True)
@@ -35,13 +38,15 @@ def implied_by(params: dict[str, Any], failures: list[Failure]) -> tuple[Failure
             continue
         f0, f1 = fail.params.get("mem_fraction_static"), params.get("mem_fraction_static")
         b0, b1 = fail.params.get("cuda_graph_max_bs"), params.get("cuda_graph_max_bs")
-        if fail.kind == FailureKind.GRAPH_CAPTURE_OOM.value and f0 is not None and f1 is not None:
+        if fail.kind in _SLACK_KINDS and f0 is not None and f1 is not None:
             if f1 >= f0 and (b0 is None or (b1 is not None and b1 >= b0)):
+                what = "failed CUDA graph capture" if fail.kind == FailureKind.GRAPH_CAPTURE_OOM.value \
+                    else "ran out of memory under load"
                 return fail, (
-                    f"trial {fail.number} failed CUDA graph capture at mem_fraction_static={f0}"
+                    f"trial {fail.number} {what} at mem_fraction_static={f0:g}"
                     f"{f', cuda_graph_max_bs={b0}' if b0 is not None else ''}; this candidate has less slack"
-                    f" (f={f1}{f', bs={b1}' if b1 is not None else ''})"
+                    f" (f={f1:g}{f', bs={b1}' if b1 is not None else ''})"
                 )
         if fail.kind == FailureKind.KV_OOM.value and f0 is not None and f1 is not None and f1 <= f0:
-            return fail, f"trial {fail.number} had no KV cache at mem_fraction_static={f0}; this candidate has f={f1}"
+            return fail, f"trial {fail.number} had no KV cache at mem_fraction_static={f0:g}; this candidate has f={f1:g}"
     return None

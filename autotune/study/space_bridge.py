@@ -15,7 +15,7 @@ from autotune import space
 from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
 from autotune.spec import StudySpec
-from autotune.study.infeasible import Failure
+from autotune.study.infeasible import LEARNED_KINDS, Failure
 from autotune.study.storage import trial_dir
 from autotune.study.trial import TrialRequest, TrialResult
 
@@ -213,6 +213,8 @@ class SpaceBridge:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 trial.set_constraint("memory", 1.0 if violated else -1.0)
+            # optuna-dashboard 0.21 shows only the legacy list that constraints_func wrote.
+            trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [1.0 if violated else -1.0])
         except (AttributeError, ValueError):  # optuna < 5 has no set_constraint
             pass
 
@@ -220,6 +222,6 @@ class SpaceBridge:
         out = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             kind = t.user_attrs.get("failure_kind")
-            if kind in (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.KV_OOM.value):
+            if kind in LEARNED_KINDS:
                 out.append(Failure(number=t.number, kind=kind, params=dict(t.params)))
         return out

@@ -12,6 +12,7 @@ from optuna.artifacts import FileSystemArtifactStore
 
 from autotune.errors import ConfigError
 from autotune.spec import StudySpec
+from autotune.study.pruner import ClearlyWorsePruner
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
         study_name=spec.name,
         storage=storage,
         sampler=make_sampler(spec),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=2),
+        pruner=ClearlyWorsePruner(),
         direction=spec.objective.resolved_direction,
         load_if_exists=True,
     )
