@@ -107,9 +107,11 @@ def wait_gone(pgid: int | None, extras: Iterable[psutil.Process], timeout_s: flo
     deadline = time.monotonic() + max(0.0, timeout_s)
     while True:
         left = remaining(pgid, extras)
-        if not left or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if not left or now >= deadline:
             return left
-        time.sleep(poll_s)
+        time.sleep(min(poll_s, deadline - now))
+        poll_s = min(poll_s * 1.5, 0.25)  # each poll scans /proc: quick at first, then gentler
 
 
 def terminate(pgid: int | None, extras: Iterable[psutil.Process] = (), *, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> list[int]:
