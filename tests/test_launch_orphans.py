@@ -21,7 +21,7 @@ sys.path.insert(0, sys.argv[1])
 from test_launch_fakes import fake_argv, grandchild_pids
 from autotune.launch import ServerProcess, install_signal_handlers
 opts = json.loads(sys.argv[3])
-install_signal_handlers()
+install_signal_handlers(grace_s=1.0)
 s = ServerProcess(fake_argv(int(sys.argv[2]), **opts), log_path=sys.argv[4], port=int(sys.argv[2]), startup_timeout_s=60, poll_interval_s=0.1)
 if opts.get("from_thread"):  # no PR_SET_PDEATHSIG off the main thread: only the watchdog guards
     import threading

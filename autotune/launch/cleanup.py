@@ -81,7 +81,7 @@ def kill_all() -> None:
         s.send_signal(signal.SIGKILL)
 
 
-def _handler_for(signum: int, previous: Any) -> Any:
+def _handler_for(signum: int, previous: Any, grace_s: float) -> Any:
     def handle(sig: int, frame: FrameType | None) -> None:
         global _tearing_down
         if _tearing_down:
@@ -90,7 +90,7 @@ def _handler_for(signum: int, previous: Any) -> Any:
             return
         _tearing_down = True
         try:
-            stop_all()
+            stop_all(grace_s)
         finally:
             _tearing_down = False
         if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN):
@@ -103,11 +103,12 @@ def _handler_for(signum: int, previous: Any) -> Any:
     return handle
 
 
-def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), *, grace_s: float = DEFAULT_GRACE_S) -> None:
     """Make SIGINT/SIGTERM tear every live server down first, then behave as before.
 
     Call once from the main thread (Python only lets the main thread set
     handlers); later calls are no-ops. Also registers the ``atexit`` hook.
+    ``grace_s`` is the shared SIGTERM grace before SIGKILL (keep it under 10 s).
     """
     global _installed
     register_atexit()
@@ -120,7 +121,7 @@ def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGINT, signal.SI
         previous = signal.getsignal(sig)
         if previous == signal.SIG_IGN:  # e.g. SIGINT under nohup: the process must keep running
             continue
-        signal.signal(sig, _handler_for(sig, previous))
+        signal.signal(sig, _handler_for(sig, previous, grace_s))
     _installed = True
 
 
