@@ -41,7 +41,7 @@ def main() -> int:
     args = ap.parse_args()
     n = args.num_prompts or 4 * args.concurrency
     possible = args.concurrency * 1000.0 / args.delay_ms
-    with running("--token-delay-ms", str(args.delay_ms), "--ttft-ms", str(args.ttft_ms)) as server:
+    with running("--token-delay-ms", str(args.delay_ms), "--ttft-ms", str(args.ttft_ms), "--ticker") as server:
         spec = LoadSpec(backend=args.backend, concurrency=args.concurrency, num_prompts=n, input_len=args.input_len,
                         output_len=args.output_len, warmup_requests=0, flush_cache=True)
         result = run_load(server.url, spec)

@@ -5,7 +5,9 @@ own overhead is small and its timing is the truth the load generator is checked
 against. Every stream emits its first token ``--ttft-ms`` after the request arrived
 and then one token every ``--token-delay-ms`` on an absolute schedule (no drift);
 with ``--token-delay-ms 0`` it streams as fast as the client reads (back-pressure
-aware). Each token is one SSE event written as one chunk.
+aware). ``--ticker`` paces all streams on one decode-step timer instead (cheaper at
+high concurrency, like an engine's batch step). Each token is one SSE event written
+as one chunk.
 
 Endpoints: ``POST /generate`` (SGLang native: cumulative ``text``/``output_ids``,
 ``meta_info.completion_tokens``), ``POST /v1/completions`` and
@@ -85,9 +87,27 @@ class Server:
         self.truth = Truth()
         self.tokens_total = 0
         self.connections = 0
+        self.ticking: list[Stream] = []
         self.loop = asyncio.get_running_loop()
         self.delay = args.token_delay_ms / 1000.0
         self.ttft = args.ttft_ms / 1000.0
+
+    async def tick(self) -> None:
+        """--ticker: one decode step every ``delay``; each open stream gets one token per step."""
+        step = self.loop.time()
+        while True:
+            step += self.delay
+            await asyncio.sleep(max(step - self.loop.time(), 0.0))
+            now = self.loop.time()
+            alive = []
+            for st in self.ticking:
+                if st.proto.closed:
+                    continue
+                if st.t_first <= now:
+                    st.step()  # one token (paced mode emits one per call)
+                if st.k < st.n and not st.proto.closed:
+                    alive.append(st)
+            self.ticking = alive
 
     def count_token(self) -> None:
         self.tokens_total += 1
@@ -169,7 +189,10 @@ class Stream:
             role = {"id": "c", "object": "chat.completion.chunk", "model": self.model,
                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
             p.write_chunk(b"data: " + json.dumps(role).encode() + b"\n\n")
-        p.server.loop.call_at(self.t_first, self.step)
+        if p.server.args.ticker and p.server.delay > 0:
+            p.server.ticking.append(self)  # joins the decode-step ticker once t_first has passed
+        else:
+            p.server.loop.call_at(self.t_first, self.step)
 
     def step(self) -> None:
         """Emit the next token(s): paced, or as many as the socket takes when delay is 0."""
@@ -190,7 +213,8 @@ class Stream:
                 self.finish()
                 return
             if srv.delay > 0:
-                srv.loop.call_at(self.t_first + self.k * srv.delay, self.step)
+                if not srv.args.ticker:
+                    srv.loop.call_at(self.t_first + self.k * srv.delay, self.step)
                 return
             if p.paused:
                 p.on_resume = self.step
@@ -322,10 +346,13 @@ async def serve(args: argparse.Namespace) -> None:
     srv = Server(args)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Conn(srv), "127.0.0.1", args.port, backlog=4096)
+    ticker = loop.create_task(srv.tick()) if args.ticker and srv.delay > 0 else None
     port = server.sockets[0].getsockname()[1]
     print(f"PORT {port}", flush=True)
     async with server:
         await server.serve_forever()
+    if ticker is not None:
+        ticker.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -340,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     ap.add_argument("--hold-after-done", action="store_true", help="never end the body after [DONE]")
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--ticker", action="store_true",
+                    help="paced mode on one global decode-step timer (cheaper; TTFT waits for the next step)")
     args = ap.parse_args(argv)
     if args.uvloop:
         import uvloop

@@ -27,7 +27,7 @@ class Snapshot:
     mean_ttft_ms: float | None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False)
 class LoadResult:
     """The outcome of one load point.
 
@@ -43,6 +43,14 @@ class LoadResult:
     time_scale: float = 1.0
     stopped_early: bool = False
     server_info: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # short: asyncio and logging may repr it, and records can be huge
+        m = self.metrics
+        return (
+            f"LoadResult(completed={m.get('completed')}, failed={m.get('failed')}, "
+            f"output_throughput={m.get('output_throughput')}, time_scale={self.time_scale}, "
+            f"stopped_early={self.stopped_early}, records={len(self.records)})"
+        )
 
 
 class LoadPointFailed(LoadGenError):
