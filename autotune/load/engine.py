@@ -425,6 +425,7 @@ class LoadRunner:
                     break
                 self._start(p, sem, self.traces)
                 sent += 1
+                await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends
         finally:
             self._wake.set()
         log.debug("dispatched %d requests", sent)
