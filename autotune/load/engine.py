@@ -186,7 +186,13 @@ class LoadRunner:
             self.inflight.pop(t, None)
             if sem is not None:
                 sem.release()
-            if t.cancelled() or t.exception() is not None:
+            if t.cancelled():
+                self._wake.set()
+                return
+            exc = t.exception()
+            if exc is not None:  # a bug in the client, not a failed request: end the load point loudly
+                log.error("load generator request task crashed", exc_info=exc)
+                self.abort_reason = self.abort_reason or f"load generator bug: {exc!r}"
                 self._wake.set()
                 return
             trace: RequestTrace = t.result()
