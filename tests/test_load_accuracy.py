@@ -123,3 +123,14 @@ def test_duration_bound_stops_dispatching_then_drains(paced) -> None:
     last_start = max(r["start_s"] for r in result.records)
     assert last_start < 0.6 < last_start + 0.2  # nothing sent after the bound, sending until close to it
     assert last_start < m["duration"] < 0.6 + 1.0
+
+
+def test_rate_and_concurrency_cap_combine(paced) -> None:
+    result = run_load(paced.url, spec(num_prompts=20, request_rate=200.0, concurrency=2, output_len=5))
+    spans = sorted((r["start_s"], r["start_s"] + r["e2e_ms"] / 1000) for r in result.records)
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
+    running_now = peak = 0
+    for _, step in events:
+        running_now += step
+        peak = max(peak, running_now)
+    assert result.metrics["completed"] == 20 and peak == 2  # the cap binds: 200/s of ~70 ms requests
