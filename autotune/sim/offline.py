@@ -1,0 +1,264 @@
+"""Offline evaluation: what a trial on the simulated server would report, without processes or HTTP.
+
+:func:`evaluate` takes the same :class:`~autotune.study.trial.TrialRequest` as the
+trial body (:func:`~autotune.study.trial.run_trial_body`) and returns the
+:class:`~autotune.study.trial.TrialResult` that body would return against the
+simulated SGLang server, in modelled time and in a fraction of a second:
+
+1. **Arguments**: the trial body's own argv (:func:`~autotune.study.trial.build_argv`)
+   goes through the simulated server's own parser (:func:`autotune.sim.args.parse_args`),
+   so a flag the SGLang version refuses fails as ``invalid_args`` here too.
+2. **Memory**: the server's memory truth, :func:`autotune.sim.hardware.plan_memory`.
+3. **Startup**: the server's :func:`autotune.sim.startup.boot` on a virtual clock
+   (:mod:`autotune.sim.offline_startup`): the same failure kinds at the same phase,
+   the same evidence as the launcher's classifier reads it, the trial body's live
+   KV-OOM kill at the weights-loaded line, the observed memory from the log parser,
+   and the modelled startup duration.
+4. **Load**: the server's :class:`~autotune.sim.engine.Engine` (built by the server's
+   own factory) stepped synchronously in modelled time (:mod:`autotune.sim.offline_load`),
+   fed by the load generator's prompts and closed loop, warm-up excluded, measured with
+   the load generator's own metrics code. A prefill over the activation headroom kills
+   the engine: ``runtime_oom``, as the trial body classifies the dead server's log.
+
+Differences from a live trial, on purpose: no artifacts are written; ``timings`` and
+``gpu_seconds`` are pure modelled seconds (a live trial adds host overheads x time
+scale: process start-up, HTTP); no mid-load early stopping (no reporter); injected
+faults other than ``memory_imbalance`` are ignored (with a warning). The result's
+``time_scale`` is 1.0 because every figure is already modelled.
+
+Load outcomes are memoised on the engine's exact inputs (speed model inputs, KV
+pool, running-request cap, chunk size, OOM threshold, stream interval, seed when the
+engine samples speculative acceptance, workload): two launches that differ only in
+knobs that change nothing the engine sees (``custom_allreduce`` where SGLang turns it
+off anyway) are measured once. Deterministic for a given request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.outcome import FailureKind
+from autotune.sglang.config import ServerConfig
+from autotune.sglang.models import ModelProfile, load_model_profile
+from autotune.study.trial import TrialRequest, TrialResult, build_argv
+
+log = logging.getLogger(__name__)
+
+__all__ = ["evaluate", "clear_cache", "cache_info"]
+
+#: How many load outcomes the memo keeps (metrics only: a few KiB each).
+MEMO_SIZE = 4096
+_MEMO: OrderedDict[str, "_LoadOutcome"] = OrderedDict()
+_MEMO_STATS = {"hits": 0, "misses": 0}
+#: Exit status of a server that died under load (SGLang SIGKILLs its own tree).
+_KILLED_RC = -9
+
+
+@dataclass(frozen=True)
+class _LoadOutcome:
+    metrics_by_point: dict[str, dict[str, Any]]
+    duration_s: float
+    failed_point: str | None = None
+    error: str | None = None
+    died: bool = False
+
+
+@functools.lru_cache(maxsize=64)
+def _profile(path: str) -> ModelProfile:
+    """Model profiles are read once per process (candidate-independent)."""
+    return load_model_profile(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _draft_cached(load_draft: Any, spec: Any, model: ModelProfile) -> ModelProfile | None:
+    return load_draft(spec, model)
+
+
+def _draft(load_draft: Any, spec: Any, model: ModelProfile) -> ModelProfile | None:
+    """The server's own draft choice (:func:`autotune.sim.hardware.load_draft`), read once per process."""
+    try:
+        return _draft_cached(load_draft, spec, model)
+    except TypeError:  # an unhashable profile: no caching
+        return load_draft(spec, model)
+
+
+def clear_cache() -> None:
+    """Forget memoised load outcomes and model profiles (tests, or after editing a model directory)."""
+    _MEMO.clear()
+    _MEMO_STATS.update(hits=0, misses=0)
+    _profile.cache_clear()
+    _draft_cached.cache_clear()
+
+
+def cache_info() -> dict[str, int]:
+    """Memo hits, misses and size."""
+    return {**_MEMO_STATS, "size": len(_MEMO)}
+
+
+def _fail(result: TrialResult, kind: FailureKind | str, evidence: str) -> TrialResult:
+    result.state = "failed"
+    result.failure_kind = FailureKind(str(kind)).value
+    result.evidence = evidence
+    return result
+
+
+def _parse(argv: list[str]) -> tuple[Any, Any] | tuple[None, str]:
+    """The simulated server's own argument handling; on refusal, the line its stderr would show."""
+    from autotune.sim.args import parse_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse_args(argv)
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        return None, (lines[-1] if lines else "argument parsing failed")
+    except ConfigError as exc:
+        return None, f"error: {exc}"
+
+
+def evaluate(request: TrialRequest) -> TrialResult:
+    """The result the trial body would report for ``request`` on the simulated server (module docstring).
+
+    Never raises for a trial-level failure; raises ConfigError for a request it cannot
+    model at all (``backend`` other than ``sim``).
+    """
+    from autotune.launch.failures import classify
+
+    if request.backend != "sim":
+        raise ConfigError(f"backend={request.backend!r}: offline evaluation models the simulated server only ('sim')")
+    cfg = ServerConfig.from_dict(request.config)
+    argv = build_argv(request, cfg)
+    result = TrialResult(state="failed", command=argv, time_scale=1.0)
+    launch, sim = _parse(argv[3:])  # [python, -m, autotune.sim, flags...]
+    if launch is None:
+        kind, evidence = classify([str(sim)], 2)
+        return _fail(result, kind, evidence)
+    ignored = [f for f, on in sim.faults.to_dict().items() if on and f != "memory_imbalance"]
+    if ignored:
+        log.warning("offline evaluation ignores injected faults %s", ignored)
+    try:
+        from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative
+
+        model = _profile(launch.model_path)
+        draft = _draft(load_draft, resolve_speculative(launch, model, sim.version), model)
+        plan = plan_memory(launch, model, draft, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+    except ConfigError as exc:  # the server prints "ValueError: ..." and exits 1
+        kind, evidence = classify([f"ValueError: {exc}"], 1)
+        return _fail(result, kind, evidence)
+    if launch.tp_size * launch.dp_size * launch.pp_size > sim.num_gpus:
+        kind, evidence = classify([f"RuntimeError: CUDA error: invalid device ordinal (tp_size*dp_size*pp_size="
+                                   f"{launch.tp_size * launch.dp_size * launch.pp_size} > {sim.num_gpus} GPUs)"], 1)
+        return _fail(result, kind, evidence)
+    n_gpus = max(1, cfg.num_gpus)
+    startup = _startup(plan, launch, sim, model, cfg, request)
+    result.observed = startup.observed
+    result.timings["startup_s"] = startup.duration_s
+    if not startup.ready:
+        result.gpu_seconds = startup.duration_s * n_gpus
+        return _fail(result, startup.failure_kind or FailureKind.CRASHED, startup.evidence)
+    if startup.duration_s / sim.time_scale > request.startup_timeout_s:
+        result.gpu_seconds = request.startup_timeout_s * sim.time_scale * n_gpus
+        return _fail(result, FailureKind.STARTUP_TIMEOUT, f"server not ready after {request.startup_timeout_s:.0f} s "
+                     f"(modelled startup {startup.duration_s:.1f} s at time scale {sim.time_scale:g})")
+    load = _load(plan, launch, sim, model, request)
+    result.timings["load_s"] = load.duration_s
+    result.timings["teardown_s"] = 0.0
+    result.gpu_seconds = (startup.duration_s + load.duration_s) * n_gpus
+    result.metrics_by_point = {k: dict(v) for k, v in load.metrics_by_point.items()}
+    if load.died:
+        from autotune.sim.offline_startup import runtime_oom_evidence
+
+        kind, evidence = runtime_oom_evidence(sim, launch)
+        return _fail(result, kind, evidence)
+    if load.error is not None:
+        return _fail(result, FailureKind.LOAD_FAILED, load.error)
+    _pick_value(request, result)
+    return result
+
+
+def _startup(plan: Any, launch: Any, sim: Any, model: ModelProfile, cfg: ServerConfig, request: TrialRequest) -> Any:
+    from autotune.sim.offline_startup import run_startup
+
+    return run_startup(plan, launch, replace(sim, time_scale=1.0), model,
+                       live_kill_f=cfg.mem_fraction_static, p_predicted=request.prediction.get("p_gib"))
+
+
+def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialRequest) -> _LoadOutcome:
+    """Every load point of the workload on one engine (memoised on the engine's exact inputs)."""
+    from autotune.sim.__main__ import _build_engine  # the server's own factory (see the report: make it public)
+
+    engine = _build_engine(plan, launch, sim, model, None)
+    speculative = float(engine.perf.accepted_tokens_per_step(1)) > 1.0
+    key = json.dumps({
+        "perf": repr(engine.perf.inputs), "kv": engine.kv_tokens, "mrr": engine.max_running_requests,
+        "chunk": engine.chunked_prefill_size, "oom": engine.prefill_oom_tokens, "si": engine.stream_interval,
+        # without speculative decoding the seed only picks fake token ids: timing does not depend on it
+        "seed": sim.seed if speculative else None,
+        "ctx": plan.context_len, "maxin": plan.max_req_input_len, "wl": request.workload,
+    }, sort_keys=True, default=str)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        _MEMO.move_to_end(key)
+        _MEMO_STATS["hits"] += 1
+        return hit
+    _MEMO_STATS["misses"] += 1
+    outcome = _measure(engine, plan, request)
+    _MEMO[key] = outcome
+    if len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return outcome
+
+
+def _measure(engine: Any, plan: Any, request: TrialRequest) -> _LoadOutcome:
+    from autotune.load.spec import LoadSpec
+    from autotune.sim.offline_load import EngineDriver, run_point
+    from autotune.study.trial import _load_kwargs  # the trial body's workload -> LoadSpec mapping
+
+    driver = EngineDriver(engine)
+    wl = dict(request.workload)
+    levels = wl.pop("concurrency")
+    points: dict[str, dict[str, Any]] = {}
+    total = 0.0
+    for conc in levels:
+        point = f"c{conc}"
+        spec = LoadSpec(concurrency=conc, **_load_kwargs(wl))
+        out = run_point(driver, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
+        total += out.duration_s
+        if out.metrics:
+            points[point] = out.metrics
+        if out.died or out.error:
+            return _LoadOutcome(points, total, point, out.error, out.died)
+    return _LoadOutcome(points, total)
+
+
+def _pick_value(request: TrialRequest, result: TrialResult) -> None:
+    """The trial's value: its best load point (that meets the SLO, when the request has one)."""
+    slo = getattr(request, "slo", None) or None
+    try:
+        from autotune.study.slo import pick_point
+    except ImportError:  # a tree without SLO support: best point by the objective
+        pick_point = None
+    if pick_point is not None:
+        picked = pick_point(result.metrics_by_point, request.objective_metric, request.objective_direction, slo)
+    else:
+        sign = 1.0 if request.objective_direction == "maximize" else -1.0
+        scored = [(p, float(m[request.objective_metric])) for p, m in result.metrics_by_point.items()
+                  if m.get(request.objective_metric) is not None]
+        best = max(scored, key=lambda s: sign * s[1]) if scored else None
+        picked = (best[0], best[1], -1.0) if best else None
+    if picked is None:
+        _fail(result, FailureKind.LOAD_FAILED, f"no load point reported {request.objective_metric}")
+        return
+    result.state = "complete"
+    result.best_point, result.value, violation = picked
+    if hasattr(result, "slo_violation"):
+        result.slo_violation = violation if slo else None
