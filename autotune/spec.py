@@ -236,6 +236,20 @@ class WorkloadSpec(_Model):
 class ObjectiveSpec(_Model):
     metric: str = "output_throughput"
     direction: Literal["maximize", "minimize"] | None = None
+    # Ceilings on latency metrics (p99_ttft_ms: 2000, ...): a trial's value is its best load
+    # point that meets them; misses go to the sampler as a constraint.
+    slo: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: dict[str, float]) -> dict[str, float]:
+        from autotune.study.slo import check_slo_key
+
+        for key, ceiling in v.items():
+            check_slo_key(key)
+            if not ceiling > 0:
+                raise ValueError(f"{key} ceiling must be > 0, got {ceiling}")
+        return v
 
     @field_validator("metric")
     @classmethod
@@ -247,6 +261,26 @@ class ObjectiveSpec(_Model):
     @property
     def resolved_direction(self) -> str:
         return self.direction or OBJECTIVE_METRICS[self.metric]
+
+
+class SearchSpec(_Model):
+    """How the budget is spent (see docs: staged search, confirmation of the winner)."""
+
+    # Base knobs first, speculative decoding second on the best base (as SGLang's own
+    # auto_benchmark orders them). "auto": on when the space has speculative choices.
+    stages: Literal["auto", "off"] = "auto"
+    stage1_fraction: float = Field(default=0.6, gt=0, lt=1)
+    # At the end, run the top configurations and the baseline again and report the
+    # winner with median and spread.
+    confirm_top: int = Field(default=2, ge=0, le=20)
+    repeats: int = Field(default=1, ge=0, le=10)
+
+
+class BudgetSpec(_Model):
+    """Stop when any limit is reached (n_trials is the study's own)."""
+
+    wall_time_s: float | None = Field(default=None, gt=0)
+    gpu_hours: float | None = Field(default=None, gt=0)  # modelled on the simulated backend
 
 
 class CalibrationSpec(_Model):
@@ -267,6 +301,8 @@ class StudySpec(_Model):
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
     calibration: CalibrationSpec | None = None
     run_dir: str | None = None  # per-trial artifacts; default: <study dir>/runs/<name>
 

@@ -44,6 +44,7 @@ def _study(tmp_path: Path, **over) -> Path:
         "workload": {"input_len": 128, "output_len": 32, "num_prompts": 48, "concurrency": [16],
                      "warmup_requests": 2},
         "objective": {"metric": "output_throughput"},
+        "search": {"confirm_top": 1, "repeats": 1},
     }
     for k, v in over.items():
         data[k] = v
@@ -87,6 +88,10 @@ def test_sweep_end_to_end(tmp_path: Path, capsys):
         assert key in best
     assert best["command"][1:3] == ["-m", "sglang.launch_server"]
     assert best["value"] > 0 and best["baseline_value"] > 0
+    # The winner and the baseline were run again: median and spread of their runs.
+    assert len(best["confirmation"]["values"]) == 2
+    assert len(best["baseline_confirmation"]["values"]) == 2
+    assert status["budget_used"] == 5 and status["states"]["COMPLETE"] >= 5
 
     import optuna
 
@@ -106,12 +111,13 @@ def test_sweep_end_to_end(tmp_path: Path, capsys):
 
 
 def test_kill_9_then_resume(tmp_path: Path, capsys):
-    study = _study(tmp_path, n_trials=4,
+    study = _study(tmp_path, n_trials=4, search={"confirm_top": 0},
                    workload={"input_len": 128, "output_len": 256, "num_prompts": 400, "concurrency": [8],
                              "warmup_requests": 1})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = (tmp_path / "run.log").open("w")  # a file, not a pipe: nobody drains a pipe here
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(study), "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+                            stdout=log, stderr=log, env=env, text=True)
     try:
         # Wait until a trial's server is up and serving (the second trial, so one is already complete).
         deadline = time.monotonic() + 120
@@ -131,7 +137,7 @@ def test_kill_9_then_resume(tmp_path: Path, capsys):
                 if done and running and victims:
                     break
             time.sleep(0.2)
-        assert victims, "no server to kill under"
+        assert victims, "no server to kill under: " + (tmp_path / "run.log").read_text()[-2000:]
         completed_before = {t.number for t in done}
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)

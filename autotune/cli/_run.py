@@ -44,6 +44,9 @@ def _run(args: argparse.Namespace) -> int:
         progress = make_progress(enabled=not args.no_progress)
     except ImportError:
         progress = None
+    from autotune.launch import install_signal_handlers
+
+    install_signal_handlers()  # Ctrl-C / SIGTERM tear every live server down within seconds
     summary = run_study(spec, progress=progress)
     states = ", ".join(f"{k}={v}" for k, v in sorted(summary.states.items()))
     print(f"study {summary.study_name}: {summary.finished} finished trials ({states})")

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.spec import StudySpec
 from autotune.study.driver import budget_used, count_states
+from autotune.study import phases
 from autotune.study.storage import open_study
 
 
@@ -19,24 +20,33 @@ def clean_params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
 
 
-def _completed(study: optuna.Study) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
-
-
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    done = _completed(study)
-    if not done:
+    """The best search trial; with an SLO, the best that meets it (when any does). When the
+    winner was confirmed by re-runs, ranking uses each confirmed trial's median."""
+    ranked = phases.ranked(study)
+    if not ranked:
         return None
-    sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-    return max(done, key=lambda t: sign * t.value)
+    conf = study.user_attrs.get("confirmation") or {}
+    if conf:
+        sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
+        confirmed = [t for t in ranked if str(t.number) in conf]
+        if confirmed:
+            return max(confirmed, key=lambda t: sign * conf[str(t.number)]["median"])
+    return ranked[0]
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     """The completed run of SGLang's defaults (trial 0, or its re-run after an interruption)."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("baseline"):
+        if t.user_attrs.get("baseline") and not phases.is_extra(t):
             return t
     return None
+
+
+def _value(study: optuna.Study, t: FrozenTrial) -> float:
+    """A trial's value for comparisons: its confirmed median when it was re-run."""
+    conf = (study.user_attrs.get("confirmation") or {}).get(str(t.number))
+    return conf["median"] if conf else t.value
 
 
 def status(spec: StudySpec) -> dict[str, Any]:
@@ -77,22 +87,27 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
 
         raise AutotuneError(f"study {spec.name!r} has no completed trial yet")
     base = baseline_trial(study)
-    base_value = base.value if base is not None else None
+    base_value = _value(study, base) if base is not None else None
+    top_value = _value(study, top)
     gain = None
-    if base_value and top.value is not None and not math.isclose(base_value, 0.0):
+    if base_value and top_value is not None and not math.isclose(base_value, 0.0):
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-        gain = round(sign * (top.value - base_value) / abs(base_value) * 100, 2)
+        gain = round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
+    conf = study.user_attrs.get("confirmation") or {}
     from autotune.sglang.flags import shell_line
 
     cmd = sglang_command(spec, top)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-    others = sorted((t for t in _completed(study) if t.number != top.number), key=lambda t: -sign * t.value)
+    others = [t for t in phases.ranked(study) if t.number != top.number]
     return {
         "study": spec.name,
         "number": top.number,
         "params": clean_params(top.params),
-        "value": top.value,
+        "value": top_value,
+        "first_value": top.value,
         "metric": spec.objective.metric,
+        "slo": spec.objective.slo or None,
+        "slo_met": top.user_attrs.get("slo_met"),
         "metrics": top.user_attrs.get("metrics", {}),
         "command": cmd,
         "shell": shell_line(cmd),
@@ -100,10 +115,12 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,
         "gain_pct": gain,
-        "confirmation": top.user_attrs.get("confirmation"),
+        "confirmation": conf.get(str(top.number)),
+        "baseline_confirmation": conf.get(str(base.number)) if base is not None else None,
         "runners_up": [
-            {"number": t.number, "params": clean_params(t.params), "value": t.value,
-             "gain_pct": None if not base_value else round(sign * (t.value - base_value) / abs(base_value) * 100, 2)}
+            {"number": t.number, "params": clean_params(t.params), "value": _value(study, t),
+             "gain_pct": None if not base_value else
+             round(sign * (_value(study, t) - base_value) / abs(base_value) * 100, 2)}
             for t in others[:runners_up]
         ],
     }

@@ -29,6 +29,7 @@ from autotune.spec import StudySpec
 from autotune.study import space_bridge
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS, implied_by
+from autotune.study.phases import Phases
 from autotune.study.storage import artifact_store, open_study, trial_dir
 from autotune.study.trial import TrialRequest, TrialResult
 
@@ -62,7 +63,7 @@ def budget_used(study: optuna.Study) -> int:
     """Finished trials that count towards ``n_trials`` (interrupted ones are re-run instead)."""
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        if t.user_attrs.get("retried"):
+        if t.user_attrs.get("retried") or t.user_attrs.get("confirm_of") is not None:
             continue
         n += 1
     return n
@@ -108,6 +109,7 @@ class StudyDriver:
         self.study = open_study(spec)
         self.store = artifact_store(spec)
         self.bridge = space_bridge.SpaceBridge(spec, self.study)
+        self.phases = Phases(spec, self.study)
         self._live: dict[int, optuna.Trial] = {}
         self.executor = executor or self._default_executor()
 
@@ -121,8 +123,8 @@ class StudyDriver:
 
     def _reporter(self, number: int) -> Callable[[int, float], bool] | None:
         trial = self._live.get(number)
-        if trial is None:
-            return None
+        if trial is None or trial.user_attrs.get("confirm_of") is not None:
+            return None  # confirmation re-runs are never stopped early
 
         def report(step: int, value: float) -> bool:
             with warnings.catch_warnings():
@@ -183,26 +185,50 @@ class StudyDriver:
         summary.states = count_states(self.study)
         return summary
 
+    def _budget_stop(self, t0: float) -> str | None:
+        b = self.spec.budget
+        if b.wall_time_s is not None and time.monotonic() - t0 >= b.wall_time_s:
+            return f"wall time {b.wall_time_s:g} s reached"
+        if b.gpu_hours is not None:
+            spent = sum(t.user_attrs.get("gpu_seconds") or 0.0 for t in self.study.get_trials(deepcopy=False))
+            if spent >= b.gpu_hours * 3600:
+                return f"GPU budget {b.gpu_hours:g} h reached ({spent / 3600:.2f} h spent)"
+        return None
+
     def _loop(self) -> None:
+        t0 = time.monotonic()
+        confirming = False
+        stopped: str | None = None
         while True:
             used = budget_used(self.study)
-            in_flight = len(self.executor.in_flight())
-            if used >= self.spec.n_trials and in_flight == 0:
-                return
-            started = False
-            while used + len(self.executor.in_flight()) < self.spec.n_trials:
+            if stopped is None:
+                stopped = self._budget_stop(t0)
+                if stopped:
+                    log.warning("budget: %s; no new trials", stopped)
+            searching = used < self.spec.n_trials and stopped is None
+            if not searching and not confirming and not self.executor.in_flight() and self.phases.wants_confirmation():
+                numbers = self.phases.enqueue_confirmation()
+                confirming = True
+                log.info("confirming trials %s (and the baseline) with %d more run(s) each", numbers,
+                         self.spec.search.repeats)
+            while self.executor.slots_free() > 0:
+                if searching and used + len(self.executor.in_flight()) < self.spec.n_trials:
+                    self.phases.before_ask(used)
+                elif not (confirming and self.phases.pending()):
+                    break
                 req = self._next_launch()
-                if req is None:  # pruned before launch: budget changed, loop again
+                if req is None:  # pruned before launch
                     used = budget_used(self.study)
-                    started = True
+                    searching = used < self.spec.n_trials and stopped is None
                     continue
                 self.executor.submit(req.trial_number, req)
-                started = True
-                if self.executor.slots_free() <= 0:
-                    break
             for number, result in self.executor.wait(timeout=1.0):
                 self._finish(number, result)
-            if not started and not self.executor.in_flight() and budget_used(self.study) >= self.spec.n_trials:
+            if not self.executor.in_flight() and not searching and not (confirming and self.phases.pending()):
+                if self.phases.wants_confirmation() and not confirming:
+                    continue
+                if confirming:
+                    self.phases.summarize_confirmation()
                 return
 
     def _next_launch(self) -> TrialRequest | None:
@@ -261,7 +287,7 @@ class StudyDriver:
                 except Exception as exc:  # an artifact must never lose the trial
                     log.warning("could not store artifact %s of trial %d: %s", name, number, exc)
         if result.state == "complete" and result.value is not None:
-            self.bridge.mark_constraint(trial, violated=False)
+            self.bridge.mark_constraint(trial, violated=False, slo_violation=result.slo_violation)
             self.study.tell(trial, result.value)
         elif result.state == "pruned":
             self.study.tell(trial, state=TrialState.PRUNED)

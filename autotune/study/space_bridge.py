@@ -153,6 +153,7 @@ class SpaceBridge:
             python=spec.server.python,
             sim=spec.server.sim.model_dump(),
             prediction=cand.prediction,
+            slo=dict(spec.objective.slo),
         )
 
     def record_result(self, trial: optuna.Trial, result: TrialResult) -> None:
@@ -168,6 +169,9 @@ class SpaceBridge:
         t.set_user_attr("trial_dir", str(trial_dir(self.spec, t.number)))
         if result.metrics_by_point:
             t.set_user_attr("metrics", result.metrics_by_point)
+        if result.slo_violation is not None:
+            t.set_user_attr("slo_violation", round(result.slo_violation, 4))
+            t.set_user_attr("slo_met", result.slo_violation <= 0)
         point = result.best_point or (next(iter(result.metrics_by_point), None))
         if point:
             t.set_user_attr("best_point", point)
@@ -207,14 +211,20 @@ class SpaceBridge:
         self.study.set_user_attr("calibration", cal)
         log.info("calibrated from trial %d: P=%.2f GiB, A=%.2f GiB", trial.number, cal["p_gib"], cal["a_gib"])
 
-    def mark_constraint(self, trial: optuna.Trial, *, violated: bool) -> None:
-        """Feed memory failures back to the sampler as a constraint (feasible <= 0)."""
+    def mark_constraint(self, trial: optuna.Trial, *, violated: bool, slo_violation: float | None = None) -> None:
+        """Feed memory failures and SLO misses back to the sampler as constraints (feasible <= 0)."""
+        values = [1.0 if violated else -1.0]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                trial.set_constraint("memory", 1.0 if violated else -1.0)
+                trial.set_constraint("memory", values[0])
+                if self.spec.objective.slo:
+                    # A trial that never reached a load point cannot meet the SLO either.
+                    v = slo_violation if slo_violation is not None else (1.0 if violated else 0.0)
+                    trial.set_constraint("slo", float(v))
+                    values.append(float(v))
             # optuna-dashboard 0.21 shows only the legacy list that constraints_func wrote.
-            trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [1.0 if violated else -1.0])
+            trial.storage.set_trial_system_attr(trial._trial_id, "constraints", values)
         except (AttributeError, ValueError):  # optuna < 5 has no set_constraint
             pass
 

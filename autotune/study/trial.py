@@ -47,6 +47,7 @@ class TrialRequest:
     sim: dict[str, Any] = field(default_factory=dict)  # time_scale, seed, faults
     prediction: dict[str, Any] = field(default_factory=dict)  # p_gib, f, ...: for the live kill
     gpu_ids: list[int] | None = None
+    slo: dict[str, float] = field(default_factory=dict)  # ceilings on latency metrics
 
 
 @dataclass
@@ -63,6 +64,7 @@ class TrialResult:
     timings: dict[str, float] = field(default_factory=dict)
     gpu_seconds: float = 0.0  # modelled GPU time this trial held (startup + load) x GPUs
     time_scale: float = 1.0
+    slo_violation: float | None = None  # at the chosen point; <= 0 meets the SLO, None without one
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,20 +137,21 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
     cfg = ServerConfig.from_dict(req.config).with_port(free_port(req.config.get("host", "127.0.0.1")))
     argv = build_argv(req, cfg)
     env = dict(req.env)
-    if req.gpu_ids is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in req.gpu_ids)
     result = TrialResult(state="failed", command=argv, time_scale=float(req.sim.get("time_scale", 1.0)) if req.backend == "sim" else 1.0)
     result.artifacts.update(
         write_launch_artifacts(art, argv, env, sglang_version=req.sglang_version, gpu=req.gpu)
     )
     watcher = _LiveKill(cfg.mem_fraction_static, req.prediction.get("p_gib"))
     registry = ProcessRegistry(req.run_dir, req.study_name)
+    # Per-node sweep: servers of dead orchestrators/workers of this study (safe beside live trials).
+    registry.reap_leftovers()
     log_path = art / "server.log"
     result.artifacts["server.log"] = str(log_path)
     t0 = time.monotonic()
     server = ServerProcess(
         argv,
-        env={**os.environ, **env},
+        env=env,
+        gpu_ids=req.gpu_ids,
         log_path=log_path,
         host=cfg.host,
         port=cfg.port,
@@ -197,8 +200,6 @@ def _run_load_points(req: TrialRequest, url: str, result: TrialResult, report: R
 
     wl = dict(req.workload)
     levels = wl.pop("concurrency")
-    best: tuple[float, str] | None = None
-    sign = 1.0 if req.objective_direction == "maximize" else -1.0
     step = 0
     for conc in levels:
         point = f"c{conc}"
@@ -236,12 +237,13 @@ def _run_load_points(req: TrialRequest, url: str, result: TrialResult, report: R
             result.failure_kind = FailureKind.LOAD_FAILED.value
             result.evidence = f"{point}: no request completed ({metrics.get('errors') or 'no detail'})"
             return
-        value = metrics.get(req.objective_metric)
-        if value is not None and (best is None or sign * value > sign * best[0]):
-            best = (float(value), point)
-    if best is not None:
+    from autotune.study.slo import pick_point
+
+    picked = pick_point(result.metrics_by_point, req.objective_metric, req.objective_direction, req.slo or None)
+    if picked is not None:
         result.state = "complete"
-        result.value, result.best_point = best
+        result.best_point, result.value, violation = picked
+        result.slo_violation = violation if req.slo else None
 
 
 def _load_kwargs(wl: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,138 @@
+"""How a study spends its budget: staged search and the confirmation of the winner.
+
+Stages (``search.stages: auto``, on when the space has speculative choices): the
+first ``stage1_fraction`` of the trial budget searches the base knobs with
+speculative decoding off; the rest searches speculative settings on top of the best
+base configuration found, as SGLang's own auto_benchmark orders them. Each stage is
+expressed as optuna's partially fixed parameters (``enqueue_trial``), so the sampler
+still proposes everything that is not fixed.
+
+Confirmation (``search.confirm_top``, ``search.repeats``): once the budget is spent,
+the top configurations and the baseline run again; the winner is reported with the
+median and spread of its runs. Config-only gains on one node are often single-digit
+percent, so one lucky measurement must not crown a winner.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.spec import StudySpec
+
+SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+
+
+def is_extra(t: FrozenTrial) -> bool:
+    """Confirmation re-runs: outside the trial budget and the search."""
+    return t.user_attrs.get("confirm_of") is not None
+
+
+def feasible(t: FrozenTrial) -> bool:
+    v = t.user_attrs.get("slo_violation")
+    return v is None or v <= 0
+
+
+def ranked(study: optuna.Study, *, feasible_only: bool = True) -> list[FrozenTrial]:
+    """Completed search trials, best first (SLO-meeting ones only when any exist)."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.value is not None and not is_extra(t)]
+    if feasible_only and any(feasible(t) for t in done):
+        done = [t for t in done if feasible(t)]
+    sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
+    return sorted(done, key=lambda t: -sign * t.value)
+
+
+class Phases:
+    def __init__(self, spec: StudySpec, study: optuna.Study) -> None:
+        self.spec = spec
+        self.study = study
+        sp = spec.search_space.speculative
+        self.spec_algos = [a for a in sp.algorithm.choices if a != "none"] if sp else []
+        self.staged = spec.search.stages == "auto" and bool(self.spec_algos)
+        self.stage1_trials = max(1, math.ceil(spec.n_trials * spec.search.stage1_fraction))
+        self._rr = 0
+
+    # ---- stages ----------------------------------------------------------
+    def _waiting(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    def before_ask(self, used: int) -> str | None:
+        """Fix the stage's parameters for the next ask(); returns the stage name."""
+        if not self.staged or self._waiting():
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if used < self.stage1_trials:
+                self.study.enqueue_trial({"speculative_algorithm": "none"}, user_attrs={"stage": 1})
+                return "base"
+            best = ranked(self.study)
+            if not best:
+                return None
+            base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
+            algo = self.spec_algos[self._rr % len(self.spec_algos)]
+            self._rr += 1
+            self.study.enqueue_trial({**base, "speculative_algorithm": algo},
+                                     user_attrs={"stage": 2, "stage_base": best[0].number})
+        return "speculative"
+
+    # ---- confirmation ----------------------------------------------------
+    def wants_confirmation(self) -> bool:
+        s = self.spec.search
+        return s.confirm_top > 0 and s.repeats > 0 and not self.study.user_attrs.get("confirmation_started")
+
+    def enqueue_confirmation(self) -> list[int]:
+        """Queue the re-runs; returns the trial numbers they confirm."""
+        s = self.spec.search
+        top = ranked(self.study)[: s.confirm_top]
+        seen = {json_key(t.params) for t in top}
+        base = next((t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                     if t.user_attrs.get("baseline") and not is_extra(t)), None)
+        targets = list(top) + ([base] if base is not None and json_key(base.params) not in seen else [])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for t in targets:
+                for _ in range(s.repeats):
+                    attrs: dict[str, Any] = {"confirm_of": t.number}
+                    if t.user_attrs.get("baseline"):
+                        attrs["baseline"] = True
+                    self.study.enqueue_trial(dict(t.params), user_attrs=attrs)
+        self.study.set_user_attr("confirmation_started", True)
+        return [t.number for t in targets]
+
+    def pending(self) -> int:
+        return self._waiting()
+
+    def summarize_confirmation(self) -> dict[str, Any]:
+        """Median and spread per confirmed trial, stored with the study."""
+        runs: dict[int, list[float]] = {}
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.value is None:
+                continue
+            key = t.user_attrs["confirm_of"] if is_extra(t) else t.number
+            runs.setdefault(key, []).append(t.value)
+        out = {}
+        for number, values in runs.items():
+            if len(values) < 2:
+                continue
+            out[str(number)] = {
+                "values": values,
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+                "spread_pct": round((max(values) - min(values)) / statistics.median(values) * 100, 2)
+                if statistics.median(values) else None,
+            }
+        self.study.set_user_attr("confirmation", out)
+        return out
+
+
+def json_key(params: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(params, sort_keys=True, default=str)
