@@ -134,6 +134,9 @@ class Stream:
         self.model = body.get("model", "fake-model")
         self.prompt_tokens = prompt_tokens
         self.k = 0
+        self.text_json = ""
+        self.ids_json = b""
+
         self.rec: dict[str, Any] = {
             "arrival": time.perf_counter(),
             "first": None,
@@ -149,17 +152,17 @@ class Stream:
     def event(self) -> bytes:
         k = self.k
         if self.kind == "generate":
-            obj: dict[str, Any] = {
-                "text": WORD * k,
-                "output_ids": list(range(7, 7 + k)),
-                "meta_info": {
-                    "id": "r",
-                    "prompt_tokens": self.prompt_tokens,
-                    "completion_tokens": k,
-                    "finish_reason": {"type": "length", "length": k} if k == self.n else None,
-                },
-            }
-        elif self.kind == "chat":
+            # cumulative text and ids, kept as growing JSON fragments (cheap at high token rates)
+            self.text_json += WORD
+            self.ids_json += b"%d" % (6 + k) if k == 1 else b",%d" % (6 + k)
+            finish = b'{"type":"length","length":%d}' % k if k == self.n else b"null"
+            return (
+                b'data: {"text":"' + self.text_json.encode() + b'","output_ids":[' + self.ids_json
+                + b'],"meta_info":{"id":"r","prompt_tokens":%d,"completion_tokens":%d,"finish_reason":'
+                % (self.prompt_tokens, k) + finish + b"}}\n\n"
+            )
+        obj: dict[str, Any]
+        if self.kind == "chat":
             obj = {
                 "id": "c",
                 "object": "chat.completion.chunk",
