@@ -60,7 +60,7 @@ class SamplerSpec(_Model):
 
 
 class ExecutorSpec(_Model):
-    kind: Literal["inline", "ray"] = "inline"
+    kind: Literal["inline", "ray"] = "ray"  # Ray by default: a local instance, or a cluster
     address: str | None = None  # existing Ray cluster; None = a local instance (or RAY_ADDRESS)
     max_parallel: int | None = Field(default=None, ge=1)  # trials in flight; None = as many as GPUs allow
     num_cpus: int | None = Field(default=None, ge=1)  # for a local Ray instance

@@ -41,6 +41,7 @@ import io
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,7 +49,10 @@ from autotune.errors import ConfigError
 from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.models import ModelProfile, load_model_profile
+from autotune.load.spec import LoadSpec
+from autotune.sim.offline_load import EngineDriver, run_point
 from autotune.study.trial import TrialRequest, TrialResult, build_argv
+from autotune.study.trial import _load_kwargs  # the trial body's workload -> LoadSpec mapping (see the report)
 
 log = logging.getLogger(__name__)
 
@@ -219,25 +223,36 @@ def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialR
 
 
 def _measure(engine: Any, plan: Any, request: TrialRequest) -> _LoadOutcome:
-    from autotune.load.spec import LoadSpec
-    from autotune.sim.offline_load import EngineDriver, run_point
-    from autotune.study.trial import _load_kwargs  # the trial body's workload -> LoadSpec mapping
-
+    """Each concurrency level of the workload in turn, on one engine (its state carries over, as live)."""
     driver = EngineDriver(engine)
     wl = dict(request.workload)
     levels = wl.pop("concurrency")
     points: dict[str, dict[str, Any]] = {}
     total = 0.0
-    for conc in levels:
-        point = f"c{conc}"
-        spec = LoadSpec(concurrency=conc, **_load_kwargs(wl))
-        out = run_point(driver, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
-        total += out.duration_s
-        if out.metrics:
-            points[point] = out.metrics
-        if out.died or out.error:
-            return _LoadOutcome(points, total, point, out.error, out.died)
+    with _engine_log_muted():
+        for conc in levels:
+            point = f"c{conc}"
+            spec = LoadSpec(concurrency=conc, **_load_kwargs(wl))
+            out = run_point(driver, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
+            total += out.duration_s
+            if out.metrics:
+                points[point] = out.metrics
+            if out.died or out.error:
+                return _LoadOutcome(points, total, point, out.error, out.died)
     return _LoadOutcome(points, total)
+
+
+@contextlib.contextmanager
+def _engine_log_muted() -> Iterator[None]:
+    """The engine's own log lines (a runtime OOM is an ERROR there) belong in the server's log,
+    which offline evaluation does not write: keep them out of the orchestrator's log."""
+    engine_log = logging.getLogger("autotune.sim.engine")
+    muted = logging.Filter("autotune.sim.engine.offline-muted")  # matches no record name: drops all
+    engine_log.addFilter(muted)
+    try:
+        yield
+    finally:
+        engine_log.removeFilter(muted)
 
 
 def _pick_value(request: TrialRequest, result: TrialResult) -> None:

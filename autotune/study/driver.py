@@ -263,10 +263,12 @@ class StudyDriver:
         log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
         return req
 
-    def _enqueue_retry(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
-        attrs: dict[str, Any] = {"retry_of": number}
-        if user_attrs.get("baseline"):
-            attrs["baseline"] = True
+    def _enqueue_retry(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any],
+                       **extra: Any) -> None:
+        attrs: dict[str, Any] = {"retry_of": number, **{k: v for k, v in extra.items() if v is not None}}
+        for key in ("baseline", "confirm_of", "stage"):
+            if user_attrs.get(key) is not None:
+                attrs[key] = user_attrs[key]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.study.enqueue_trial(params, user_attrs=attrs)
@@ -274,10 +276,10 @@ class StudyDriver:
     def _finish(self, number: int, result: TrialResult) -> None:
         trial = self._live.pop(number)
         self.bridge.record_result(trial, result)
-        first_death = result.failure_kind == FailureKind.WORKER_DIED.value and trial.user_attrs.get("retry_of") is None
+        first_death = result.failure_kind == FailureKind.WORKER_DIED.value and not trial.user_attrs.get("after_death")
         if result.failure_kind == FailureKind.INTERRUPTED.value or first_death:
             trial.set_user_attr("retried", True)
-            self._enqueue_retry(number, trial.params, trial.user_attrs)
+            self._enqueue_retry(number, trial.params, trial.user_attrs, after_death=first_death or None)
         for name, path in sorted(result.artifacts.items()):
             if os.path.isfile(path):
                 try:

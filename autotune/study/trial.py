@@ -138,8 +138,11 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
     argv = build_argv(req, cfg)
     env = dict(req.env)
     result = TrialResult(state="failed", command=argv, time_scale=float(req.sim.get("time_scale", 1.0)) if req.backend == "sim" else 1.0)
+    shown_env = dict(env)
+    if req.gpu_ids is not None:  # what ServerProcess will set, recorded so the launch can be reproduced
+        shown_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in req.gpu_ids)
     result.artifacts.update(
-        write_launch_artifacts(art, argv, env, sglang_version=req.sglang_version, gpu=req.gpu)
+        write_launch_artifacts(art, argv, shown_env, sglang_version=req.sglang_version, gpu=req.gpu)
     )
     watcher = _LiveKill(cfg.mem_fraction_static, req.prediction.get("p_gib"))
     registry = ProcessRegistry(req.run_dir, req.study_name)
@@ -203,7 +206,7 @@ def _run_load_points(req: TrialRequest, url: str, result: TrialResult, report: R
     step = 0
     for conc in levels:
         point = f"c{conc}"
-        spec = LoadSpec(base_url=url, concurrency=conc, **_load_kwargs(wl))
+        spec = LoadSpec(base_url=url, concurrency=conc, snapshot_interval_s=1.0, **_load_kwargs(wl))
 
         def on_snapshot(snap: Any, _point: str = point) -> bool:
             nonlocal step
