@@ -44,7 +44,8 @@ SPEC_PARAMS = (
 
 def _suggest(trial: optuna.Trial, name: str, dom: Any) -> Any:
     if isinstance(dom, FloatRange):
-        return trial.suggest_float(name, dom.low, dom.high, step=dom.step)
+        # optuna's stepped floats carry binary noise (0.9299999999999999): use 0.93.
+        return round(trial.suggest_float(name, dom.low, dom.high, step=dom.step), 6)
     if isinstance(dom, IntRange):
         return trial.suggest_int(name, dom.low, dom.high, step=dom.step)
     if isinstance(dom, (IntChoices, BoolChoices, StrChoices)):
@@ -240,14 +241,12 @@ def baseline_params(spec: StudySpec, resolved: dict[str, Any]) -> dict[str, Any]
         params["cuda_graph_max_bs"] = resolved["cuda_graph_max_bs"]
     if space.custom_allreduce is not None:
         params["custom_allreduce"] = True
+    # Every knob of the space gets a value, so trial 0's params describe what it ran: SGLang's
+    # default, resolved where the memory model knows it, else None ("not passed").
     defaults = {"flashinfer_allreduce_fusion": False, "enable_torch_symm_mem": False, "kv_cache_dtype": "auto"}
     for knob in _SIMPLE_KNOBS:
-        dom = getattr(space, knob)
-        if dom is not None:
-            if knob in defaults and defaults[knob] in dom.choices:
-                params[knob] = defaults[knob]
-            elif knob in resolved and resolved[knob] in dom.choices:
-                params[knob] = resolved[knob]
+        if getattr(space, knob) is not None:
+            params[knob] = defaults[knob] if knob in defaults else resolved.get(knob)
     if space.speculative is not None:
         params["speculative_algorithm"] = "none"
     return params

@@ -274,6 +274,19 @@ class SearchSpec(_Model):
     # winner with median and spread.
     confirm_top: int = Field(default=2, ge=0, le=20)
     repeats: int = Field(default=1, ge=0, le=10)
+    early_stopping: "EarlyStoppingSpec" = Field(default_factory=lambda: EarlyStoppingSpec())
+
+
+class EarlyStoppingSpec(_Model):
+    """Stop a load point when its throughput so far is clearly worse than earlier trials'."""
+
+    enabled: bool = True
+    margin: float = Field(default=0.15, gt=0, lt=1)  # below the median at the same step by more than this
+    n_startup_trials: int = Field(default=4, ge=1)
+    n_warmup_steps: int = Field(default=2, ge=0)  # steps are 1 s snapshots of the load point
+
+
+SearchSpec.model_rebuild()
 
 
 class BudgetSpec(_Model):

@@ -91,7 +91,7 @@ def test_sweep_end_to_end(tmp_path: Path, capsys):
     # The winner and the baseline were run again: median and spread of their runs.
     assert len(best["confirmation"]["values"]) == 2
     assert len(best["baseline_confirmation"]["values"]) == 2
-    assert status["budget_used"] == 5 and status["states"]["COMPLETE"] >= 5
+    assert status["budget_used"] == 5
 
     import optuna
 

@@ -295,14 +295,15 @@ def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOu
             heapq.heappush(due, (t0 + nxt[1], next(order), nxt[0]))
 
     def dispatch() -> None:
-        nonlocal sent, in_flight
+        nonlocal sent, in_flight, exhausted
         while True:
             refill()
             if not due or in_flight >= slots or (limit is not None and sent >= limit):
                 return
             when = due[0][0]
-            if when >= deadline:
+            if when >= deadline or driver.now >= deadline:  # the load generator stops dispatching
                 due.clear()
+                exhausted = True
                 return
             if when > driver.now:
                 return

@@ -125,6 +125,8 @@ class StudyDriver:
         trial = self._live.get(number)
         if trial is None or trial.user_attrs.get("confirm_of") is not None:
             return None  # confirmation re-runs are never stopped early
+        if self.spec.objective.slo:
+            return None  # throughput so far says nothing about meeting the SLO: no early stop
 
         def report(step: int, value: float) -> bool:
             with warnings.catch_warnings():
@@ -205,6 +207,9 @@ class StudyDriver:
                 stopped = self._budget_stop(t0)
                 if stopped:
                     log.warning("budget: %s; no new trials", stopped)
+            if stopped is None and getattr(self.study.sampler, "exhausted", False):
+                stopped = "every candidate of the grid was tried"
+                log.info("budget: %s", stopped)
             searching = used < self.spec.n_trials and stopped is None
             if not searching and not confirming and not self.executor.in_flight() and self.phases.wants_confirmation():
                 numbers = self.phases.enqueue_confirmation()
@@ -219,7 +224,8 @@ class StudyDriver:
                 req = self._next_launch()
                 if req is None:  # pruned before launch
                     used = budget_used(self.study)
-                    searching = used < self.spec.n_trials and stopped is None
+                    searching = used < self.spec.n_trials and stopped is None and \
+                        not getattr(self.study.sampler, "exhausted", False)
                     continue
                 self.executor.submit(req.trial_number, req)
             for number, result in self.executor.wait(timeout=1.0):

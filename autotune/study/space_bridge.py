@@ -107,6 +107,7 @@ class SpaceBridge:
             "mem_fraction_static": pred.get("f"),
             "cuda_graph_max_bs": pred.get("cuda_graph_max_bs"),
             "chunked_prefill_size": pred.get("chunked_prefill_size"),
+            "max_running_requests": pred.get("max_running_requests"),
         }
         return space.baseline_params(self.spec, resolved)
 

@@ -13,6 +13,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from autotune.errors import ConfigError
 from autotune.spec import StudySpec
 from autotune.study.pruner import ClearlyWorsePruner
+from autotune.study.samplers import GridSampler
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     if s.kind == "grid":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return optuna.samplers.BruteForceSampler(seed=s.seed)
+            return GridSampler(seed=s.seed)
     if s.kind == "gp":
         try:
             import torch  # noqa: F401
@@ -64,10 +65,18 @@ def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
         study_name=spec.name,
         storage=storage,
         sampler=make_sampler(spec),
-        pruner=ClearlyWorsePruner(),
+        pruner=_pruner(spec),
         direction=spec.objective.resolved_direction,
         load_if_exists=True,
     )
+
+
+def _pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    es = spec.search.early_stopping
+    if not es.enabled:
+        return optuna.pruners.NopPruner()
+    return ClearlyWorsePruner(margin=es.margin, n_startup_trials=es.n_startup_trials,
+                              n_warmup_steps=es.n_warmup_steps)
 
 
 def artifact_store(spec: StudySpec) -> FileSystemArtifactStore:

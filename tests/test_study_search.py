@@ -1,0 +1,81 @@
+"""Search behaviour on the simulated backend: early stopping, SLOs, the grid's end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _study(tmp_path: Path, **over) -> Path:
+    data = {
+        "name": "search",
+        "n_trials": 5,  # more than the grid holds: the grid's end stops the search
+        "sampler": {"kind": "grid", "seed": 0},
+        "executor": {"kind": "inline"},
+        "server": {"backend": "sim", "sglang_version": "0.5.9",
+                   "model_path": str(ROOT / "studies" / "models" / "qwen3-32b-class"),
+                   "tp_size": 2, "startup_timeout_s": 60, "sim": {"time_scale": 20}},
+        "hardware": {"gpu": "h100", "num_gpus": 2, "interconnect": "nvlink"},
+        "search_space": {"max_running_requests": {"choices": [8, 64]}},
+        "workload": {"input_len": 128, "output_len": 64, "num_prompts": 128, "concurrency": [64],
+                     "warmup_requests": 2},
+        "objective": {"metric": "output_throughput"},
+        "search": {"confirm_top": 0},
+    }
+    data.update(over)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _trials(tmp_path: Path, name: str = "search") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / (name + '.db')}").trials
+
+
+def test_pruner_stops_a_clearly_worse_trial_before_its_load_ends(tmp_path: Path, capsys):
+    # Long enough (a few wall seconds for the slow candidate) for 1 s snapshots to arrive.
+    study = _study(tmp_path, search={"confirm_top": 0,
+                                     "early_stopping": {"n_startup_trials": 1, "n_warmup_steps": 1}},
+                   workload={"input_len": 128, "output_len": 128, "num_prompts": 512, "concurrency": [64],
+                             "warmup_requests": 2})
+    assert main(["run", str(study), "--no-progress"]) == 0
+    trials = _trials(tmp_path)
+    # The grid (baseline + 2 candidates) ends the search before n_trials.
+    assert len(trials) == 3
+    slow = [t for t in trials if t.params.get("max_running_requests") == 8]
+    assert len(slow) == 1 and slow[0].state.name == "PRUNED", [(t.params, t.state.name) for t in trials]
+    t = slow[0]
+    assert t.user_attrs["failure_kind"] == "early_stopped"
+    assert t.intermediate_values, "the trial reported while its load ran"
+    assert t.user_attrs["metrics"]["c64"]["completed"] < 512, "stopped before its load ended"
+    fast = [x for x in trials if x.params.get("max_running_requests") == 64]
+    assert fast[0].state.name == "COMPLETE"
+
+
+def test_slo_study_reports_a_best_that_meets_the_slo(tmp_path: Path, capsys):
+    # max_running_requests 64 gives the most throughput but a median TPOT of ~22 ms at
+    # concurrency 64; 8 keeps the batch small (~14 ms) at a quarter of the throughput.
+    study = _study(tmp_path, objective={"metric": "output_throughput", "slo": {"median_tpot_ms": 18}})
+    assert main(["run", str(study), "--no-progress"]) == 0
+    capsys.readouterr()
+    trials = [t for t in _trials(tmp_path) if t.state.name == "COMPLETE"]
+    assert len(trials) == 3
+    unconstrained = max(trials, key=lambda t: t.value)
+    assert unconstrained.user_attrs["slo_met"] is False, "the study must be one whose raw winner breaks the SLO"
+    assert unconstrained.constraints.get("slo", 0) > 0
+    assert main(["best", str(study), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert best["slo_met"] is True
+    assert best["number"] != unconstrained.number
+    winner = [t for t in trials if t.number == best["number"]][0]
+    assert winner.user_attrs["median_tpot_ms"] <= 18
+    assert best["params"]["max_running_requests"] == 8
