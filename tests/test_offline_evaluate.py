@@ -134,3 +134,23 @@ def test_a_whole_study_runs_offline_through_the_driver(tmp_path: Path) -> None:
     # every trial the driver did not prune before launch went through the evaluator
     told = summary.states.get("COMPLETE", 0) + summary.states.get("FAIL", 0)
     assert len(seen) == told + sum(1 for _, s in seen if s == "pruned")
+
+
+def test_poisson_arrivals_set_the_pace_like_the_load_generator() -> None:
+    res = evaluate(_request(PLAIN, num_prompts=40, concurrency=[64], output_len=16, warmup_requests=1,
+                            request_rate=2.0))
+    m = res.metrics_by_point["c64"]
+    assert m["completed"] == 40
+    # 40 arrivals at 2/s take ~20 s; the server is far from saturated, so requests rarely overlap
+    assert m["request_throughput"] == pytest.approx(2.0, rel=0.35)
+    assert m["concurrency"] < 4
+
+
+def test_a_duration_bound_point_stops_dispatching_at_its_deadline() -> None:
+    res = evaluate(_request(PLAIN, num_prompts=None, duration_s=20, concurrency=[16], output_len=16,
+                            warmup_requests=1))
+    m = res.metrics_by_point["c16"]
+    assert m["completed"] > 16
+    # dispatch stops at 20 modelled seconds; the last requests finish shortly after
+    assert 20 <= m["duration"] < 30
+    assert m["concurrency"] == pytest.approx(16, rel=0.1)
