@@ -1,0 +1,47 @@
+"""Every command has help and is documented in the README; the README's quick start is what CI runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_command_has_help_and_is_documented(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"autotune {command}" in out and len(out.splitlines()) > 3
+    assert f"autotune {command}" in README, f"README does not document `autotune {command}`"
+
+
+def test_every_registered_command_is_in_the_list():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) == set(COMMANDS)
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
+    block = README.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.strip().splitlines() if line.strip()]
+    assert len(commands) == 2
+    assert "studies/demo.yaml" in commands[0] and "pytest" in commands[1]
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_cmd = commands[1].split("&&", 1)[1].strip()
+    assert test_cmd in ci, f"{test_cmd!r} not in .ci/run"
+
+
+def test_unknown_command_and_no_command_exit_2(capsys):
+    assert main(["frobnicate"]) == 2
+    assert "frobnicate" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert re.match(r"autotune \d+\.\d+", capsys.readouterr().out)
