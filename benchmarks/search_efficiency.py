@@ -255,12 +255,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study.driver", "autotune.sim.offline")]
+    levels = [lg.level for lg in noisy]
     logging.getLogger("search_efficiency").setLevel(logging.INFO)
-    for noisy in ("autotune.sim.engine", "autotune.study.driver", "autotune.sim.offline"):
-        logging.getLogger(noisy).setLevel(logging.CRITICAL if not args.verbose else logging.INFO)
-    warnings.simplefilter("ignore")
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    for lg in noisy:
+        lg.setLevel(logging.CRITICAL if not args.verbose else logging.INFO)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna.logging.set_verbosity(optuna.logging.ERROR)
+            return _run(args)
+    finally:
+        for lg, level in zip(noisy, levels):
+            lg.setLevel(level)
 
+
+def _run(args: argparse.Namespace) -> int:
     spec_path = Path(args.study).resolve()
     spec = load_study_spec(spec_path)
     out = Path(args.out)
