@@ -241,14 +241,20 @@ def run_point(driver: EngineDriver, spec: LoadSpec, *, context_len: int, max_req
         queue = iter(warm)
         ended: list[_Sent] = []
 
+        def send_next() -> None:  # a refused request frees its slot at once, as with the real client
+            for p in queue:
+                sent = client.send(p)
+                if sent.req is not None:
+                    return
+                ended.append(sent)
+
         def warm_done(s: _Sent) -> None:
             ended.append(s)
-            nxt = next(queue, None)
-            if nxt is not None and not driver.dead:
-                _record_sync(client, nxt, ended)
+            if not driver.dead:
+                send_next()
 
-        for p in itertools.islice(queue, conc):
-            _record_sync(client, p, ended)
+        for _ in range(conc):
+            send_next()
         _run_until_drained(driver, client, warm_done)
         if driver.dead:
             out.died = True
@@ -261,12 +267,6 @@ def run_point(driver: EngineDriver, spec: LoadSpec, *, context_len: int, max_req
     _measure(driver, client, spec, out)
     out.duration_s = driver.now - t_start
     return out
-
-
-def _record_sync(client: _Client, prompt: Prompt, ended: list[_Sent]) -> None:
-    sent = client.send(prompt)
-    if sent.req is None:  # refused at once
-        ended.append(sent)
 
 
 def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOutcome) -> None:
