@@ -8,10 +8,13 @@ enough for SGLang users' common launches, not a copy of SGLang's 300+ flags.
 
 from __future__ import annotations
 
+import argparse
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable
 
-__all__ = ["Flag", "FLAGS"]
+__all__ = ["Flag", "FLAGS", "human_readable_int"]
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,16 @@ def _v(*names: str, **kw: Any) -> Flag:
 
 KV_CACHE_DTYPES_CLASSIC = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
 KV_CACHE_DTYPES_MODERN = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
-ATTENTION_BACKENDS = (
+ATTENTION_BACKENDS_CLASSIC = (
     "triton", "torch_native", "flex_attention", "nsa", "cutlass_mla", "fa3", "fa4", "flashinfer",
     "flashmla", "trtllm_mla", "trtllm_mha", "dual_chunk_flash_attn", "aiter", "wave", "intel_amx",
+    "ascend", "intel_xpu",
+)
+# 0.5.23's ATTENTION_BACKEND_CHOICES, read from its parser: cutlass_mla and dual_chunk_flash_attn are gone.
+ATTENTION_BACKENDS_MODERN = (
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4",
+    "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla",
+    "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx",
     "ascend", "intel_xpu",
 )
 LOAD_FORMATS_CLASSIC = (
@@ -62,6 +72,30 @@ SPEC_ALGORITHMS_CLASSIC = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 SPEC_ALGORITHMS_MODERN = SPEC_ALGORITHMS_CLASSIC + ("DFLASH", "DSPARK", "UNO")
 _MODERN = "0.5.23"
 _LAST_CLASSIC = "0.5.22"
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def human_readable_int(value: str) -> int:
+    """SGLang 0.5.23's int type for token counts: ``8192``, ``32k`` (SI, decimals allowed), ``32Ki`` (IEC).
+
+    Same name and behaviour as ``sglang.srt.utils.common.human_readable_int``,
+    so the modelled parser accepts and refuses what the real one does.
+    """
+    text = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", text)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _IEC:
+            if "." in number:
+                raise argparse.ArgumentTypeError(f"Decimals are not allowed with IEC suffixes like {suffix!r}")
+            return int(number) * _IEC[suffix]
+        return int(Decimal(number) * _SI[suffix])
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Invalid integer value: {value!r}") from None
+
 
 FLAGS: tuple[Flag, ...] = (
     # model and tokenizer
@@ -73,7 +107,8 @@ FLAGS: tuple[Flag, ...] = (
     _v("--load-format", default="auto", choices=LOAD_FORMATS_CLASSIC, until=_LAST_CLASSIC),
     _v("--load-format", default="auto", choices=LOAD_FORMATS_MODERN, since=_MODERN),
     _b("--trust-remote-code"),
-    _v("--context-length", type=int),
+    _v("--context-length", type=int, until=_LAST_CLASSIC),
+    _v("--context-length", type=human_readable_int, since=_MODERN),
     _v("--dtype", default="auto", choices=("auto", "half", "float16", "bfloat16", "float", "float32")),
     _v("--quantization"),
     _v("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES_CLASSIC, until=_LAST_CLASSIC),
@@ -109,7 +144,7 @@ FLAGS: tuple[Flag, ...] = (
     _v("--attn-dp-size", "--attention-data-parallel-size", type=int, default=1, since=_MODERN),
     _v("--nnodes", type=int, default=1),
     _v("--node-rank", type=int, default=0),
-    _v("--dist-init-addr"),
+    _v("--dist-init-addr", "--nccl-init-addr"),
     _v("--base-gpu-id", type=int, default=0),
     _v("--gpu-id-step", type=int, default=1),
     _v("--device"),
@@ -118,9 +153,11 @@ FLAGS: tuple[Flag, ...] = (
     _v("--mem-fraction-static", type=float),
     _v("--max-running-requests", type=int),
     _v("--max-queued-requests", type=int),
-    _v("--max-total-tokens", type=int),
+    _v("--max-total-tokens", type=int, until=_LAST_CLASSIC),
+    _v("--max-total-tokens", type=human_readable_int, since=_MODERN),
     _v("--chunked-prefill-size", type=int),
-    _v("--max-prefill-tokens", type=int, default=16384),
+    _v("--max-prefill-tokens", type=int, default=16384, until=_LAST_CLASSIC),
+    _v("--max-prefill-tokens", type=human_readable_int, default=16384, since=_MODERN),
     _v("--page-size", type=int),
     _v("--schedule-policy", default="fcfs"),
     _v("--schedule-conservativeness", type=float, default=1.0),
@@ -128,10 +165,11 @@ FLAGS: tuple[Flag, ...] = (
     _b("--disable-overlap-schedule"),
     _b("--enable-mixed-chunk"),
     _v("--stream-interval", type=int, default=1),
-    _b("--stream-output"),
+    _b("--stream-output", until=_LAST_CLASSIC),  # absent from 0.5.23
     _b("--allow-auto-truncate"),
     _v("--cpu-offload-gb", type=int, default=0),
-    _b("--enable-hierarchical-cache"),
+    _b("--enable-hierarchical-cache", until=_LAST_CLASSIC),
+    _b("--enable-hierarchical-cache", "--enable-hicache", since=_MODERN),
     _v("--hicache-ratio", type=float, default=2.0),
     _v("--mamba-full-memory-ratio", type=float, default=0.9),
     _v("--max-mamba-cache-size", type=int),
@@ -139,13 +177,16 @@ FLAGS: tuple[Flag, ...] = (
     _b("--disable-hybrid-swa-memory"),
     _b("--enable-deterministic-inference"),
     # kernels and backends
-    _v("--attention-backend", choices=ATTENTION_BACKENDS),
-    _v("--prefill-attention-backend", choices=ATTENTION_BACKENDS),
-    _v("--decode-attention-backend", choices=ATTENTION_BACKENDS),
+    *(
+        _v(name, choices=choices, since=since, until=until)
+        for since, until, choices in ((None, _LAST_CLASSIC, ATTENTION_BACKENDS_CLASSIC),
+                                      (_MODERN, None, ATTENTION_BACKENDS_MODERN))
+        for name in ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
+    ),
     _v("--sampling-backend"),
     _v("--mm-attention-backend"),
-    _v("--moe-runner-backend"),
-    _v("--moe-a2a-backend"),
+    _v("--moe-runner-backend", default="auto"),
+    _v("--moe-a2a-backend", default="none"),
     _b("--enable-eplb"),
     _v("--ep-num-redundant-experts", type=int, default=0),
     _b("--disable-shared-experts-fusion"),
@@ -192,7 +233,7 @@ FLAGS: tuple[Flag, ...] = (
     _v("--speculative-accept-threshold-acc", type=float, default=1.0),
     _v("--speculative-ngram-max-bfs-breadth", type=int, default=10),
     _v("--speculative-ngram-max-match-window-size", type=int, default=12, until=_LAST_CLASSIC),
-    _v("--speculative-ngram-match-type"),
+    _v("--speculative-ngram-match-type", choices=("BFS", "PROB"), default="BFS"),
     _v("--speculative-draft-kv-cache-dtype", since=_MODERN),
     _v("--speculative-draft-attention-backend", since=_MODERN),
     _v("--speculative-moe-runner-backend", since=_MODERN),
