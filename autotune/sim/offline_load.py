@@ -7,7 +7,8 @@ step take no wall time, and each loop turn does what the engine's ``_run`` loop 
 (plan a prefill, else decode, else abort what can never fit). The scheduling, the KV
 accounting, retraction, speculative acceptance and the runtime OOM are the engine's
 own code; only the clock and the consumers differ. Without per-token futures and
-task switches, a demo load point (384 requests x 256 tokens) costs ~0.1-0.3 s of CPU.
+task switches, a demo load point (384 requests x 256 tokens) costs ~0.2-0.4 s of CPU
+on a busy 2-core host, most of it in the engine's per-token bookkeeping.
 
 The client side mirrors :mod:`autotune.load`: the same seeded prompts
 (:func:`~autotune.load.prompts.prompt_stream`), the same arrival offsets, the
