@@ -5,7 +5,8 @@ of a venv where ``sglang.srt.server_args`` imports (``AUTOTUNE_SGLANG_PYTHON``),
 so autotune's own interpreter never needs SGLang installed.
 
     python tests/sglang_parse_argv.py < argvs.jsonl   # one JSON list of strings a line
-        -> one line a argv: {"ok": true|false, "error": null|"<argparse message>"}
+        -> one line a argv: {"ok": true|false, "error": null|"<argparse message>",
+           "set": {dest: value, ...} (what the argv changed from the parser's defaults)}
     python tests/sglang_parse_argv.py --info
         -> one line: {"version": "0.5.9", "flags": [{"names": [...], "kind": "bool"|"value",
            "type": "int"|..., "choices": [...]|null, "nargs": ..., "default": ...}, ...]}
@@ -51,14 +52,15 @@ def _parse_one(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, An
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parser.parse_args(argv)
+            ns = parser.parse_args(argv)
     except _ParseError as exc:
         return {"ok": False, "error": str(exc)}
     except SystemExit as exc:  # a custom action that exits on its own
         return {"ok": False, "error": err.getvalue().strip() or f"exit {exc.code}"}
     except Exception as exc:  # a custom action that raises (a bug to report, not a crash)
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    return {"ok": True, "error": None}
+    changed = {k: _jsonable(v) for k, v in vars(ns).items() if v != parser.get_default(k)}
+    return {"ok": True, "error": None, "set": changed}
 
 
 def _jsonable(value: Any) -> Any:

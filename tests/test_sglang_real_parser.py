@@ -182,6 +182,15 @@ def test_every_demo_candidate_is_accepted_by_the_real_parser(real: RealSglang, s
     answers = real.parse(argvs)
     refused = [f"{shell_line(a)}\n    -> {r['error']}" for a, r in zip(argvs, answers) if not r["ok"]]
     assert not refused, f"SGLang {real.version} refuses {len(refused)} of {len(argvs)} argv:\n" + "\n".join(refused[:10])
+    # and each argv means to SGLang what it means to autotune's dialect (same dests, same values)
+    ours = build_parser(version)
+    differ = []
+    for argv, answer in zip(argvs, answers):
+        ns = ours.parse_args(argv)
+        our_set = {k: v for k, v in vars(ns).items() if v != ours.get_default(k)}
+        if json.loads(json.dumps(our_set)) != answer["set"]:
+            differ.append(f"{shell_line(argv)}\n    ours {our_set}\n    SGLang's {answer['set']}")
+    assert not differ, f"{len(differ)} argv parse differently:\n" + "\n".join(differ[:5])
 
 
 # (version, argv after --model-path m, does SGLang accept it)
@@ -192,27 +201,39 @@ KNOWN_CASES: list[tuple[str, list[str], bool]] = [
     ("0.5.23", ["--attn-dp-size", "2"], True),
     ("0.5.23", ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"], True),
     ("0.5.23", ["--kv-cache-dtype", "fp4_e2m1"], False),
+    ("0.5.23", ["--context-length", "32k", "--max-total-tokens", "1.5M"], True),  # human_readable_int
+    ("0.5.23", ["--attention-backend", "cutlass_mla"], False),  # dropped after 0.5.9
+    ("0.5.23", ["--attention-backend", "dsa"], True),
+    ("0.5.23", ["--stream-output"], False),
+    ("0.5.23", ["--enable-piecewise-cuda-graph"], False),
+    ("0.5.23", ["--speculative-algorithm", "DFLASH"], True),
     ("0.5.9", ["--cuda-graph-max-bs-decode", "128"], False),  # unrecognized
     ("0.5.9", ["--cuda-graph-max-bs", "128"], True),
     ("0.5.9", ["--attn-dp-size", "2"], False),
     ("0.5.9", ["--kv-cache-dtype", "mxfp8"], False),
     ("0.5.9", ["--speculative-algorithm", "DFLASH"], False),
+    ("0.5.9", ["--context-length", "32k"], False),  # a plain int there
+    ("0.5.9", ["--attention-backend", "dsa"], False),
+    ("0.5.9", ["--enable-hicache"], False),
+    ("0.5.9", ["--speculative-ngram-match-type", "DFS"], False),
     ("0.5.9", ["--enable-flashinfer-allreduce-fusion"], True),
     ("0.5.9", ["--tp", "8", "--mem-frac", "0.8"], True),  # unique prefixes, as argparse allows
     ("0.5.9", ["--mem-fraction-static", "high"], False),  # not a float
 ]
 
 
-def _ours_accepts(version: str, argv: list[str]) -> bool:
+def _our_error(version: str, argv: list[str]) -> str | None:
+    """What autotune's dialect parser says about ``argv``: None when it accepts it."""
+
     class Raising(argparse.ArgumentParser):
         def error(self, message: str) -> Any:
             raise ConfigError(message)
 
     try:
         build_parser(version, parser_class=Raising).parse_args(argv)
-    except ConfigError:
-        return False
-    return True
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 @pytest.mark.parametrize("version", sorted({v for v, _, _ in KNOWN_CASES}))
@@ -223,7 +244,8 @@ def test_our_dialect_refuses_exactly_what_sglang_refuses(real: RealSglang, versi
     answers = real.parse([argv for argv, _ in cases])
     for (argv, expected), answer in zip(cases, answers):
         assert answer["ok"] == expected, f"SGLang {real.version} on {shell_line(argv)}: {answer}"
-        assert _ours_accepts(version, argv) == answer["ok"], f"autotune's {version} dialect disagrees on {argv}"
+        # the same verdict, and the same words (the simulated server prints them as SGLang would)
+        assert _our_error(version, argv) == answer["error"], f"autotune's {version} dialect disagrees on {argv}"
 
 
 def _type_name(t: Any) -> str | None:

@@ -323,7 +323,11 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         return {"id": cid, "object": kind, "created": created, "model": model, "choices": choices, "usage": usage}
 
     if body.get("stream"):
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage"))
+        # SGLang's continuous_usage_stats: cumulative usage on every chunk, so a client can
+        # tell how many tokens a chunk carried (several under speculative decoding).
+        continuous = include_usage and bool(opts.get("continuous_usage_stats"))
         sent_role = [False]
 
         def render(new_ids: list[int]) -> list[Any]:
@@ -339,7 +343,7 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
                           "matched_stop": None}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish(), "matched_stop": None}
-            out.append(envelope([choice]))
+            out.append(envelope([choice], _usage(stream) if continuous else None))
             return out
 
         def tail() -> list[Any]:

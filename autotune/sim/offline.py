@@ -52,7 +52,7 @@ from autotune.sglang.models import ModelProfile, load_model_profile
 from autotune.load.spec import LoadSpec
 from autotune.sim.offline_load import EngineDriver, run_point
 from autotune.study.trial import TrialRequest, TrialResult, build_argv
-from autotune.study.trial import _load_kwargs  # the trial body's workload -> LoadSpec mapping (see the report)
+from autotune.study.trial import load_kwargs  # the trial body's workload -> LoadSpec mapping
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def _measure(engine: Any, plan: Any, request: TrialRequest) -> _LoadOutcome:
     with _engine_log_muted():
         for conc in levels:
             point = f"c{conc}"
-            spec = LoadSpec(concurrency=conc, **_load_kwargs(wl))
+            spec = LoadSpec(concurrency=conc, **load_kwargs(wl))
             out = run_point(driver, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
             total += out.duration_s
             if out.metrics:

@@ -7,7 +7,7 @@ on an event loop whose clock is virtual: every ``asyncio.sleep`` of a startup
 phase advances the clock by its duration instantly, so the loop's elapsed time
 *is* the modelled startup duration. The log lines ``boot`` writes go through
 the same consumers as on a real launch: the trial body's live KV-OOM kill
-(``_LiveKill``: a weights-loaded line proving ``A - P (1 - f) < 0`` ends the launch
+(``LiveKill``: a weights-loaded line proving ``A - P (1 - f) < 0`` ends the launch
 there) and, on failure, the launcher's :func:`autotune.launch.failures.classify`.
 """
 
@@ -85,7 +85,7 @@ class _LogSink:
 
 
 class _KillSwitch:
-    """What ``_LiveKill`` calls ``server``: records the kill and stops the boot at that line."""
+    """What ``LiveKill`` calls ``server``: records the kill and stops the boot at that line."""
 
     def __init__(self) -> None:
         self.kind: str | None = None
@@ -116,9 +116,9 @@ def run_startup(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelP
     (the launch's explicit ``mem_fraction_static`` and the predicted P); None disables it.
     """
     from autotune.launch.failures import classify
-    from autotune.study.trial import _LiveKill  # the trial body's own watcher (see the report: make it public)
+    from autotune.study.trial import LiveKill  # the trial body's own watcher
 
-    watcher = _LiveKill(live_kill_f, p_predicted)
+    watcher = LiveKill(live_kill_f, p_predicted)
     switch = _KillSwitch()
     watcher.server = switch
     sink = _LogSink(watcher)

@@ -245,9 +245,13 @@ class StudyDriver:
         trial.set_user_attr("prediction", pred)
         if cand.baseline:
             trial.set_user_attr("baseline", True)
+        if cand.notes:
+            trial.set_user_attr("notes", cand.notes)
         reason = None
         kind = None
-        if pred.get("should_prune", pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain")):
+        if cand.invalid:
+            kind, reason = FailureKind.INVALID_ARGS.value, cand.invalid
+        elif pred.get("should_prune", pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain")):
             kind, reason = FailureKind.PREDICTED_OOM.value, pred.get("reason", "")
         else:
             hit = implied_by(cand.params, self.bridge.failures())

@@ -37,6 +37,8 @@ class Candidate:
     config: ServerConfig
     prediction: dict[str, Any]
     baseline: bool
+    invalid: str | None = None  # what SGLang would refuse at startup, found before launch
+    notes: list[str] | None = None  # adjustments SGLang would make, applied up front
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
@@ -127,7 +129,24 @@ class SpaceBridge:
         params = space.suggest(trial, spec)
         baseline = bool(trial.user_attrs.get("baseline"))
         cfg = space.to_config(spec, params, baseline=baseline)
-        return Candidate(params=params, config=cfg, prediction=self.predict(cfg), baseline=baseline)
+        invalid, notes = None, []
+        if cfg.speculative.enabled:
+            from dataclasses import replace
+
+            from autotune.errors import ConfigError
+            from autotune.sglang.speculative import validate_speculative
+
+            model, _, _ = self._profiles()
+            try:
+                resolved, notes = validate_speculative(
+                    cfg.speculative, model.architecture, spec.server.sglang_version,
+                    attention_backend=cfg.attention_backend,
+                )
+                cfg = replace(cfg, speculative=resolved)
+            except ConfigError as exc:
+                invalid = str(exc)
+        return Candidate(params=params, config=cfg, prediction=self.predict(cfg), baseline=baseline,
+                         invalid=invalid, notes=notes)
 
     def request(self, trial: optuna.Trial, cand: Candidate) -> TrialRequest:
         spec = self.spec

@@ -91,7 +91,7 @@ def build_argv(req: TrialRequest, cfg: ServerConfig) -> list[str]:
     return argv
 
 
-class _LiveKill:
+class LiveKill:
     """Watches startup lines; kills the launch as soon as the weights-loaded line proves
     ``rest = A - P x (1 - f)`` negative (seconds instead of the rest of the startup)."""
 
@@ -109,11 +109,12 @@ class _LiveKill:
         if ev is None:
             return
         self.events.append(ev)
-        if ev.kind == "baseline" and ev.values.get("p_gib") is not None:
-            p = float(ev.values["p_gib"])
+        # "Load weight begin. avail mem=P" (and 0.5.23's baseline line) carry P as avail_gib.
+        if ev.kind == "baseline" and ev.values.get("avail_gib") is not None:
+            p = float(ev.values["avail_gib"])
             self.p_seen = p if self.p_seen is None else min(self.p_seen, p)
         if ev.kind == "weights_loaded" and self.f is not None and self.server is not None:
-            a = ev.values.get("a_gib")
+            a = ev.values.get("avail_gib")
             p = self.p_seen if self.p_seen is not None else self.p_pred
             if a is None or p is None:
                 return
@@ -144,7 +145,7 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
     result.artifacts.update(
         write_launch_artifacts(art, argv, shown_env, sglang_version=req.sglang_version, gpu=req.gpu)
     )
-    watcher = _LiveKill(cfg.mem_fraction_static, req.prediction.get("p_gib"))
+    watcher = LiveKill(cfg.mem_fraction_static, req.prediction.get("p_gib"))
     registry = ProcessRegistry(req.run_dir, req.study_name)
     # Per-node sweep: servers of dead orchestrators/workers of this study (safe beside live trials).
     registry.reap_leftovers()
@@ -206,7 +207,7 @@ def _run_load_points(req: TrialRequest, url: str, result: TrialResult, report: R
     step = 0
     for conc in levels:
         point = f"c{conc}"
-        spec = LoadSpec(base_url=url, concurrency=conc, snapshot_interval_s=1.0, **_load_kwargs(wl))
+        spec = LoadSpec(base_url=url, concurrency=conc, snapshot_interval_s=1.0, **load_kwargs(wl))
 
         def on_snapshot(snap: Any, _point: str = point) -> bool:
             nonlocal step
@@ -249,7 +250,7 @@ def _run_load_points(req: TrialRequest, url: str, result: TrialResult, report: R
         result.slo_violation = violation if req.slo else None
 
 
-def _load_kwargs(wl: dict[str, Any]) -> dict[str, Any]:
+def load_kwargs(wl: dict[str, Any]) -> dict[str, Any]:
     keys = ("backend", "input_len", "output_len", "range_ratio", "num_prompts", "duration_s", "request_rate",
             "warmup_requests", "flush_cache", "dataset_path", "seed")
     return {k: wl[k] for k in keys if k in wl and wl[k] is not None}
