@@ -159,6 +159,13 @@ def _extra_configs(base: ServerConfig, draft: str | None) -> list[ServerConfig]:
     return [*one_each, everything]
 
 
+def _dest_map(real: RealSglang, version: str) -> dict[str, str]:
+    """SGLang's dest -> ours, for flags that share a spelling (0.5.9 declares --tensor-parallel-size
+    first, so its dest is tensor_parallel_size where autotune's is tp_size; argv is unaffected)."""
+    ours_by_name = {n: f.dest for f in flags_for(version) for n in f.names}
+    return {f["dest"]: ours_by_name[n] for f in real.flags for n in f["names"] if n in ours_by_name}
+
+
 def _study_argvs(spec: StudySpec, version: str) -> list[list[str]]:
     """The baseline, every grid candidate and the extra knobs, as argv after ``python -m module``."""
     draft = spec.resolve_path(spec.search_space.speculative.draft_model_path) if spec.search_space.speculative else None
@@ -182,14 +189,16 @@ def test_every_demo_candidate_is_accepted_by_the_real_parser(real: RealSglang, s
     answers = real.parse(argvs)
     refused = [f"{shell_line(a)}\n    -> {r['error']}" for a, r in zip(argvs, answers) if not r["ok"]]
     assert not refused, f"SGLang {real.version} refuses {len(refused)} of {len(argvs)} argv:\n" + "\n".join(refused[:10])
-    # and each argv means to SGLang what it means to autotune's dialect (same dests, same values)
+    # and each argv means to SGLang what it means to autotune's dialect (same flags, same values)
     ours = build_parser(version)
+    to_our_dest = _dest_map(real, version)
     differ = []
     for argv, answer in zip(argvs, answers):
         ns = ours.parse_args(argv)
         our_set = {k: v for k, v in vars(ns).items() if v != ours.get_default(k)}
-        if json.loads(json.dumps(our_set)) != answer["set"]:
-            differ.append(f"{shell_line(argv)}\n    ours {our_set}\n    SGLang's {answer['set']}")
+        their_set = {to_our_dest.get(k, k): v for k, v in answer["set"].items()}
+        if json.loads(json.dumps(our_set)) != their_set:
+            differ.append(f"{shell_line(argv)}\n    ours {our_set}\n    SGLang's {their_set}")
     assert not differ, f"{len(differ)} argv parse differently:\n" + "\n".join(differ[:5])
 
 
