@@ -74,6 +74,7 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
             ) from exc
         return False
     _loopback_only()
+    _guard_local_instance()
     cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
     log.info("starting a local Ray instance on loopback: %d CPU(s), %d GPU(s) declared", cpus, num_gpus)
     ray.init(
@@ -86,6 +87,24 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
         logging_level=logging.WARNING,
     )
     return True
+
+
+def _guard_local_instance() -> None:
+    """Make the local instance die with this driver, even on ``kill -9``.
+
+    Ray's head processes follow a driver that exits, but after a SIGKILL its
+    dashboard and runtime-env agents were seen living on, reparented to init. Every
+    process Ray starts inherits this driver's environment, so a marker set before
+    ``ray.init`` tags them all, and the same detached guard that watches each trial's
+    worker watches this driver and ends whatever carries the marker once it is gone.
+    """
+    import uuid
+
+    from autotune.study import ray_guard
+
+    marker = f"ray-local-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    os.environ[ray_guard.MARKER_ENV] = marker
+    ray_guard.spawn(marker)
 
 
 def _loopback_only() -> None:
