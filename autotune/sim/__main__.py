@@ -21,6 +21,7 @@ from autotune.errors import ConfigError
 from autotune.sglang.models import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
 from autotune.sim.child import spawn_child
+from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import MemoryPlan, load_draft, plan_memory, resolve_speculative
 from autotune.sim.http import ServerState, start_http
 from autotune.sim.startup import READY_LINE, LogWriter, StartupFailure, boot, http_lines, runtime_oom_failure, warmup
@@ -38,25 +39,6 @@ def _die(log: LogWriter, children: list[subprocess.Popen[bytes]], exc: StartupFa
     sys.stderr.flush()
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _build_engine(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProfile, on_oom: Any) -> Any:
-    from autotune.sim.engine import Engine
-    from autotune.sim.perf import PerfInputs, PerfModel
-
-    kv_bytes = 1 if launch.kv_cache_dtype.startswith("fp8") or model.kv_cache_quant_fp8 else 2
-    inputs = PerfInputs(
-        model=model, gpu=sim.gpu, tp_size=launch.tp_size, dp_size=launch.dp_size, interconnect=sim.interconnect,
-        cuda_graph_max_bs=max(plan.graph_bs) if plan.graph_bs else 0, cuda_graph_enabled=bool(plan.graph_bs),
-        custom_allreduce_active=plan.custom_ar_active, flashinfer_allreduce_fusion=plan.fi_fusion_active,
-        torch_symm_mem_active=plan.torch_symm_active, speculative=plan.speculative, draft=plan.draft,
-        kv_cache_dtype_bytes=kv_bytes, chunked_prefill_size=plan.chunked_prefill_size,
-        graph_batch_sizes=tuple(plan.graph_bs), sglang_version=str(sim.version),
-    )
-    return Engine(PerfModel(inputs), kv_tokens=plan.kv_tokens, max_running_requests=plan.max_running_requests,
-                  chunked_prefill_size=plan.chunked_prefill_size, time_scale=sim.time_scale / sim.faults.slow_tokens,
-                  seed=sim.seed, prefill_oom_tokens=plan.prefill_oom_tokens, on_runtime_oom=on_oom,
-                  stream_interval=launch.stream_interval)
 
 
 def model_info(launch: Launch, model: ModelProfile) -> dict[str, Any]:
@@ -126,7 +108,7 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
         state.dead = True
         loop.call_soon_threadsafe(_die, log, children, runtime_oom_failure())
 
-    state.engine = _build_engine(plan, launch, sim, model, on_runtime_oom)
+    state.engine = build_engine(plan, launch, sim, model, on_runtime_oom)
     await state.engine.start()
     try:
         runner = await start_http(state, launch.host, launch.port)

@@ -1,6 +1,8 @@
 """The modelled clock of the simulated engine (private to :mod:`autotune.sim.engine`).
 
-Modelled time advances in steps; wall time follows it at ``1 / time_scale``,
+Stepped synchronously (:meth:`Engine.step_once <autotune.sim.engine.Engine.step_once>`,
+never started), the clock is modelled time alone: ``advance_instant`` and ``skip_to``.
+Started on an event loop, modelled time advances in steps; wall time follows it at ``1 / time_scale``,
 anchored at (``wall0``, ``model0``) so that sleeping step after step does not
 accumulate drift. Two rules keep modelled time honest when the host is slow
 or a client needs CPU to react:
@@ -79,6 +81,16 @@ class ModelledClock:
                 self._model0 = self.step_end
         self.t = self.step_end
         return self.t
+
+    def advance_instant(self, dt: float) -> float:
+        """Model a step of ``dt`` seconds without sleeping (the engine stepped synchronously)."""
+        self.step_start = self.t
+        self.step_end = self.t = self.t + dt
+        return self.t
+
+    def skip_to(self, t: float) -> None:
+        """Stepped synchronously and idle: modelled time moves on to ``t`` (never back)."""
+        self.t = self.step_start = self.step_end = max(self.t, t)
 
     def hold(self) -> None:
         """Out of work for now: readings return the end of the last step."""

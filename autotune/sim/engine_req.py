@@ -1,31 +1,36 @@
-"""One request inside the simulated engine (private to :mod:`autotune.sim.engine`).
+"""One request inside the simulated engine, and the public handle on it.
 
-Kept apart so the scheduler module stays about scheduling. ``__slots__`` keeps
-the per-token bookkeeping cheap: at concurrency 256 the engine touches every
-running request on every decode step.
+:class:`Request` is the scheduler's state (private to :mod:`autotune.sim.engine`);
+:class:`RequestHandle` is what :meth:`Engine.submit <autotune.sim.engine.Engine.submit>`
+hands out: read-only timestamps, counts and the streamed chunks' times.
+
+Emission is kept cheap because the engine touches every running request on every
+decode step (concurrency 256, and ~1,800 candidates in an exhaustive offline pass):
+a streamed chunk is recorded as two list appends (its modelled time and its token
+count); token ids and :class:`~autotune.sim.engine.Chunk` objects are made only when
+an asyncio consumer of :meth:`Engine.generate` reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from typing import Any
 
 TOKEN_ID_BASE = 100  # stay clear of special-token ids
 TOKEN_ID_RANGE = 30000
 
 
 class Request:
-    """Scheduler state and modelled timestamps of one generate call."""
+    """Scheduler state and modelled timestamps of one submitted request."""
 
     __slots__ = (
-        "rid", "input_len", "max_new", "arrival_s", "first_token_s", "finish_s", "finish_reason",
-        "prefilled", "prefill_target", "output", "kv", "pending", "chunks", "waiter", "error",
-        "aborted", "_next_id",
+        "rid", "seq", "input_len", "max_new", "arrival_s", "first_token_s", "finish_s", "finish_reason",
+        "prefilled", "prefill_target", "output", "kv", "pending", "times", "counts", "waiter", "error",
+        "aborted", "first_id", "handle",
     )
 
-    def __init__(self, rid: str, input_len: int, max_new: int, arrival_s: float, first_id: int) -> None:
+    def __init__(self, rid: str, seq: int, input_len: int, max_new: int, arrival_s: float, first_id: int) -> None:
         self.rid = rid
+        self.seq = seq  # submission order
         self.input_len = input_len
         self.max_new = max_new
         self.arrival_s = arrival_s
@@ -36,28 +41,32 @@ class Request:
         self.prefill_target = input_len  # input (+ output so far, after a retraction)
         self.output = 0  # output tokens generated
         self.kv = 0  # KV tokens this request holds
-        self.pending: list[int] = []  # generated ids not yet sent (stream_interval)
-        self.chunks: deque[Any] = deque()  # Chunk objects ready for the consumer
+        self.pending = 0  # generated tokens not yet streamed (stream_interval)
+        self.times: list[float] = []  # modelled time of each streamed chunk
+        self.counts: list[int] = []  # tokens in each streamed chunk
         self.waiter: asyncio.Future[None] | None = None
         self.error: str | None = None
         self.aborted = False
-        self._next_id = first_id
+        self.first_id = first_id
+        self.handle = RequestHandle(self)
 
     @property
     def prefill_left(self) -> int:
         return self.prefill_target - self.prefilled
 
-    def take_ids(self, n: int) -> list[int]:
-        """The next ``n`` fake token ids (deterministic per request)."""
-        start = self._next_id
-        self._next_id = (start + n) % TOKEN_ID_RANGE
-        if n == 1:
-            return [TOKEN_ID_BASE + start]
+    def token_ids(self, offset: int, n: int) -> list[int]:
+        """The fake ids of output tokens ``offset .. offset + n - 1`` (deterministic per request)."""
+        start = self.first_id + offset
         return [TOKEN_ID_BASE + (start + i) % TOKEN_ID_RANGE for i in range(n)]
 
-    def push(self, chunk: Any) -> None:
-        """Hand a chunk to the consumer and wake it if it waits."""
-        self.chunks.append(chunk)
+    def flush(self, t: float) -> None:
+        """Stream the pending tokens as one chunk made at modelled time ``t``; wake the consumer."""
+        self.times.append(t)
+        self.counts.append(self.pending)
+        self.pending = 0
+        self.wake()
+
+    def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -70,11 +79,9 @@ class Request:
     def fail(self, reason: str) -> None:
         """The engine died: wake the consumer so that it raises."""
         self.error = reason
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self.wake()
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         """The per-request ground-truth record (modelled seconds)."""
         return {
             "rid": self.rid,
@@ -85,3 +92,83 @@ class Request:
             "finish_s": self.finish_s,
             "finish_reason": self.finish_reason,
         }
+
+
+class RequestHandle:
+    """Read-only view of one submitted request (what :meth:`Engine.submit` returns).
+
+    ``done`` turns true when the request finished (``finish_reason`` "length"), was
+    aborted ("abort") or failed with the engine (``error``). ``chunk_times`` and
+    ``chunk_counts`` are the modelled time and token count of every chunk streamed so far.
+    """
+
+    __slots__ = ("_req",)
+
+    def __init__(self, req: Request) -> None:
+        self._req = req
+
+    def __repr__(self) -> str:
+        r = self._req
+        return (f"RequestHandle({r.rid!r}, input_len={r.input_len}, output_tokens={r.output}, "
+                f"finish_reason={r.finish_reason!r}, error={r.error!r})")
+
+    @property
+    def rid(self) -> str:
+        return self._req.rid
+
+    @property
+    def seq(self) -> int:
+        """Submission order within the engine (0, 1, ...)."""
+        return self._req.seq
+
+    @property
+    def input_len(self) -> int:
+        return self._req.input_len
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self._req.max_new
+
+    @property
+    def output_tokens(self) -> int:
+        return self._req.output
+
+    @property
+    def arrival_s(self) -> float:
+        return self._req.arrival_s
+
+    @property
+    def first_token_s(self) -> float | None:
+        return self._req.first_token_s
+
+    @property
+    def finish_s(self) -> float | None:
+        return self._req.finish_s
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._req.finish_reason
+
+    @property
+    def error(self) -> str | None:
+        """Why the engine failed this request (it died), else None."""
+        return self._req.error
+
+    @property
+    def done(self) -> bool:
+        r = self._req
+        return r.finish_s is not None or r.error is not None
+
+    @property
+    def chunk_times(self) -> list[float]:
+        """Modelled time of each streamed chunk (a copy)."""
+        return list(self._req.times)
+
+    @property
+    def chunk_counts(self) -> list[int]:
+        """Token count of each streamed chunk (a copy)."""
+        return list(self._req.counts)
+
+    def record(self) -> dict[str, object]:
+        """The per-request ground-truth record, as in ``Engine.stats()["requests"]``."""
+        return self._req.record()

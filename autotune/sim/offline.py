@@ -15,7 +15,8 @@ simulated SGLang server, in modelled time and in a fraction of a second:
    KV-OOM kill at the weights-loaded line, the observed memory from the log parser,
    and the modelled startup duration.
 4. **Load**: the server's :class:`~autotune.sim.engine.Engine` (built by the server's
-   own factory) stepped synchronously in modelled time (:mod:`autotune.sim.offline_load`),
+   own factory, :func:`autotune.sim.engine_factory.build_engine`) stepped synchronously
+   through its public stepping API in modelled time (:mod:`autotune.sim.offline_load`),
    fed by the load generator's prompts and closed loop, warm-up excluded, measured with
    the load generator's own metrics code. A prefill over the activation headroom kills
    the engine: ``runtime_oom``, as the trial body classifies the dead server's log.
@@ -50,7 +51,8 @@ from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.models import ModelProfile, load_model_profile
 from autotune.load.spec import LoadSpec
-from autotune.sim.offline_load import EngineDriver, run_point
+from autotune.sim.engine_factory import build_engine
+from autotune.sim.offline_load import run_point
 from autotune.study.trial import TrialRequest, TrialResult, build_argv
 from autotune.study.trial import load_kwargs  # the trial body's workload -> LoadSpec mapping
 
@@ -198,9 +200,7 @@ def _startup(plan: Any, launch: Any, sim: Any, model: ModelProfile, cfg: ServerC
 
 def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialRequest) -> _LoadOutcome:
     """Every load point of the workload on one engine (memoised on the engine's exact inputs)."""
-    from autotune.sim.__main__ import _build_engine  # the server's own factory (see the report: make it public)
-
-    engine = _build_engine(plan, launch, sim, model, None)
+    engine = build_engine(plan, launch, sim, model)
     speculative = float(engine.perf.accepted_tokens_per_step(1)) > 1.0
     key = json.dumps({
         "perf": repr(engine.perf.inputs), "kv": engine.kv_tokens, "mrr": engine.max_running_requests,
@@ -224,7 +224,6 @@ def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialR
 
 def _measure(engine: Any, plan: Any, request: TrialRequest) -> _LoadOutcome:
     """Each concurrency level of the workload in turn, on one engine (its state carries over, as live)."""
-    driver = EngineDriver(engine)
     wl = dict(request.workload)
     levels = wl.pop("concurrency")
     points: dict[str, dict[str, Any]] = {}
@@ -233,7 +232,7 @@ def _measure(engine: Any, plan: Any, request: TrialRequest) -> _LoadOutcome:
         for conc in levels:
             point = f"c{conc}"
             spec = LoadSpec(concurrency=conc, **load_kwargs(wl))
-            out = run_point(driver, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
+            out = run_point(engine, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
             total += out.duration_s
             if out.metrics:
                 points[point] = out.metrics

@@ -1,14 +1,13 @@
 """The load generator against the simulated engine, in pure modelled time (private to
 :mod:`autotune.sim.offline`).
 
-The simulated server's :class:`~autotune.sim.engine.Engine` is driven step by step,
-synchronously, instead of by its asyncio task: a stand-in clock makes every modelled
-step take no wall time, and each loop turn does what the engine's ``_run`` loop does
-(plan a prefill, else decode, else abort what can never fit). The scheduling, the KV
-accounting, retraction, speculative acceptance and the runtime OOM are the engine's
-own code; only the clock and the consumers differ. Without per-token futures and
-task switches, a demo load point (384 requests x 256 tokens) costs ~0.2-0.4 s of CPU
-on a busy 2-core host, most of it in the engine's per-token bookkeeping.
+The simulated server's :class:`~autotune.sim.engine.Engine` is never started: it is
+stepped through its public stepping API (:meth:`~autotune.sim.engine.Engine.submit`,
+:meth:`~autotune.sim.engine.Engine.step_once`, :meth:`~autotune.sim.engine.Engine.idle_until`),
+which runs the very step function the server's asyncio task runs, in pure modelled
+time. The scheduling, the KV accounting, retraction, speculative acceptance and the
+runtime OOM are the engine's own code; only the consumers differ. Each step reports
+the requests that ended in it, so the client never scans what is still in flight.
 
 The client side mirrors :mod:`autotune.load`: the same seeded prompts
 (:func:`~autotune.load.prompts.prompt_stream`), the same arrival offsets, the
@@ -33,104 +32,12 @@ import numpy as np
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets, prompt_stream
 from autotune.load.spec import LoadSpec
-from autotune.sim.engine import Engine
-from autotune.sim.engine_req import TOKEN_ID_RANGE, Request
+from autotune.sim.engine import Engine, RequestHandle
 from autotune.sim.tokenizer import WordTokenizer
 
 log = logging.getLogger(__name__)
 
 _TOKENIZER = WordTokenizer()
-
-
-class _InstantClock:
-    """Stands in for the engine's ``ModelledClock``: modelled time only, no event loop, no sleeps."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    async def advance(self, dt: float) -> float:
-        self.t += dt
-        return self.t
-
-    def now(self) -> float:
-        return self.t
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def hold(self) -> None: ...
-
-    def go_idle(self) -> None: ...
-
-    def wake(self, arrival: float) -> None: ...
-
-    def resume(self) -> None: ...
-
-
-def _drive(coro: Any) -> None:
-    """Run a coroutine that never suspends (the engine's steps on the instant clock) to its end."""
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    coro.close()
-    raise RuntimeError("an engine step suspended under the instant clock")
-
-
-class EngineDriver:
-    """One simulated engine, stepped synchronously in modelled time."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.clock = _InstantClock()
-        engine._clock = self.clock  # the one substitution: steps take no wall time
-        self._rids = itertools.count()
-
-    @property
-    def now(self) -> float:
-        return self.clock.t
-
-    @property
-    def dead(self) -> str | None:
-        return self.engine._dead
-
-    def submit(self, input_len: int, max_new: int) -> Request:
-        """Queue one request at the current modelled time, as ``Engine.generate`` does."""
-        eng = self.engine
-        now = self.clock.t
-        rid = f"offline-{next(self._rids)}"
-        req = Request(rid, int(input_len), max(int(max_new), 0), now, eng._rng.randrange(TOKEN_ID_RANGE))
-        eng._records[rid] = req
-        if req.max_new == 0:
-            req.finish(now, "length")
-            eng.requests_served += 1
-        elif req.input_len + 1 > eng.kv_tokens:
-            req.finish(now, "abort")
-        else:
-            eng._waiting.append(req)
-        return req
-
-    def idle(self) -> bool:
-        eng = self.engine
-        return not eng._waiting and not eng._running and eng._chunked is None
-
-    def step(self) -> None:
-        """One turn of the engine's scheduler loop (``Engine._run`` without the idle wait)."""
-        eng = self.engine
-        batch = eng._plan_prefill()
-        if batch:
-            _drive(eng._prefill_step(batch))
-        elif eng._running:
-            _drive(eng._decode_step())
-        elif eng._waiting:
-            eng._abort_unadmittable()
-        if eng._dead:
-            eng._fail_all(eng._dead)
-
-    def advance_idle(self, t: float) -> None:
-        """Nothing to do until modelled time ``t``: the idle engine's clock flows to it."""
-        self.clock.t = max(self.clock.t, t)
 
 
 @dataclass
@@ -147,7 +54,7 @@ class PointOutcome:
 @dataclass
 class _Sent:
     prompt: Prompt
-    req: Request | None
+    req: RequestHandle | None
     trace: RequestTrace
 
 
@@ -162,17 +69,18 @@ def _input_len(prompt: Prompt, backend: str) -> int:
 
 
 class _Client:
-    """Sends prompts into the driver and turns finished requests into load-generator traces."""
+    """Sends prompts into the engine, steps it, and turns ended requests into load-generator traces."""
 
-    def __init__(self, driver: EngineDriver, spec: LoadSpec, context_len: int, max_req_input_len: int) -> None:
-        self.driver = driver
+    def __init__(self, engine: Engine, spec: LoadSpec, context_len: int, max_req_input_len: int) -> None:
+        self.engine = engine
         self.spec = spec
         self.context_len = context_len
         self.max_req_input_len = max_req_input_len
-        self.live: list[_Sent] = []
+        self.live: dict[int, _Sent] = {}  # by submission order
+        self.ended: list[_Sent] = []  # ended since the last collect()
 
     def send(self, prompt: Prompt) -> _Sent:
-        now = self.driver.now
+        now = self.engine.modelled_now()
         n_in = _input_len(prompt, self.spec.backend)
         trace = RequestTrace(start=now, input_len=prompt.input_len, output_len=prompt.output_len)
         if n_in < 1 or n_in > self.max_req_input_len:  # the server answers 400
@@ -180,60 +88,78 @@ class _Client:
             trace.error = f"HTTP 400: input of {n_in} tokens refused"
             return _Sent(prompt, None, trace)
         max_new = min(prompt.output_len, self.context_len - n_in)
-        sent = _Sent(prompt, self.driver.submit(n_in, max_new), trace)
-        self.live.append(sent)
+        handle = self.engine.submit(f"offline-{next(_RIDS)}", n_in, max_new)
+        sent = _Sent(prompt, handle, trace)
+        if handle.done:  # nothing to generate, or an input the pool can never hold
+            self.ended.append(sent)
+        else:
+            self.live[handle.seq] = sent
         return sent
+
+    def step(self) -> None:
+        """One engine iteration; the requests it ended move from ``live`` to ``ended``."""
+        result = self.engine.step_once()
+        if result is None:
+            return
+        for handle in result.ended:
+            sent = self.live.pop(handle.seq, None)
+            if sent is not None:
+                self.ended.append(sent)
 
     def collect(self) -> list[_Sent]:
         """Requests that ended (finished, aborted or failed) since the last call, in finish order."""
-        done: list[_Sent] = []
-        keep: list[_Sent] = []
-        for s in self.live:
-            req = s.req
-            (done if req is None or req.finish_s is not None or req.error is not None else keep).append(s)
-        if done:
-            self.live = keep
-            done.sort(key=lambda s: s.req.finish_s if s.req is not None and s.req.finish_s is not None else math.inf)
-            for s in done:
-                _fill_trace(s)
+        done = self.ended
+        if not done:
+            return done
+        self.ended = []
+        done.sort(key=_finish_order)
+        for s in done:
+            _fill_trace(s)
         return done
+
+
+_RIDS = itertools.count()
+
+
+def _finish_order(sent: _Sent) -> tuple[float, int]:
+    req = sent.req
+    assert req is not None
+    return (req.finish_s if req.finish_s is not None else math.inf, req.seq)
 
 
 def _fill_trace(sent: _Sent) -> None:
     req, trace = sent.req, sent.trace
     assert req is not None
-    for chunk in req.chunks:
-        if chunk.token_ids:
-            trace.times.append(chunk.modelled_time_s)
-            trace.counts.append(len(chunk.token_ids))
+    trace.times = req.chunk_times
+    trace.counts = req.chunk_counts
     trace.end = req.finish_s if req.finish_s is not None else (trace.times[-1] if trace.times else trace.start)
     trace.prompt_tokens = req.input_len
-    trace.completion_tokens = req.output
+    trace.completion_tokens = req.output_tokens
     if req.error is not None:
         trace.error = f"ClientPayloadError: the server closed the stream ({req.error})"
     elif req.finish_reason == "abort":
-        trace.error = "stream ended before [DONE]" if req.output else "no tokens: the stream carried no output"
+        trace.error = "stream ended before [DONE]" if req.output_tokens else "no tokens: the stream carried no output"
     elif not trace.times:
         trace.error = "no tokens: the stream carried no output"
 
 
-def _run_until_drained(driver: EngineDriver, client: _Client, on_done: Any) -> None:
+def _run_until_drained(engine: Engine, client: _Client, on_done: Any) -> None:
     """Step the engine until nothing is in flight, calling ``on_done(sent)`` for each ended request."""
     while True:
         for s in client.collect():
             on_done(s)
-        if driver.dead or not client.live:
+        if engine.dead or not client.live:
             return
-        if driver.idle():  # every live request is queued elsewhere: cannot happen, but never spin
+        if engine.idle:  # every live request is queued elsewhere: cannot happen, but never spin
             return
-        driver.step()
+        client.step()
 
 
-def run_point(driver: EngineDriver, spec: LoadSpec, *, context_len: int, max_req_input_len: int) -> PointOutcome:
+def run_point(engine: Engine, spec: LoadSpec, *, context_len: int, max_req_input_len: int) -> PointOutcome:
     """One load point: warm-up, then the timed closed loop (or Poisson arrivals), then metrics."""
     out = PointOutcome()
-    client = _Client(driver, spec, context_len, max_req_input_len)
-    t_start = driver.now
+    client = _Client(engine, spec, context_len, max_req_input_len)
+    t_start = engine.modelled_now()
     # -- warm-up: excluded from the metrics, but it runs through the engine (its state carries on)
     n_warm = spec.warmup_requests
     if n_warm > 0:
@@ -251,32 +177,32 @@ def run_point(driver: EngineDriver, spec: LoadSpec, *, context_len: int, max_req
 
         def warm_done(s: _Sent) -> None:
             ended.append(s)
-            if not driver.dead:
+            if not engine.dead:
                 send_next()
 
         for _ in range(conc):
             send_next()
-        _run_until_drained(driver, client, warm_done)
-        if driver.dead:
+        _run_until_drained(engine, client, warm_done)
+        if engine.dead:
             out.died = True
         if ended and all(s.trace.error for s in ended):
             out.error = f"warm-up failed: all {n_warm} warm-up requests failed, first: {ended[0].trace.error}"
         if out.error or out.died:
-            out.duration_s = driver.now - t_start
+            out.duration_s = engine.modelled_now() - t_start
             out.error = out.error or "warm-up failed: the server died"
             return out
-    _measure(driver, client, spec, out)
-    out.duration_s = driver.now - t_start
+    _measure(engine, client, spec, out)
+    out.duration_s = engine.modelled_now() - t_start
     return out
 
 
-def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOutcome) -> None:
+def _measure(engine: Engine, client: _Client, spec: LoadSpec, out: PointOutcome) -> None:
     rng = np.random.default_rng(spec.seed + 104729)
     offsets = arrival_offsets(spec.request_rate, spec.num_prompts, rng)
     prompts = prompt_stream(spec)
     limit = spec.num_prompts
     slots = spec.concurrency or math.inf
-    t0 = driver.now
+    t0 = engine.modelled_now()
     deadline = t0 + spec.duration_s if spec.duration_s else math.inf
     traces: list[RequestTrace] = []
     due: list[tuple[float, int, Prompt]] = []  # arrivals not yet sent (waiting for their time or a slot)
@@ -302,11 +228,11 @@ def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOu
             if not due or in_flight >= slots or (limit is not None and sent >= limit):
                 return
             when = due[0][0]
-            if when >= deadline or driver.now >= deadline:  # the load generator stops dispatching
+            if when >= deadline or engine.modelled_now() >= deadline:  # the load generator stops dispatching
                 due.clear()
                 exhausted = True
                 return
-            if when > driver.now:
+            if when > engine.modelled_now():
                 return
             _, _, p = heapq.heappop(due)
             s = client.send(p)
@@ -321,7 +247,7 @@ def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOu
         for s in client.collect():
             traces.append(s.trace)
             in_flight -= 1
-        if driver.dead:
+        if engine.dead:
             out.died = True
             break
         dispatch()
@@ -329,23 +255,23 @@ def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOu
             refill()
             if not due:
                 break
-        if driver.idle():
+        if engine.idle:
             if due and in_flight < slots:
                 if due[0][0] >= deadline:
                     break
-                driver.advance_idle(due[0][0])
+                engine.idle_until(due[0][0])
                 dispatch()
                 continue
             if not client.live:
                 break
-        driver.step()
-    for s in client.live:  # the engine died under them
+        client.step()
+    for s in client.live.values():  # the engine died under them
         _fill_trace(s)
         traces.append(s.trace)
     client.live.clear()
     ok_ends = [t.end for t in traces if t.ok]
     start = min((t.start for t in traces), default=t0)
-    end = max(ok_ends) if ok_ends and not out.died else driver.now
+    end = max(ok_ends) if ok_ends and not out.died else engine.modelled_now()
     metrics, records = compute_metrics(traces, t0=start, duration_wall=max(end - start, 0.0), time_scale=1.0,
                                        client_cpu_s=0.0, loop_lags_s=[])
     metrics["stopped_early"] = False
@@ -360,4 +286,4 @@ def _measure(driver: EngineDriver, client: _Client, spec: LoadSpec, out: PointOu
         out.error = f"load point failed: no request completed ({kinds})"
 
 
-__all__ = ["EngineDriver", "PointOutcome", "run_point"]
+__all__ = ["PointOutcome", "run_point"]

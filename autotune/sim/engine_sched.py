@@ -1,0 +1,382 @@
+"""The simulated engine's scheduler: SGLang's continuous batching as a synchronous state machine
+(private to :mod:`autotune.sim.engine`, which documents the policy).
+
+Every scheduler iteration has two halves, so that one implementation serves both of the
+engine's drivers (the asyncio task that sleeps the step's wall share in between, and
+:meth:`Engine.step_once <autotune.sim.engine.Engine.step_once>` that does not):
+:meth:`Scheduler.begin_step` decides the step (admission, KV reserved, retraction,
+the step's modelled duration) and :meth:`Scheduler.end_step` emits its tokens at the
+step's modelled end. Modelled timestamps of aborts and arrivals are read from the
+shared clock's ``t``.
+
+Per-token cost matters (the exhaustive offline pass runs ~1,800 candidates of
+hundreds of requests x hundreds of tokens): the decode step inlines the common case,
+and a streamed chunk is two list appends on the request (no ids, no objects).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.sim.engine_clock import ModelledClock
+from autotune.sim.engine_req import TOKEN_ID_RANGE, Request
+from autotune.sim.engine_types import StepResult
+
+log = logging.getLogger("autotune.sim.engine")  # the engine's log lines, one logger for the engine
+
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = 0.001
+CLIP_MAX_NEW_TOKENS = 4096
+RETRACT_DECODE_STEPS = 20
+
+
+class Step:
+    """A scheduler iteration between its decision (KV reserved) and its end (tokens emitted)."""
+
+    __slots__ = ("kind", "start", "dt", "prefill", "decode", "ended", "tokens", "chunks")
+
+    def __init__(self, kind: str, start: float, dt: float = 0.0) -> None:
+        self.kind = kind
+        self.start = start
+        self.dt = dt
+        self.prefill: list[tuple[Request, int]] = []
+        self.decode: list[Request] = []
+        self.ended: list[Request] = []
+        self.tokens = 0
+        self.chunks = 0
+
+
+class Scheduler:
+    """Queues, KV accounting and the step function of one engine (see the module docstring)."""
+
+    def __init__(
+        self,
+        perf: Any,
+        clock: ModelledClock,
+        *,
+        kv_tokens: int,
+        max_running_requests: int,
+        chunked_prefill_size: int,
+        seed: int,
+        prefill_oom_tokens: int | None,
+        on_runtime_oom: Callable[[int], Any] | None,
+        stream_interval: int,
+    ) -> None:
+        if kv_tokens < 1:
+            raise ConfigError(f"kv_tokens: must be >= 1, got {kv_tokens}")
+        if max_running_requests < 1:
+            raise ConfigError(f"max_running_requests: must be >= 1, got {max_running_requests}")
+        if stream_interval < 1:
+            raise ConfigError(f"stream_interval: must be >= 1, got {stream_interval}")
+        self.perf = perf
+        self.kv_tokens = int(kv_tokens)
+        self.max_running_requests = int(max_running_requests)
+        self.chunked_prefill_size = int(chunked_prefill_size) if chunked_prefill_size > 0 else 1 << 60
+        self.prefill_oom_tokens = prefill_oom_tokens
+        self.on_runtime_oom = on_runtime_oom
+        self.stream_interval = int(stream_interval)
+        self.rng = random.Random(seed)
+        accepted = float(perf.accepted_tokens_per_step(1))
+        self._spec = accepted > 1.0
+        self._accept_p = float(getattr(perf, "accept_p", 0.0))
+        self._spec_depth = int(getattr(perf, "spec_draft_tokens", 2)) - 1 if self._spec else 0
+        if self._spec and not (0.0 < self._accept_p < 1.0):
+            self._accept_p = 1.0 - 1.0 / accepted  # geometric with the same mean (no depth cap)
+            self._spec_depth = 1 << 30
+        self._kv_per_decode = max(int(getattr(perf, "spec_draft_tokens", 1)), 1) if self._spec else 1
+
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # prefill finished, decoding
+        self.chunked: Request | None = None  # partially prefilled, holds KV
+        self.records: dict[str, Request] = {}
+        self.kv_used = 0
+        self.ratio = INIT_NEW_TOKEN_RATIO
+        self.tokens_emitted = 0
+        self.requests_served = 0
+        self.submitted = 0
+        self.retractions = 0
+        self.steps = {"prefill": 0, "decode": 0}
+
+        self.clock = clock
+        self.dead: str | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waits, runs or is half prefilled."""
+        return not self.waiting and not self.running and self.chunked is None
+
+    def submit(self, rid: str, input_len: int, max_new: int, now: float) -> Request:
+        """Queue one request arriving at modelled time ``now`` (or end it at once: nothing to
+        generate, or an input that can never fit the pool). Returns it."""
+        req = Request(rid, self.submitted, int(input_len), max(int(max_new), 0), now,
+                      self.rng.randrange(TOKEN_ID_RANGE))
+        self.submitted += 1
+        self.records[rid] = req
+        if req.max_new == 0:
+            req.finish(now, "length")
+            self.requests_served += 1
+        elif req.input_len + 1 > self.kv_tokens:
+            req.finish(now, "abort")
+        else:
+            self.waiting.append(req)
+        return req
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and per-request modelled timestamps (``/sim/stats``)."""
+        return {
+            "tokens_emitted": self.tokens_emitted,
+            "requests_served": self.requests_served,
+            "requests": [r.record() for r in self.records.values()],
+            "running": len(self.running) + (1 if self.chunked is not None else 0),
+            "waiting": len(self.waiting),
+            "retractions": self.retractions,
+            "kv_tokens": self.kv_tokens,
+            "kv_used": self.kv_used,
+            "new_token_ratio": self.ratio,
+            "steps": dict(self.steps),
+            "dead": self.dead,
+        }
+
+    def begin_step(self) -> Step | None:
+        """Decide the next iteration as SGLang's scheduler: prefill first, else decode, else abort."""
+        if self.idle:
+            return None
+        batch = self._plan_prefill()
+        if batch:
+            return self._begin_prefill(batch)
+        if self.running:
+            return self._begin_decode()
+        step = Step("abort", self.clock.t)  # waiting requests that cannot be admitted while nothing runs
+        step.ended.append(self._abort_unadmittable())
+        return step
+
+    def end_step(self, step: Step, t_end: float) -> StepResult:
+        """Emit the step's tokens at its modelled end ``t_end``; fail everything if it killed the engine."""
+        if step.prefill:
+            self._end_prefill(step, t_end)
+        elif step.decode:
+            self._end_decode(step, t_end)
+        if self.dead:
+            step.ended.extend(self.fail_all(self.dead))
+        ended = step.ended
+        if len(ended) > 1:
+            ended.sort(key=lambda r: r.seq)
+        return StepResult(step.kind, step.start, t_end - step.start, len(step.prefill) or len(step.decode),
+                          step.tokens, step.chunks, tuple(r.handle for r in ended), self.dead)
+
+    def _reserve(self, req: Request) -> float:
+        return min(req.max_new - req.output, CLIP_MAX_NEW_TOKENS) * self.ratio
+
+    def _plan_prefill(self) -> list[tuple[Request, int]]:
+        """Pick (request, new tokens) pairs for the next prefill step, as SGLang's PrefillAdder."""
+        if not self.waiting and self.chunked is None:
+            return []
+        budget = self.chunked_prefill_size
+        rem = self.kv_tokens - self.kv_used - sum(self._reserve(r) for r in self.running)
+        batch: list[tuple[Request, int]] = []
+        chunked = self.chunked
+        if chunked is not None:
+            take = min(chunked.prefill_left, budget)
+            batch.append((chunked, take))
+            budget -= take
+            rem -= take
+        slots = self.max_running_requests - len(self.running) - (1 if chunked is not None else 0)
+        while self.waiting and budget > 0 and slots > 0:
+            req = self.waiting[0]
+            if req.prefill_left + self._reserve(req) > rem:
+                break
+            self.waiting.popleft()
+            take = min(req.prefill_left, budget)
+            batch.append((req, take))
+            budget -= take
+            rem -= take + self._reserve(req)
+            slots -= 1
+            if take < req.prefill_left:
+                break  # this request is now the chunked one
+        return batch
+
+    def _abort_unadmittable(self) -> Request:
+        """Nothing runs and the head of the queue still does not fit: SGLang would never serve it."""
+        req = self.waiting.popleft()
+        log.warning("request %s (%d input tokens) can never fit the KV pool of %d tokens; aborted",
+                    req.rid, req.input_len, self.kv_tokens)
+        req.finish(self.clock.t, "abort")
+        req.wake()
+        return req
+
+    def _begin_prefill(self, batch: list[tuple[Request, int]]) -> Step:
+        tokens = sum(take for _, take in batch)
+        step = Step("prefill", self.clock.t)
+        if self.prefill_oom_tokens is not None and tokens > self.prefill_oom_tokens:
+            log.error("prefill batch of %d tokens exceeds the %d tokens that fit: runtime OOM",
+                      tokens, self.prefill_oom_tokens)
+            self.dead = f"Prefill out of memory ({tokens} tokens)"
+            for req, _ in batch:
+                req.fail(self.dead)
+                step.ended.append(req)
+            if self.on_runtime_oom is not None:
+                self.on_runtime_oom(tokens)
+            return step
+        for req, take in batch:  # reserve KV before the step's time passes: admission is decided now
+            req.prefilled += take
+            req.kv += take
+            self.kv_used += take
+        self.chunked = None
+        step.prefill = batch
+        step.dt = self.perf.prefill_time_s(tokens, len(batch))
+        self.steps["prefill"] += 1
+        return step
+
+    def _end_prefill(self, step: Step, t_end: float) -> None:
+        for req, _ in step.prefill:
+            if req.aborted:
+                continue
+            if req.prefill_left > 0:
+                self.chunked = req
+                continue
+            self.running.append(req)
+            self._emit(req, 1, t_end, step)
+
+    def _begin_decode(self) -> Step:
+        need = len(self.running) * self._kv_per_decode
+        retracted = False
+        while self.kv_used + need > self.kv_tokens and len(self.running) > 1:
+            self._retract_one()
+            retracted = True
+            need = len(self.running) * self._kv_per_decode
+        if self.kv_used + len(self.running) > self.kv_tokens:  # a lone request filled the pool
+            step = Step("abort", self.clock.t)
+            req = self.running.pop()
+            self._free(req)
+            req.finish(self.clock.t, "abort")
+            req.wake()
+            step.ended.append(req)
+            return step
+        step = Step("decode", self.clock.t)
+        step.decode = list(self.running)
+        step.dt = self.perf.decode_step_time_s(len(step.decode), self.kv_used)
+        self.steps["decode"] += 1
+        if not retracted:  # SGLang decays the ratio only on steps without a retraction
+            self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        return step
+
+    def _end_decode(self, step: Step, t_end: float) -> None:
+        """One token (or the accepted draft tokens) for every request of the batch still there.
+
+        The common case (a request neither starting nor finishing) is inlined: it is
+        the engine's per-token cost.
+        """
+        free = self.kv_tokens - self.kv_used
+        spec = self._spec
+        si = self.stream_interval
+        fast = 0  # tokens emitted on the inlined path (KV and counters settled after the loop)
+        for req in step.decode:
+            if req.aborted or req.finish_s is not None:
+                continue
+            if spec:
+                n = min(self._sample_accepted(), max(free, 1))
+            else:
+                n = 1
+            free -= n
+            out = req.output
+            if out == 0 or out + n >= req.max_new:
+                self._emit(req, n, t_end, step)
+                continue
+            req.output = out + n
+            req.kv += n
+            fast += n
+            pending = req.pending + n
+            if pending >= si:
+                req.times.append(t_end)
+                req.counts.append(pending)
+                req.pending = 0
+                step.chunks += 1
+                if req.waiter is not None:
+                    req.wake()
+            else:
+                req.pending = pending
+        self.kv_used += fast
+        self.tokens_emitted += fast
+        step.tokens += fast
+
+    def _sample_accepted(self) -> int:
+        n = 1
+        rnd = self.rng.random
+        while n <= self._spec_depth and rnd() < self._accept_p:
+            n += 1
+        return n
+
+    def _emit(self, req: Request, n: int, t: float, step: Step) -> None:
+        """Give ``req`` up to ``n`` new tokens made at modelled time ``t``; stream and finish."""
+        n = min(n, req.max_new - req.output)
+        if n <= 0:
+            return
+        first = req.output == 0
+        req.output += n
+        req.kv += n
+        self.kv_used += n
+        self.tokens_emitted += n
+        step.tokens += n
+        if first and req.first_token_s is None:
+            req.first_token_s = t
+        req.pending += n
+        if req.output >= req.max_new:
+            self.running.remove(req)
+            self._free(req)
+            req.finish(t, "length")
+            self.requests_served += 1
+            req.flush(t)
+            step.chunks += 1
+            step.ended.append(req)
+        elif first or req.pending >= self.stream_interval:
+            req.flush(t)
+            step.chunks += 1
+
+    def _retract_one(self) -> None:
+        """Send the request with the fewest output tokens (longest input on ties) back to waiting."""
+        victim = min(self.running, key=lambda r: (r.output, -r.input_len))
+        self.running.remove(victim)
+        self._free(victim)
+        victim.prefilled = 0
+        victim.prefill_target = victim.input_len + victim.output
+        self.waiting.appendleft(victim)
+        self.retractions += 1
+        total_decoded = sum(r.output for r in self.running)
+        total_max_new = sum(r.max_new for r in self.running) or 1
+        self.ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)
+        log.debug("retracted %s (output %d); new_token_ratio %.3f", victim.rid, victim.output, self.ratio)
+
+    def _free(self, req: Request) -> None:
+        self.kv_used -= req.kv
+        req.kv = 0
+
+    def abort(self, req: Request) -> None:
+        """The consumer went away: drop the request wherever it is and free its KV."""
+        req.aborted = True
+        if req in self.running:
+            self.running.remove(req)
+        elif self.chunked is req:
+            self.chunked = None
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        self._free(req)
+        req.finish(self.clock.t, "abort")
+
+    def fail_all(self, reason: str) -> list[Request]:
+        """Fail every request still queued or in flight; returns them."""
+        failed = list(self.running) + list(self.waiting) + ([self.chunked] if self.chunked else [])
+        for req in failed:
+            req.fail(reason)
+        self.running.clear()
+        self.waiting.clear()
+        self.chunked = None
+        return failed
