@@ -12,14 +12,18 @@ exactly what the real one refuses in a handful of known cases.
 Which SGLang: ``AUTOTUNE_SGLANG_PYTHON`` (a venv's python), else this
 interpreter when ``sglang.srt.server_args`` imports; skipped otherwise, without
 installing anything. A venv that imports the parser on a CPU-only machine
-(reference section 11)::
+(reference section 11; about 3 minutes each)::
 
-    python3.11 -m venv /tmp/v-sglang-059
-    /tmp/v-sglang-059/bin/pip install --no-deps sglang==0.5.9
-    /tmp/v-sglang-059/bin/pip install torch==2.13.0 numpy orjson psutil pybase64 requests triton \\
+    python3.11 -m venv /tmp/v-sglang-0523
+    /tmp/v-sglang-0523/bin/pip install --no-deps sglang==0.5.23
+    /tmp/v-sglang-0523/bin/pip install torch==2.13.0 numpy orjson psutil pybase64 requests triton \\
         packaging pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp uvicorn fastapi pyyaml
-    # then pip install whatever `python -c "import sglang.srt.server_args"` says is missing, until it imports
-    AUTOTUNE_SGLANG_PYTHON=/tmp/v-sglang-059/bin/python pytest -m sglang tests/test_sglang_real_parser.py
+    # 0.5.9 (same two steps with sglang==0.5.9 in /tmp/v-sglang-059) also needs these; torchvision
+    # replaces the CPU torch with torch 2.14.1 and its CUDA libraries (about 6 GB in all):
+    /tmp/v-sglang-059/bin/pip install safetensors openai partial_json_parser huggingface_hub \\
+        transformers torchvision dill sentencepiece
+    # other versions: pip install whatever `python -c "import sglang.srt.server_args"` names, until it imports
+    AUTOTUNE_SGLANG_PYTHON=/tmp/v-sglang-0523/bin/python pytest -m sglang tests/test_sglang_real_parser.py
 
 A study version other than the installed SGLang's is skipped with the reason.
 """
