@@ -57,7 +57,7 @@ HELPER = Path(__file__).resolve().parent / "sglang_parse_argv.py"
 DEMO = REPO / "studies" / "demo.yaml"
 MODULE = "sglang.launch_server"
 STUDY_VERSIONS = ("demo", "0.5.23")  # "demo": the version the demo study names
-HELPER_TIMEOUT_S = 600  # importing torch + sglang on a loaded 2-core machine
+HELPER_TIMEOUT_S = 240  # importing torch + sglang on a loaded 2-core machine (under pytest-timeout 300)
 
 
 @dataclass(frozen=True)
