@@ -12,6 +12,8 @@ from typing import Callable
 from autotune.study.trial import Reporter, TrialRequest, TrialResult, run_trial_body
 
 ReporterFactory = Callable[[int], Reporter | None]
+#: A trial body: ``body(request, reporter) -> TrialResult`` (run_trial_body, or an offline evaluator).
+TrialBody = Callable[[TrialRequest, Reporter | None], TrialResult]
 
 
 class Executor(abc.ABC):
@@ -39,11 +41,19 @@ class Executor(abc.ABC):
 
 
 class InlineExecutor(Executor):
-    """One trial at a time, in this process: for debugging and the simplest setups."""
+    """One trial at a time, in this process: for debugging and the simplest setups.
 
-    def __init__(self, reporter_factory: ReporterFactory | None = None) -> None:
+    ``body(request, reporter)`` runs one trial (default :func:`run_trial_body`: a real
+    launch); :class:`~autotune.study.offline_executor.OfflineExecutor` passes an offline
+    evaluator. ``on_result(number, request, result)`` is called for every finished trial.
+    """
+
+    def __init__(self, reporter_factory: ReporterFactory | None = None, *, body: TrialBody | None = None,
+                 on_result: Callable[[int, TrialRequest, TrialResult], None] | None = None) -> None:
         self._pending: list[tuple[int, TrialRequest]] = []
         self._reporter_factory = reporter_factory
+        self._body: TrialBody = body if body is not None else run_trial_body
+        self._on_result = on_result
 
     def slots_free(self, request: TrialRequest | None = None) -> int:
         return 0 if self._pending else 1
@@ -56,8 +66,10 @@ class InlineExecutor(Executor):
             return []
         number, request = self._pending[0]
         reporter = self._reporter_factory(number) if self._reporter_factory else None
-        result = run_trial_body(request, reporter)
+        result = self._body(request, reporter)
         self._pending.pop(0)
+        if self._on_result is not None:
+            self._on_result(number, request, result)
         return [(number, result)]
 
     def in_flight(self) -> list[int]:
