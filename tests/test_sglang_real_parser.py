@@ -4,7 +4,7 @@ Every argv the demo study can launch (the baseline and every candidate of its
 grid, at the study's SGLang version and again at 0.5.23), plus a few knobs the
 demo does not search, is fed to the parser of a real SGLang install
 (``ServerArgs.add_cli_args`` on a plain ``argparse.ArgumentParser``, then
-``parse_args``; see tests/sglang_parse_argv.py). Every one must be accepted.
+``parse_args``; see autotune/sglang/_real_parser_script.py). Every one must be accepted.
 The flag table autotune models is compared with the real one (names, bool or
 value, type, choices, nargs), and autotune's own dialect parser must refuse
 exactly what the real one refuses in a handful of known cases.
@@ -53,7 +53,7 @@ from autotune.spec import StudySpec, load_study_spec
 pytestmark = pytest.mark.sglang
 
 REPO = Path(__file__).resolve().parent.parent
-HELPER = Path(__file__).resolve().parent / "sglang_parse_argv.py"
+HELPER = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "_real_parser_script.py"
 DEMO = REPO / "studies" / "demo.yaml"
 MODULE = "sglang.launch_server"
 STUDY_VERSIONS = ("demo", "0.5.23")  # "demo": the version the demo study names

@@ -159,6 +159,7 @@ class StudyDriver:
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
         with _DriverLock(spec.run_path / "driver.lock"):
+            self.bridge.preflight()
             summary.reaped = self.reap_leftovers()
             if summary.reaped:
                 log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))

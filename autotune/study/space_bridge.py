@@ -59,6 +59,32 @@ class SpaceBridge:
         self._draft = None
         self._gpu = None
         self._widened: StudySpec | None = None
+        self.installed: Any = None  # the real SGLang's parser, when the launching python has one
+
+    def preflight(self) -> None:
+        """Before any launch of real SGLang: the installed version must speak the study's dialect,
+        and every candidate's argv is fed to its real parser (see autotune.sglang.installed)."""
+        import os
+        import sys
+
+        from autotune.errors import ConfigError
+        from autotune.sglang.installed import check_version, probe
+
+        spec = self.spec
+        if spec.server.backend != "sglang":
+            return
+        python = spec.server.python or sys.executable
+        remote = spec.executor.kind == "ray" and bool(spec.executor.address or os.environ.get("RAY_ADDRESS"))
+        installed = probe(python)
+        if installed is None:
+            if remote:
+                log.info("SGLang is not importable here; the cluster's GPU nodes must have it (flags unchecked)")
+                return
+            raise ConfigError(f"server.backend: 'sglang' but {python} cannot import SGLang "
+                              "(pip install -e '.[sglang]', or point server.python at the interpreter that has it)")
+        check_version(installed, spec.server.sglang_version)
+        self.installed = installed
+        log.info("SGLang %s found at %s: every candidate is checked by its own parser", installed.version, python)
 
     # ---- knowledge -----------------------------------------------------
     def _profiles(self) -> tuple[Any, Any, Any]:
@@ -145,6 +171,13 @@ class SpaceBridge:
                 cfg = replace(cfg, speculative=resolved)
             except ConfigError as exc:
                 invalid = str(exc)
+        if invalid is None and self.installed is not None:
+            from autotune.sglang.flags import render_argv
+
+            argv = render_argv(cfg, spec.server.sglang_version, python="python", module="sglang.launch_server")[3:]
+            refusal = self.installed.refusals([argv])[0]
+            if refusal:
+                invalid = f"SGLang {self.installed.version} refuses this launch: {refusal}"
         return Candidate(params=params, config=cfg, prediction=self.predict(cfg), baseline=baseline,
                          invalid=invalid, notes=notes)
 

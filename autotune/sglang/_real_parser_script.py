@@ -1,13 +1,13 @@
 """Feed argv lists to SGLang's REAL launch_server argument parser (run by an SGLang-capable python).
 
-Not a test module: ``tests/test_sglang_real_parser.py`` runs it with the python
-of a venv where ``sglang.srt.server_args`` imports (``AUTOTUNE_SGLANG_PYTHON``),
-so autotune's own interpreter never needs SGLang installed.
+A standalone script (no autotune import): autotune runs it by path with the python
+that launches SGLang (``server.python``) to check argv before any launch, and
+``tests/test_sglang_real_parser.py`` runs it with ``AUTOTUNE_SGLANG_PYTHON``.
 
-    python tests/sglang_parse_argv.py < argvs.jsonl   # one JSON list of strings a line
+    python autotune/sglang/_real_parser_script.py < argvs.jsonl   # one JSON list of strings a line
         -> one line a argv: {"ok": true|false, "error": null|"<argparse message>",
            "set": {dest: value, ...} (what the argv changed from the parser's defaults)}
-    python tests/sglang_parse_argv.py --info
+    python autotune/sglang/_real_parser_script.py --info
         -> one line: {"version": "0.5.9", "flags": [{"names": [...], "kind": "bool"|"value",
            "type": "int"|..., "choices": [...]|null, "nargs": ..., "default": ...}, ...]}
 
@@ -89,14 +89,24 @@ def _flag_info(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
     return flags
 
 
+def _version() -> str:
+    """The installed distribution's version, else the package's own ``__version__`` (a source checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        import sglang
+
+        return str(getattr(sglang, "__version__", "unknown"))
+
+
 def main() -> int:
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         parser = _make_parser()
         if sys.argv[1:] == ["--info"]:
-            from importlib.metadata import version
-
-            answer = {"version": version("sglang"), "flags": _flag_info(parser)}
+            answer = {"version": _version(), "flags": _flag_info(parser)}
             out.write(json.dumps(answer) + "\n")
             return 0
         for line in sys.stdin:
