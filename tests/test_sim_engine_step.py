@@ -10,36 +10,7 @@ import pytest
 
 from autotune.sim.engine import Chunk, Engine, EngineStopped, StepResult
 from autotune.sim.engine_req import TOKEN_ID_BASE, TOKEN_ID_RANGE
-
-FAST = 1e6
-
-
-class StepPerf:
-    """Constant step times; records the batches (like tests/test_sim_engine.py's stand-in)."""
-
-    def __init__(self, decode_s: float = 0.02, prefill_s_per_token: float = 1e-5) -> None:
-        self.decode_s = decode_s
-        self.prefill_s_per_token = prefill_s_per_token
-        self.decode_batches: list[int] = []
-        self.prefill_batches: list[tuple[int, int]] = []
-
-    def prefill_time_s(self, num_tokens: int, batch_reqs: int) -> float:
-        self.prefill_batches.append((num_tokens, batch_reqs))
-        return 0.005 + num_tokens * self.prefill_s_per_token
-
-    def decode_step_time_s(self, batch_size: int, context_tokens: int) -> float:
-        self.decode_batches.append(batch_size)
-        return self.decode_s
-
-    def accepted_tokens_per_step(self, batch_size: int) -> float:
-        return 1.0
-
-
-def make_engine(perf: Any, **kw: Any) -> Engine:
-    args: dict[str, Any] = dict(kv_tokens=100_000, max_running_requests=64, chunked_prefill_size=8192,
-                                time_scale=FAST, seed=0)
-    args.update(kw)
-    return Engine(perf, **args)
+from test_sim_engine import RecordingPerf, make_engine
 
 
 def run_to_idle(engine: Engine) -> list[StepResult]:
@@ -50,7 +21,7 @@ def run_to_idle(engine: Engine) -> list[StepResult]:
 
 
 def test_stepping_runs_requests_to_completion_in_modelled_time() -> None:
-    perf = StepPerf()
+    perf = RecordingPerf()
     engine = make_engine(perf)
     assert engine.idle and engine.step_once() is None
     handles = [engine.submit(f"r{i}", 100, 5) for i in range(3)]
@@ -76,7 +47,7 @@ def test_stepping_runs_requests_to_completion_in_modelled_time() -> None:
 
 
 def test_stream_interval_groups_tokens_into_chunks() -> None:
-    engine = make_engine(StepPerf(), stream_interval=4)
+    engine = make_engine(RecordingPerf(), stream_interval=4)
     h = engine.submit("r", 50, 11)
     steps = run_to_idle(engine)
     # first token at once, then every 4, the last chunk whatever is left
@@ -85,7 +56,7 @@ def test_stream_interval_groups_tokens_into_chunks() -> None:
 
 
 def test_idle_until_moves_the_clock_and_stamps_the_next_arrival() -> None:
-    engine = make_engine(StepPerf())
+    engine = make_engine(RecordingPerf())
     engine.idle_until(5.0)
     engine.idle_until(3.0)  # never back
     h = engine.submit("late", 10, 2)
@@ -97,7 +68,7 @@ def test_idle_until_moves_the_clock_and_stamps_the_next_arrival() -> None:
 
 
 def test_requests_that_end_at_submission() -> None:
-    engine = make_engine(StepPerf(), kv_tokens=1000)
+    engine = make_engine(RecordingPerf(), kv_tokens=1000)
     empty = engine.submit("empty", 10, 0)
     huge = engine.submit("huge", 5000, 10)
     assert empty.done and empty.finish_reason == "length"
@@ -107,7 +78,7 @@ def test_requests_that_end_at_submission() -> None:
 
 def test_a_runtime_oom_kills_the_engine_and_fails_everything_in_the_step() -> None:
     seen: list[int] = []
-    engine = make_engine(StepPerf(), prefill_oom_tokens=500, on_runtime_oom=seen.append,
+    engine = make_engine(RecordingPerf(), prefill_oom_tokens=500, on_runtime_oom=seen.append,
                          max_running_requests=2)
     handles = [engine.submit(f"r{i}", 400, 8) for i in range(4)]
     step = engine.step_once()
@@ -123,7 +94,7 @@ def test_a_runtime_oom_kills_the_engine_and_fails_everything_in_the_step() -> No
 
 def test_a_started_engine_cannot_be_stepped_from_outside() -> None:
     async def main() -> None:
-        engine = make_engine(StepPerf())
+        engine = make_engine(RecordingPerf())
         await engine.start()
         try:
             with pytest.raises(EngineStopped):
@@ -137,7 +108,7 @@ def test_a_started_engine_cannot_be_stepped_from_outside() -> None:
 def test_asyncio_loop_and_stepping_share_the_step_function() -> None:
     """The same requests, all queued before the first step, make the same batches and chunks."""
 
-    async def served(perf: StepPerf) -> list[list[Chunk]]:
+    async def served(perf: RecordingPerf) -> list[list[Chunk]]:
         engine = make_engine(perf, stream_interval=3)
         await engine.start()
         try:
@@ -148,9 +119,9 @@ def test_asyncio_loop_and_stepping_share_the_step_function() -> None:
         finally:
             await engine.stop()
 
-    live_perf = StepPerf()
+    live_perf = RecordingPerf()
     live = asyncio.run(served(live_perf))
-    step_perf = StepPerf()
+    step_perf = RecordingPerf()
     engine = make_engine(step_perf, stream_interval=3)
     handles = [engine.submit(f"r{i}", 200 + 50 * i, 7 + i) for i in range(4)]
     run_to_idle(engine)

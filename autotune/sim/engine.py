@@ -134,18 +134,6 @@ class Engine:
         """Why the engine died (runtime OOM, crash), or None while it lives."""
         return self._sched.dead
 
-    @property
-    def tokens_emitted(self) -> int:
-        return self._sched.tokens_emitted
-
-    @property
-    def requests_served(self) -> int:
-        return self._sched.requests_served
-
-    @property
-    def retractions(self) -> int:
-        return self._sched.retractions
-
     def modelled_now(self) -> float:
         """The modelled clock (see :mod:`autotune.sim.engine_clock`): wall time x scale,
         held inside the step being modelled; host CPU time is not modelled time.
