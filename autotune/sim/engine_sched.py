@@ -175,8 +175,8 @@ class Scheduler:
 
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         """Pick (request, new tokens) pairs for the next prefill step, as SGLang's PrefillAdder."""
-        if not self.waiting and self.chunked is None:
-            return []
+        if self.chunked is None and (not self.waiting or len(self.running) >= self.max_running_requests):
+            return []  # nothing to continue and no request may start (the reserves need not be summed)
         budget = self.chunked_prefill_size
         rem = self.kv_tokens - self.kv_used - sum(self._reserve(r) for r in self.running)
         batch: list[tuple[Request, int]] = []
