@@ -165,11 +165,9 @@ def memory(study: optuna.Study) -> go.Figure:
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Points not dominated when lower latency (x) and higher throughput (y) are better, by x."""
-    front: list[tuple[float, float]] = []
-    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
-        if not front or y > front[-1][1]:
-            front.append((x, y))
-    return front
+    from autotune.results.pareto import front
+
+    return [(x, y) for x, y, _ in front([(x, y, None) for x, y in points])]
 
 
 _LATENCY = {"p99_ttft_ms": ("pareto_ttft", "p99 TTFT"), "p99_itl_ms": ("pareto_itl", "p99 ITL")}

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.spec import StudySpec
 from autotune.study.driver import budget_used, count_states
+from autotune.results import pareto
 from autotune.study import phases
 from autotune.study.storage import open_study
 
@@ -117,6 +118,10 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "gain_pct": gain,
         "confirmation": conf.get(str(top.number)),
         "baseline_confirmation": conf.get(str(base.number)) if base is not None else None,
+        # The trade-off, over every load point of the completed search trials (with an SLO,
+        # objective.slo picks along it; these lists show what it costs).
+        "pareto": {lat: pareto.trial_front(phases.ranked(study, feasible_only=False), lat)
+                   for lat in ("p99_ttft_ms", "p99_itl_ms")},
         "runners_up": [
             {"number": t.number, "params": clean_params(t.params), "value": _value(study, t),
              "gain_pct": None if not base_value else
