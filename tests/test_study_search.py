@@ -62,9 +62,16 @@ def test_pruner_stops_a_clearly_worse_trial_before_its_load_ends(tmp_path: Path,
 
 
 def test_slo_study_reports_a_best_that_meets_the_slo(tmp_path: Path, capsys):
-    # max_running_requests 64 gives the most throughput but a median TPOT of ~22 ms at
-    # concurrency 64; 8 keeps the batch small (~14 ms) at a quarter of the throughput.
-    study = _study(tmp_path, objective={"metric": "output_throughput", "slo": {"median_tpot_ms": 18}})
+    # Long prompts: with max_running_requests 64 new requests' prefill chunks keep stalling
+    # the decode batch (median TPOT ~80 ms in modelled time) for the most throughput;
+    # 8 keeps TPOT near 18 ms at two thirds of it. The SLO sits between, far from both,
+    # since host overhead per token is multiplied by the time scale in modelled latencies.
+    study = _study(tmp_path, objective={"metric": "output_throughput", "slo": {"median_tpot_ms": 40}},
+                   workload={"input_len": 2048, "output_len": 64, "num_prompts": 96, "concurrency": [64],
+                             "warmup_requests": 2})
+    data = yaml.safe_load(study.read_text())
+    data["server"]["sim"]["time_scale"] = 10
+    study.write_text(yaml.safe_dump(data))
     assert main(["run", str(study), "--no-progress"]) == 0
     capsys.readouterr()
     trials = [t for t in _trials(tmp_path) if t.state.name == "COMPLETE"]
@@ -77,5 +84,5 @@ def test_slo_study_reports_a_best_that_meets_the_slo(tmp_path: Path, capsys):
     assert best["slo_met"] is True
     assert best["number"] != unconstrained.number
     winner = [t for t in trials if t.number == best["number"]][0]
-    assert winner.user_attrs["median_tpot_ms"] <= 18
+    assert winner.user_attrs["median_tpot_ms"] <= 40
     assert best["params"]["max_running_requests"] == 8
