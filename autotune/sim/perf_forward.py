@@ -9,7 +9,7 @@ overlapped with the GPU plus ``EAGER_GAP_PER_LAYER_S`` of idle gaps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.sim.perf_comm import CommSetup, allreduce_s
@@ -113,49 +113,16 @@ class Forward:
         return max(gpu, self.eager_cpu) + self.eager_gap
 
 
-@dataclass(frozen=True)
-class MtpHead:
-    """Stand-in draft for MTP (NEXTN) when no draft profile is given: one target-shaped layer."""
-
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    v_head_dim: int
-    is_mla: bool
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    vocab_size: int
-    weight_bytes: int
-    active_param_bytes: int
-    num_experts: int
-    num_experts_per_tok: int
-    intermediate_size: int
-    moe_intermediate_size: int
-
-
-def mtp_head(model: Any) -> MtpHead:
-    """One decoder layer of the target plus its LM head, as the draft of EAGLE/MTP without a profile."""
+def mtp_head(model: Any) -> Any:
+    """One decoder layer of the target plus its LM head, as the draft of EAGLE/MTP without a
+    profile: the target's own profile with one layer's worth of weights."""
     layers = max(model.num_layers, 1)
     lm_head = model.hidden_size * model.vocab_size * model.dtype_bytes
     per_layer_active = max(model.active_param_bytes - lm_head, 0) / layers
     per_layer_all = max(model.weight_bytes - lm_head, 0) / layers
-    return MtpHead(
+    return replace(
+        model,
         num_layers=1,
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        num_kv_heads=model.num_kv_heads,
-        head_dim=model.head_dim,
-        v_head_dim=getattr(model, "v_head_dim", model.head_dim),
-        is_mla=model.is_mla,
-        kv_lora_rank=model.kv_lora_rank,
-        qk_rope_head_dim=model.qk_rope_head_dim,
-        vocab_size=model.vocab_size,
         weight_bytes=int(per_layer_all + lm_head),
         active_param_bytes=int(per_layer_active + lm_head),
-        num_experts=model.num_experts,
-        num_experts_per_tok=model.num_experts_per_tok,
-        intermediate_size=model.intermediate_size,
-        moe_intermediate_size=model.moe_intermediate_size,
     )
