@@ -204,6 +204,21 @@ class SearchSpace(_Model):
     attention_backend: StrChoices | None = None
 
 
+class RateSearchSpec(_Model):
+    """Per launch, the highest Poisson request rate (req/s) whose load point meets the SLO,
+    by bisection between ``low`` and ``high`` in ``steps`` load points."""
+
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+    steps: int = Field(default=4, ge=1, le=12)
+
+    @model_validator(mode="after")
+    def _order(self) -> "RateSearchSpec":
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be < high ({self.high})")
+        return self
+
+
 class WorkloadSpec(_Model):
     backend: Literal["sglang", "openai", "openai-chat"] = "sglang"
     input_len: int = Field(default=1024, ge=1)
@@ -213,6 +228,7 @@ class WorkloadSpec(_Model):
     duration_s: float | None = Field(default=None, gt=0)
     concurrency: list[int] = Field(default_factory=lambda: [64], min_length=1)
     request_rate: float | None = Field(default=None, gt=0)
+    rate_search: RateSearchSpec | None = None  # needs objective.slo
     warmup_requests: int = Field(default=4, ge=0)
     flush_cache: bool = True
     dataset_path: str | None = None
@@ -328,6 +344,12 @@ class StudySpec(_Model):
         if not _NAME_RE.match(v):
             raise ValueError(f"must be letters, digits, '_', '-' or '.', got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _rate_search_needs_slo(self) -> "StudySpec":
+        if self.workload.rate_search is not None and not self.objective.slo:
+            raise ValueError("workload.rate_search needs objective.slo: the rate it finds is the highest that meets it")
+        return self
 
     @model_validator(mode="after")
     def _fits(self) -> "StudySpec":

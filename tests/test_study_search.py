@@ -86,3 +86,31 @@ def test_slo_study_reports_a_best_that_meets_the_slo(tmp_path: Path, capsys):
     winner = [t for t in trials if t.number == best["number"]][0]
     assert winner.user_attrs["median_tpot_ms"] <= 40
     assert best["params"]["max_running_requests"] == 8
+
+
+def test_rate_search_finds_the_highest_rate_meeting_the_slo_in_one_launch(tmp_path: Path, capsys):
+    study = _study(tmp_path, n_trials=1, sampler={"kind": "tpe", "seed": 0},
+                   search_space={},
+                   objective={"metric": "output_throughput", "slo": {"median_tpot_ms": 40}},
+                   workload={"input_len": 2048, "output_len": 64, "num_prompts": 48, "concurrency": [64],
+                             "warmup_requests": 1, "rate_search": {"low": 0.5, "high": 8, "steps": 4}})
+    data = yaml.safe_load(study.read_text())
+    data["server"]["sim"]["time_scale"] = 10
+    study.write_text(yaml.safe_dump(data))
+    assert main(["run", str(study), "--no-progress"]) == 0
+    t = _trials(tmp_path)[0]
+    points = t.user_attrs["metrics"]
+    assert len(points) <= 4 and all(p.startswith("c64_r") for p in points)
+    rates = [float(p.split("_r")[1]) for p in points]
+    assert rates[0] == 8  # the highest rate first; bisection after
+    met = {p: m["median_tpot_ms"] <= 40 for p, m in points.items()}
+    assert not met["c64_r8"], "8 long prompts a second saturate it: prefills stall decoding past the SLO"
+    assert any(met.values()), met
+    assert t.user_attrs["slo_met"] is True and met[t.user_attrs["best_point"]]
+
+
+def test_rate_search_without_an_slo_is_a_config_error(tmp_path: Path, capsys):
+    study = _study(tmp_path, workload={"input_len": 64, "output_len": 8, "num_prompts": 8, "concurrency": [4],
+                                       "rate_search": {"low": 1, "high": 8}})
+    assert main(["run", str(study)]) == 2
+    assert "rate_search needs objective.slo" in capsys.readouterr().err

@@ -200,54 +200,78 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
 
 
 def _run_load_points(req: TrialRequest, url: str, result: TrialResult, report: Reporter | None, art: Path) -> None:
-    from autotune.load import LoadSpec, run_load
+    """Every load point of the launch (one per concurrency level; with a rate search, a bisection
+    on the request rate per level), then the trial's value: its best point that meets the SLO."""
+    from autotune.study.slo import pick_point, violation
 
     wl = dict(req.workload)
     levels = wl.pop("concurrency")
-    step = 0
+    search = wl.pop("rate_search", None)
+    step = [0]
     for conc in levels:
-        point = f"c{conc}"
-        spec = LoadSpec(base_url=url, concurrency=conc, snapshot_interval_s=1.0, **load_kwargs(wl))
-
-        def on_snapshot(snap: Any, _point: str = point) -> bool:
-            nonlocal step
-            if report is None or req.objective_metric != "output_throughput":
-                return True
-            step += 1
-            return report(step, float(snap.output_throughput))
-
-        try:
-            res = run_load(url, spec, on_snapshot=on_snapshot)
-        except LoadGenError as exc:
-            result.failure_kind = FailureKind.LOAD_FAILED.value
-            result.evidence = str(exc)
-            return
-        metrics = dict(res.metrics)
-        result.metrics_by_point[point] = metrics
-        _write_json(art / f"load_{point}.json", metrics)
-        result.artifacts[f"load_{point}.json"] = str(art / f"load_{point}.json")
-        if getattr(res, "records", None):
-            rec_path = art / f"requests_{point}.jsonl"
-            with rec_path.open("w") as fh:
-                for r in res.records:
-                    fh.write(json.dumps(r, default=str) + "\n")
-            result.artifacts[rec_path.name] = str(rec_path)
-        if getattr(res, "stopped_early", False):
-            result.state = "pruned"
-            result.failure_kind = FailureKind.EARLY_STOPPED.value
-            result.evidence = f"stopped at {point}: clearly worse than earlier trials"
-            return
-        if metrics.get("completed", 0) == 0:
-            result.failure_kind = FailureKind.LOAD_FAILED.value
-            result.evidence = f"{point}: no request completed ({metrics.get('errors') or 'no detail'})"
-            return
-    from autotune.study.slo import pick_point
-
+        if not search:
+            if not _load_point(req, url, result, report, art, f"c{conc}", conc, wl, step):
+                return
+            continue
+        # The highest request rate whose load point meets the SLO, by bisection (one launch).
+        low, high = float(search["low"]), float(search["high"])
+        for i in range(int(search.get("steps", 4))):
+            rate = high if i == 0 else round((low + high) / 2, 3)
+            point = f"c{conc}_r{rate:g}"
+            if not _load_point(req, url, result, report, art, point, conc, {**wl, "request_rate": rate}, step):
+                return
+            if violation(result.metrics_by_point[point], req.slo) <= 0:
+                low = rate
+                if rate == high:
+                    break  # even the highest rate meets it
+            else:
+                high = rate
     picked = pick_point(result.metrics_by_point, req.objective_metric, req.objective_direction, req.slo or None)
     if picked is not None:
         result.state = "complete"
-        result.best_point, result.value, violation = picked
-        result.slo_violation = violation if req.slo else None
+        result.best_point, result.value, v = picked
+        result.slo_violation = v if req.slo else None
+
+
+def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Reporter | None, art: Path,
+                point: str, conc: int, wl: dict[str, Any], step: list[int]) -> bool:
+    """Run one load point and record it; False when the trial ends here (failed or stopped early)."""
+    from autotune.load import LoadSpec, run_load
+
+    spec = LoadSpec(base_url=url, concurrency=conc, snapshot_interval_s=1.0, **load_kwargs(wl))
+
+    def on_snapshot(snap: Any) -> bool:
+        if report is None or req.objective_metric != "output_throughput":
+            return True
+        step[0] += 1
+        return report(step[0], float(snap.output_throughput))
+
+    try:
+        res = run_load(url, spec, on_snapshot=on_snapshot)
+    except LoadGenError as exc:
+        result.failure_kind = FailureKind.LOAD_FAILED.value
+        result.evidence = str(exc)
+        return False
+    metrics = dict(res.metrics)
+    result.metrics_by_point[point] = metrics
+    _write_json(art / f"load_{point}.json", metrics)
+    result.artifacts[f"load_{point}.json"] = str(art / f"load_{point}.json")
+    if getattr(res, "records", None):
+        rec_path = art / f"requests_{point}.jsonl"
+        with rec_path.open("w") as fh:
+            for r in res.records:
+                fh.write(json.dumps(r, default=str) + "\n")
+        result.artifacts[rec_path.name] = str(rec_path)
+    if getattr(res, "stopped_early", False):
+        result.state = "pruned"
+        result.failure_kind = FailureKind.EARLY_STOPPED.value
+        result.evidence = f"stopped at {point}: clearly worse than earlier trials"
+        return False
+    if metrics.get("completed", 0) == 0:
+        result.failure_kind = FailureKind.LOAD_FAILED.value
+        result.evidence = f"{point}: no request completed ({metrics.get('errors') or 'no detail'})"
+        return False
+    return True
 
 
 def load_kwargs(wl: dict[str, Any]) -> dict[str, Any]:
