@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import ExportError
 from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
+from autotune.results.summary import clean_params
 from autotune.spec import StudySpec
 from autotune.study.storage import open_study
 
@@ -123,12 +124,18 @@ def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:
 
 
 def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    from autotune.study.phases import is_extra, ranked
+
+    # Search trials only (confirmation re-runs are summarised by the winner's median in `best`);
+    # with an SLO, those that meet it first.
+    done = ranked(study, feasible_only=False)
     if not done:
         return "<p>No completed trial yet.</p>"
     sign = 1.0 if _trials.is_maximize(study) else -1.0
-    done.sort(key=lambda t: -sign * float(t.value))  # type: ignore[arg-type]
-    base = next((t for t in done if t.user_attrs.get("baseline")), None)
+    met = [t for t in done if t.user_attrs.get("slo_met") is not False]
+    done = met + [t for t in done if t not in met]
+    base = next((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if t.user_attrs.get("baseline") and not is_extra(t)), None)
     shown = done[:top]
     if base is not None and base not in shown:
         shown.append(base)
@@ -145,7 +152,7 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
         rows.append(
             f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]
             f"<td class='num'>{gain}</td><td class='num'>{'' if p99 is None else f'{p99:.1f}'}</td>"
-            f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(t.params.items())))}</td>"
+            f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(clean_params(t.params).items())))}</td>"
             f"<td><code>{_e(_launch_command(spec, t))}</code></td></tr>"
         )
     head = ("<tr><th></th><th>trial</th><th>value</th><th>gain vs baseline</th><th>p99 TTFT ms</th>"

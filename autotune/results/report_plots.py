@@ -240,7 +240,9 @@ def _axis_value(t: FrozenTrial, name: str) -> Any:
 
 
 def _params(t: FrozenTrial) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(t.params.items()))
+    from autotune.results.summary import clean_params
+
+    return ", ".join(f"{k}={v}" for k, v in sorted(clean_params(t.params).items()))
 
 
 def _hover(t: FrozenTrial) -> str:
