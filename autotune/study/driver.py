@@ -200,7 +200,8 @@ class StudyDriver:
 
     def _loop(self) -> None:
         t0 = time.monotonic()
-        confirming = False
+        # A resumed study may hold confirmation re-runs queued by the interrupted run.
+        confirming = bool(self.study.user_attrs.get("confirmation_started"))
         stopped: str | None = None
         while True:
             used = budget_used(self.study)

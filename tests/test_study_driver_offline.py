@@ -1,0 +1,66 @@
+"""Driver behaviour on the offline simulated backend (no processes: the driver's logic, fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autotune.spec import load_study_spec
+from autotune.study.driver import budget_used, run_study
+from autotune.study.offline_executor import OfflineExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(tmp_path: Path, **over):
+    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
+    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data["workload"].update({"num_prompts": 64, "output_len": 32})
+    data.update({"n_trials": 12, **over})
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_study_spec(path)
+
+
+def test_stages_confirmation_and_a_resumed_confirmation(tmp_path: Path):
+    spec = _spec(tmp_path)
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    trials = study.trials
+    assert budget_used(study) == 12
+    # Stage 1 (base knobs, speculative off) for ceil(12 x 0.7) trials, then speculative on the best base.
+    stage2 = [t for t in trials if t.user_attrs.get("stage") == 2]
+    assert stage2 and all(t.params["speculative_algorithm"] == "EAGLE3" for t in stage2)
+    assert all(t.params.get("speculative_algorithm") == "none" for t in trials if t.user_attrs.get("stage") == 1)
+    # Confirmation: the top 2 and the baseline ran once more, outside the budget.
+    extras = [t for t in trials if t.user_attrs.get("confirm_of") is not None]
+    assert len(extras) in (2, 3) and all(t.state.name == "COMPLETE" for t in extras)  # 2 if the baseline is top
+    baseline = next(t for t in trials if t.user_attrs.get("baseline") and t.user_attrs.get("confirm_of") is None)
+    assert any(t.user_attrs["confirm_of"] == baseline.number for t in extras)
+    conf = study.user_attrs["confirmation"]
+    assert len(conf) == len(extras) and all(len(v["values"]) == 2 for v in conf.values())
+
+    # An interrupted run can leave confirmation re-runs queued: the next run runs them.
+    top = max((t for t in trials if t.state.name == "COMPLETE" and t.user_attrs.get("confirm_of") is None),
+              key=lambda t: t.value)
+    study.enqueue_trial(top.params, user_attrs={"confirm_of": top.number})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(study.user_attrs["confirmation"][str(top.number)]["values"]) == 3
+    assert budget_used(study) == 12
+
+
+def test_no_launch_ends_in_a_predictable_kv_oom_after_calibration(tmp_path: Path):
+    spec = _spec(tmp_path, n_trials=16, search={"confirm_top": 0})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    calibrated_from = int(study.user_attrs["calibration"]["source"].split()[-1])
+    launched_kv_oom = [t for t in study.trials if t.number > calibrated_from
+                       and t.user_attrs.get("failure_kind") == "kv_oom"]
+    assert not launched_kv_oom
+    pruned = [t for t in study.trials if t.user_attrs.get("failure_kind") == "predicted_oom"]
+    assert pruned and all("rest = " in t.user_attrs["reason"] and "GiB" in t.user_attrs["reason"] for t in pruned)
