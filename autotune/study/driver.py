@@ -28,7 +28,7 @@ from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import space_bridge
 from autotune.study.executor import Executor, InlineExecutor
-from autotune.study.infeasible import LEARNED_KINDS, implied_by
+from autotune.study.infeasible import LEARNED_KINDS, implied_by, inert_knobs
 from autotune.study.phases import Phases
 from autotune.study.storage import artifact_store, open_study, trial_dir
 from autotune.study.trial import TrialRequest, TrialResult
@@ -256,7 +256,8 @@ class StudyDriver:
         elif pred.get("should_prune", pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain")):
             kind, reason = FailureKind.PREDICTED_OOM.value, pred.get("reason", "")
         else:
-            hit = implied_by(cand.params, self.bridge.failures())
+            hit = implied_by(cand.params, self.bridge.failures(),
+                             inert_knobs(self.spec.server.tp_size, self.spec.hardware.interconnect))
             if hit is not None:
                 kind, reason = FailureKind.INFEASIBLE.value, hit[1]
         if kind is not None:

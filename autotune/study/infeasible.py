@@ -27,14 +27,21 @@ class Failure:
     params: dict[str, Any]
 
 
-def _others(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if k not in _MONOTONE}
+def _others(params: dict[str, Any], inert: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in _MONOTONE and k not in inert}
 
 
-def implied_by(params: dict[str, Any], failures: list[Failure]) -> tuple[Failure, str] | None:
+def inert_knobs(tp_size: int, interconnect: str) -> frozenset[str]:
+    """Knobs SGLang ignores on this hardware, so they cannot tell two candidates apart:
+    custom allreduce is disabled on more than two PCIe-only GPUs (reference section 3.2)."""
+    return frozenset({"custom_allreduce"}) if interconnect == "pcie" and tp_size > 2 else frozenset()
+
+
+def implied_by(params: dict[str, Any], failures: list[Failure],
+               inert: frozenset[str] = frozenset()) -> tuple[Failure, str] | None:
     """The earlier failure that proves ``params`` infeasible, with the reason, or None."""
     for fail in failures:
-        if _others(fail.params) != _others(params):
+        if _others(fail.params, inert) != _others(params, inert):
             continue
         f0, f1 = fail.params.get("mem_fraction_static"), params.get("mem_fraction_static")
         b0, b1 = fail.params.get("cuda_graph_max_bs"), params.get("cuda_graph_max_bs")
