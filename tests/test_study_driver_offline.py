@@ -64,3 +64,30 @@ def test_no_launch_ends_in_a_predictable_kv_oom_after_calibration(tmp_path: Path
     assert not launched_kv_oom
     pruned = [t for t in study.trials if t.user_attrs.get("failure_kind") == "predicted_oom"]
     assert pruned and all("rest = " in t.user_attrs["reason"] and "GiB" in t.user_attrs["reason"] for t in pruned)
+
+
+def test_one_driver_per_study(tmp_path: Path):
+    import subprocess
+    import sys
+
+    import psutil
+    import pytest
+
+    from autotune.errors import ConfigError
+    from autotune.study.driver import _DriverLock
+
+    lock = tmp_path / "driver.lock"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lock.write_text(f"{other.pid} {psutil.Process(other.pid).create_time()!r}\n")
+        with pytest.raises(ConfigError, match=f"already being run by pid {other.pid}"):
+            with _DriverLock(lock):
+                pass
+        # The same pid with another start time is a recycled pid: the lock is stale.
+        lock.write_text(f"{other.pid} 12345.0\n")
+        with _DriverLock(lock):
+            assert lock.read_text().split()[0] == str(__import__("os").getpid())
+        assert not lock.exists()
+    finally:
+        other.kill()
+        other.wait()

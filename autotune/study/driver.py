@@ -70,7 +70,8 @@ def budget_used(study: optuna.Study) -> int:
 
 
 class _DriverLock:
-    """One driver per study: a pid file in the run dir, taken over only from a dead owner."""
+    """One driver per study: a lock file holding the owner's pid and start time, taken over
+    only when that process is gone (a recycled pid does not count: its start time differs)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -79,19 +80,20 @@ class _DriverLock:
         import psutil
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        try:
+            pid_s, born_s = self.path.read_text().split()[:2]
+            pid, born = int(pid_s), float(born_s)
+        except (OSError, ValueError):
+            pid, born = -1, 0.0
+        if pid > 0 and pid != os.getpid():
             try:
-                pid = int(self.path.read_text().split()[0])
-            except (ValueError, IndexError):
-                pid = -1
-            if pid > 0 and pid != os.getpid() and psutil.pid_exists(pid):
-                try:
-                    cmd = " ".join(psutil.Process(pid).cmdline())
-                except psutil.Error:
-                    cmd = ""
-                if "autotune" in cmd or "pytest" in cmd or "python" in cmd:
-                    raise ConfigError(f"study is already being run by pid {pid} (lock {self.path})")
-        self.path.write_text(f"{os.getpid()}\n")
+                alive = abs(psutil.Process(pid).create_time() - born) < 1.0
+            except psutil.Error:
+                alive = False
+            if alive:
+                raise ConfigError(f"study is already being run by pid {pid} (lock {self.path})")
+        me = psutil.Process()
+        self.path.write_text(f"{me.pid} {me.create_time()!r}\n")
         return self
 
     def __exit__(self, *exc: Any) -> None:
