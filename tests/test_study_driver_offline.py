@@ -91,3 +91,12 @@ def test_one_driver_per_study(tmp_path: Path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_wall_time_budget_stops_the_search_and_skips_confirmation(tmp_path: Path):
+    spec = _spec(tmp_path, n_trials=500, budget={"wall_time_s": 3})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert 0 < budget_used(study) < 500
+    assert not [t for t in study.trials if t.user_attrs.get("confirm_of") is not None]
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING))

@@ -205,17 +205,20 @@ class StudyDriver:
         # A resumed study may hold confirmation re-runs queued by the interrupted run.
         confirming = bool(self.study.user_attrs.get("confirmation_started"))
         stopped: str | None = None
+        out_of_budget = False  # wall time or GPU hours: no confirmation re-runs either
         while True:
             used = budget_used(self.study)
             if stopped is None:
                 stopped = self._budget_stop(t0)
                 if stopped:
+                    out_of_budget = True
                     log.warning("budget: %s; no new trials", stopped)
             if stopped is None and getattr(self.study.sampler, "exhausted", False):
                 stopped = "every candidate of the grid was tried"
                 log.info("budget: %s", stopped)
             searching = used < self.spec.n_trials and stopped is None
-            if not searching and not confirming and not self.executor.in_flight() and self.phases.wants_confirmation():
+            wants = not out_of_budget and self.phases.wants_confirmation()
+            if not searching and not confirming and not self.executor.in_flight() and wants:
                 numbers = self.phases.enqueue_confirmation()
                 confirming = True
                 log.info("confirming trials %s (and the baseline) with %d more run(s) each", numbers,
@@ -235,7 +238,7 @@ class StudyDriver:
             for number, result in self.executor.wait(timeout=1.0):
                 self._finish(number, result)
             if not self.executor.in_flight() and not searching and not (confirming and self.phases.pending()):
-                if self.phases.wants_confirmation() and not confirming:
+                if wants and not confirming:
                     continue
                 if confirming:
                     self.phases.summarize_confirmation()
