@@ -119,26 +119,23 @@ def test_kill_9_then_resume(tmp_path: Path, capsys):
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(study), "--no-progress"],
                             stdout=log, stderr=log, env=env, text=True)
     try:
-        # Wait until a trial's server is up and serving (the second trial, so one is already complete).
+        # Wait until the second trial's server is up (so one trial is already complete). The
+        # run dir is watched, not the study: opening the storage here would race its creation.
         deadline = time.monotonic() + 120
         victims: list[psutil.Process] = []
+        trials_dir = tmp_path / "runs" / "e2e" / "trials"
         while time.monotonic() < deadline:
-            import optuna
-
-            db = tmp_path / "e2e.db"
-            if db.exists():
-                try:
-                    st = optuna.load_study(study_name="e2e", storage=f"sqlite:///{db}")
-                    done = [t for t in st.trials if t.state.name == "COMPLETE"]
-                    running = [t for t in st.trials if t.state.name == "RUNNING"]
-                except Exception:
-                    done, running = [], []
-                victims = _sim_servers(proc.pid)
-                if done and running and victims:
-                    break
+            victims = _sim_servers(proc.pid)
+            later = [d for d in trials_dir.glob("0*") if d.name != "00000" and (d / "server.log").exists()]
+            if later and victims:
+                break
             time.sleep(0.2)
         assert victims, "no server to kill under: " + (tmp_path / "run.log").read_text()[-2000:]
-        completed_before = {t.number for t in done}
+        import optuna
+
+        st = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp_path / 'e2e.db'}")
+        completed_before = {t.number for t in st.trials if t.state.name == "COMPLETE"}
+        assert completed_before, "a trial completed before the kill"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:

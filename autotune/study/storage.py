@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,24 @@ def _engine_url(url: str) -> str:
 
 def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
     """Create or load the study. ``create=False`` raises ConfigError when it does not exist."""
+    if not create and spec.storage_url.startswith("sqlite:///") and \
+            not Path(spec.storage_url.removeprefix("sqlite:///")).exists():
+        raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)")
     url = _engine_url(spec.storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
-    except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
-        raise ConfigError(f"storage: cannot open {spec.storage_url!r}: {exc}".splitlines()[0]) from None
+    storage = None
+    for attempt in range(5):
+        try:
+            storage = optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+            break
+        except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
+            # Two processes opening a new SQLite study at once race on creating its schema
+            # (alembic_version UNIQUE): the loser just opens what the winner created.
+            if "UNIQUE constraint failed: alembic_version" in str(exc) and attempt < 4:
+                time.sleep(0.5)
+                continue
+            raise ConfigError(f"storage: cannot open {spec.storage_url!r}: {exc}".splitlines()[0]) from None
     if not create:
         try:
             return optuna.load_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec))
