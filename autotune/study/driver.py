@@ -30,7 +30,7 @@ from autotune.study import space_bridge
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS, implied_by, inert_knobs
 from autotune.study.phases import Phases
-from autotune.study.storage import artifact_store, open_study, trial_dir
+from autotune.study.storage import artifact_store, open_study
 from autotune.study.trial import TrialRequest, TrialResult
 
 log = logging.getLogger(__name__)

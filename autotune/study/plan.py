@@ -40,30 +40,16 @@ def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, An
 
 
 def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
+    """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
     from autotune.sglang.flags import render_argv
-    from autotune.sglang.gpus import get_gpu
-    from autotune.sglang.memory import Calibration, predict
-    from autotune.sglang.models import load_model_profile
+    from autotune.study.space_bridge import SpaceBridge
 
-    model = load_model_profile(spec.resolve_path(spec.server.model_path))
-    gpu = get_gpu(spec.hardware.gpu)
-    sp = spec.search_space.speculative
-    draft = load_model_profile(spec.resolve_path(sp.draft_model_path)) if sp and sp.draft_model_path else None
-    cal = stored_calibration(spec)
-    calibration = Calibration.from_dict(cal) if cal else None
+    bridge = SpaceBridge(spec, None)  # the driver's own prediction path, without a study
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
     for params in cands:
         cfg = space.to_config(spec, params)
-        pred = predict(
-            model, gpu, cfg,
-            version=spec.server.sglang_version,
-            num_gpus=spec.hardware.num_gpus,
-            interconnect=spec.hardware.interconnect,
-            calibration=calibration,
-            draft=draft if cfg.speculative.enabled else None,
-        )
-        p = pred.to_dict() if hasattr(pred, "to_dict") else dict(vars(pred))
+        p = bridge.predict(cfg)
         row = dict(params)
         for key in ROW_KEYS:
             row[key] = p.get(key)

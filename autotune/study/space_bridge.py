@@ -52,7 +52,8 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 
 class SpaceBridge:
-    def __init__(self, spec: StudySpec, study: optuna.Study) -> None:
+    def __init__(self, spec: StudySpec, study: optuna.Study | None) -> None:
+        """``study`` None: predictions only (``plan``), calibrated from the study file or storage."""
         self.study = study
         self.spec = spec
         self._model = None
@@ -103,6 +104,10 @@ class SpaceBridge:
     def calibration(self) -> dict[str, Any] | None:
         if self.spec.calibration is not None:
             return {**self.spec.calibration.model_dump(exclude_none=True), "source": "study file"}
+        if self.study is None:
+            from autotune.study.plan import stored_calibration
+
+            return stored_calibration(self.spec)
         return self.study.user_attrs.get("calibration")
 
     def predict(self, cfg: ServerConfig) -> dict[str, Any]:
