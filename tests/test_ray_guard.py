@@ -134,12 +134,12 @@ def test_explicit_address_turns_token_mode_on_when_a_token_exists(monkeypatch: p
 def test_artifacts_written_on_another_host_are_shipped_back(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     from autotune.study.ray_task import MAX_SHIPPED_BYTES, _ship_artifacts, write_shipped
-    from autotune.study.trial import TrialResult
+    from autotune.trial.contract import TrialResult, TrialState
 
     log = tmp_path / "trial-3" / "server.log"
     log.parent.mkdir()
     log.write_bytes(b"line 1\nline 2\n")
-    result = TrialResult(state="complete", artifacts={"server.log": str(log), "gone": str(tmp_path / "missing")})
+    result = TrialResult(state=TrialState.COMPLETE, artifacts={"server.log": str(log), "gone": str(tmp_path / "missing")})
     files = _ship_artifacts(result)
     assert set(files) == {str(log)}
     log.unlink()

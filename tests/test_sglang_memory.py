@@ -96,7 +96,7 @@ def test_symm_mem_takes_four_gib_of_slack_and_can_break_startup() -> None:
     cfg = _seed(0.95, enable_symm_mem=True)
     p = predict(KIMI, "rtx-pro-6000", cfg, version="0.5.9", calibration=Calibration(p_gib=94.0, a_gib=21.71, graph_gib=1.0))
     assert p.slack_parts["symm_mem"] == 4.0
-    assert p.verdict == "graph_oom" and not p.uncertain and p.should_prune
+    assert p.verdict == "graph_capture_oom" and not p.uncertain and p.should_prune
     assert "slack 94.00 x (1 - 0.95) = 4.70 GiB <" in p.reason
 
 

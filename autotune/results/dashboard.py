@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any, Callable, Container
+from collections.abc import Callable, Container
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
@@ -36,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import ConfigError
 from autotune.results import trials as _trials
 from autotune.spec import StudySpec
+from autotune.study import attrs
 
 log = logging.getLogger(__name__)
 
@@ -90,27 +92,28 @@ def trial_note(t: FrozenTrial) -> str:
     """The generated Markdown note of a trial: what happened, why, and how it was launched."""
     ua = t.user_attrs
     head = f"**{_trials.outcome(t)}**"
-    if ua.get("baseline"):
+    if ua.get(attrs.BASELINE):
         head += " · baseline (SGLang defaults)"
     if t.state == TrialState.COMPLETE and t.value is not None:
         head += f" · value {t.value:.2f}"
-        if ua.get("best_point"):
-            head += f" at {ua['best_point']}"
+        if ua.get(attrs.BEST_POINT):
+            head += f" at {ua[attrs.BEST_POINT]}"
     lines = [head, ""]
-    if ua.get("note"):
-        lines += [str(ua["note"]), ""]
-    if ua.get("reason") and t.state != TrialState.COMPLETE and ua.get("reason") not in str(ua.get("note", "")):
-        lines += [f"Reason: {ua['reason']}", ""]
-    pred, obs = ua.get("prediction") or {}, ua.get("observed") or {}
+    if ua.get(attrs.NOTE):
+        lines += [str(ua[attrs.NOTE]), ""]
+    reason = ua.get(attrs.REASON)
+    if reason and t.state != TrialState.COMPLETE and str(reason) not in str(ua.get(attrs.NOTE, "")):
+        lines += [f"Reason: {ua[attrs.REASON]}", ""]
+    pred, obs = ua.get(attrs.PREDICTION) or {}, ua.get(attrs.OBSERVED) or {}
     if pred:
         lines.append(f"- Memory model: verdict {pred.get('verdict')}, KV tokens {pred.get('kv_tokens')}, "
                      f"min viable mem_fraction_static {pred.get('min_viable_mem_fraction')}")
     if obs.get("kv_tokens") is not None:
-        err = ua.get("kv_tokens_error_pct")
+        err = ua.get(attrs.KV_TOKENS_ERROR_PCT)
         lines.append(f"- Observed: KV tokens {obs.get('kv_tokens')}"
                      + (f" (prediction off by {err:+.2f} %)" if isinstance(err, (int, float)) else ""))
-    if ua.get("shell"):
-        lines += ["", "Launched with:", "", "```", str(ua["shell"]), "```"]
+    if ua.get(attrs.SHELL):
+        lines += ["", "Launched with:", "", "```", str(ua[attrs.SHELL]), "```"]
     if any(k.startswith(_ARTIFACT_PREFIX) for k in t.system_attrs):
         lines += ["", "Server log, launch command, load summary and per-request records: see Artifacts below."]
     body = "\n".join(lines).strip()
@@ -127,10 +130,11 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
     lines = ["**autotune study** · " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
     if best is not None:
         lines.append(f"Best: trial {best.number}, value {best.value:.2f}, params `{best.params}`")
-        if base is not None and base.value:
+        if base is not None and base.value and best.value is not None:
             sign = 1 if _trials.is_maximize(study) else -1
+            gain = sign * (best.value - base.value) / abs(base.value) * 100
             lines.append(f"Baseline (SGLang defaults): trial {base.number}, value {base.value:.2f}, "
-                         f"gain {sign * (best.value - base.value) / abs(base.value) * 100:+.2f} %")
+                         f"gain {gain:+.2f} %")
         if spec is not None:
             try:
                 from autotune.results.summary import sglang_command
@@ -236,6 +240,7 @@ def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 
 
 def url_of(httpd: WSGIServer) -> str:
     host, port = httpd.server_address[:2]
+    host = host.decode() if isinstance(host, bytes) else host
     return f"http://{host}:{port}/dashboard/"
 
 

@@ -34,7 +34,10 @@ from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
 
-VERDICTS = ("fits", "kv_oom", "graph_oom", "runtime_oom_risk", "too_few_tokens")
+VERDICTS = ("fits", "kv_oom", "graph_capture_oom", "runtime_oom_risk", "too_few_tokens")
+#: The verdicts that prune a candidate before launch (unless uncertain): THE prune rule, used by the driver.
+#: The OOM ones are spelled as the failure kinds (autotune.outcome.FailureKind) a launch would end in.
+PRUNE_VERDICTS = frozenset({"kv_oom", "graph_capture_oom", "too_few_tokens"})
 _DRAFT_IN_CELL = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 #: Uncalibrated graph/activation estimates are scaled by this before judging (lean towards launching).
 LEAN = 0.75
@@ -174,7 +177,7 @@ class Prediction:
     @property
     def should_prune(self) -> bool:
         """Prune before launch: a cannot-fit verdict that is not uncertain (runtime risk never prunes)."""
-        return self.verdict in ("kv_oom", "too_few_tokens", "graph_oom") and not self.uncertain
+        return self.verdict in PRUNE_VERDICTS and not self.uncertain
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -351,8 +354,8 @@ def predict(
     listed = ", ".join(f"{k} {val:.2f}" for k, val in parts.items())
     kv_txt = f"{head} -> {tokens:,} tokens x {cell:,} B"
     if startup > slack:
-        verdict, reason = "graph_oom", (f"slack {p:.2f} x (1 - {f:g}) = {slack:.2f} GiB < {startup:.2f} GiB allocated "
-                                        f"after the KV pool at startup ({listed}); {kv_txt}")
+        verdict, reason = "graph_capture_oom", (f"slack {p:.2f} x (1 - {f:g}) = {slack:.2f} GiB < {startup:.2f} GiB "
+                                                f"allocated after the KV pool at startup ({listed}); {kv_txt}")
     elif total > slack:
         verdict, reason = "runtime_oom_risk", (f"slack {slack:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}")
     else:
