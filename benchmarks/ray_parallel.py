@@ -30,11 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.sglang.config import ServerConfig
-from autotune.spec import StudySpec
-from autotune.study.ray_executor import RayExecutor
 from autotune.objective import Objective
-from autotune.spec import SimSpec, WorkloadSpec
+from autotune.sglang.config import ServerConfig
+from autotune.spec import SimSpec, StudySpec, WorkloadSpec
+from autotune.study.ray_executor import RayExecutor
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parent.parent

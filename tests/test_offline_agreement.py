@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-
 from pathlib import Path
 
 import pytest
 
 from autotune import space
-from autotune.trial.offline import evaluate
 from autotune.objective import Objective
 from autotune.spec import RateSearchSpec, SimSpec, load_study_spec
 from autotune.trial.contract import TrialRequest
 from autotune.trial.live import run_trial_body
+from autotune.trial.offline import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "studies" / "demo.yaml"

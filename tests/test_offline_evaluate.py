@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from autotune import space
-from autotune.trial import offline
-from autotune.trial.offline import evaluate
 from autotune.objective import Objective
 from autotune.spec import SimSpec, load_study_spec
 from autotune.study import attrs
 from autotune.study.driver import run_study
-from autotune.study.storage import open_study
 from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.storage import open_study
+from autotune.trial import offline
 from autotune.trial.contract import TrialRequest
+from autotune.trial.offline import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "studies" / "demo.yaml"

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune import space
+from autotune.objective import Objective
+from autotune.outcome import FailureKind
+from autotune.sglang.models import load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative
-from autotune.sglang.models import load_model_profile
-from autotune.objective import Objective
-from autotune.outcome import FailureKind
 from autotune.spec import SimSpec, load_study_spec
 from autotune.study.executor import InlineExecutor
 from autotune.study.offline_executor import OfflineExecutor

@@ -11,21 +11,25 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from autotune.sglang.config import ServerConfig  # noqa: E402
-from autotune.spec import StudySpec  # noqa: E402
-from autotune.study.ray_executor import RayExecutor  # noqa: E402
-from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 from autotune.objective import Objective  # noqa: E402
 from autotune.outcome import FailureKind  # noqa: E402
-from autotune.spec import SimSpec, WorkloadSpec  # noqa: E402
+from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.spec import (  # noqa: E402
+    SimSpec,
+    StudySpec,  # noqa: E402
+    WorkloadSpec,
+)
+from autotune.study.ray_executor import RayExecutor  # noqa: E402
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -135,8 +139,12 @@ def _report_body(req: TrialRequest, report: Any) -> TrialResult:
     """Report steps 1..50 until told to stop."""
     for step in range(1, 51):
         if not report(step, float(step) * 10):
-            return TrialResult(state=TrialState.PRUNED, failure_kind=FailureKind.EARLY_STOPPED, evidence=f"stopped at {step}",
-                               observed={"stopped_at": step})
+            return TrialResult(
+                state=TrialState.PRUNED,
+                failure_kind=FailureKind.EARLY_STOPPED,
+                evidence=f"stopped at {step}",
+                observed={"stopped_at": step},
+            )
         time.sleep(0.1)
     return TrialResult(state=TrialState.COMPLETE, value=500.0)
 
@@ -146,6 +154,7 @@ def _raising_body(req: TrialRequest, report: Any) -> TrialResult:
 
 
 # ---- tests -----------------------------------------------------------------------------------
+
 
 def test_tp2_trials_run_four_at_a_time_on_disjoint_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
     (tmp_path / "active").mkdir()
@@ -214,6 +223,7 @@ def test_reports_reach_the_reporter_and_false_stops_the_body(ray_owner: RayExecu
         def report(step: int, value: float) -> bool:
             seen.append((number, step, value))
             return step < 3
+
         return report
 
     ex = RayExecutor(_spec(), reporter_factory=factory, body=_report_body)
@@ -305,8 +315,17 @@ def test_real_trial_body_runs_the_sim_on_rays_gpus(ray_owner: RayExecutor, tmp_p
     req = _request(0, tmp_path, time_scale=20.0, seed=0)
     req.config = ServerConfig(model_path=str(model), tp_size=2)
     req.startup_timeout_s = 60
-    req.workload = WorkloadSpec(backend="sglang", input_len=128, output_len=32, range_ratio=1.0, num_prompts=16,
-                                concurrency=[4], warmup_requests=1, flush_cache=True, seed=0)
+    req.workload = WorkloadSpec(
+        backend="sglang",
+        input_len=128,
+        output_len=32,
+        range_ratio=1.0,
+        num_prompts=16,
+        concurrency=[4],
+        warmup_requests=1,
+        flush_cache=True,
+        seed=0,
+    )
     ex = RayExecutor(_spec())
     try:
         results = _drive(ex, [req], timeout_s=120)
@@ -339,17 +358,32 @@ def test_a_study_runs_through_the_driver_on_ray(ray_owner: RayExecutor, tmp_path
     from autotune.study.driver import run_study
 
     model = Path(__file__).resolve().parent.parent / "studies" / "models" / "qwen3-32b-class"
-    spec = StudySpec.model_validate({
-        "name": "ray-e2e", "n_trials": 3, "storage": str(tmp_path / "study.db"), "run_dir": str(tmp_path / "runs"),
-        "sampler": {"kind": "tpe", "seed": 0},
-        "executor": {"kind": "ray"},
-        "server": {"backend": "sim", "model_path": str(model), "tp_size": 2, "startup_timeout_s": 60,
-                   "sim": {"time_scale": 20, "seed": 0}},
-        "hardware": {"gpu": "h100", "num_gpus": 8},
-        "search_space": {"cuda_graph_max_bs": {"choices": [16, 32]}},
-        "workload": {"input_len": 128, "output_len": 32, "num_prompts": 16, "concurrency": [4],
-                     "warmup_requests": 1},
-    })
+    spec = StudySpec.model_validate(
+        {
+            "name": "ray-e2e",
+            "n_trials": 3,
+            "storage": str(tmp_path / "study.db"),
+            "run_dir": str(tmp_path / "runs"),
+            "sampler": {"kind": "tpe", "seed": 0},
+            "executor": {"kind": "ray"},
+            "server": {
+                "backend": "sim",
+                "model_path": str(model),
+                "tp_size": 2,
+                "startup_timeout_s": 60,
+                "sim": {"time_scale": 20, "seed": 0},
+            },
+            "hardware": {"gpu": "h100", "num_gpus": 8},
+            "search_space": {"cuda_graph_max_bs": {"choices": [16, 32]}},
+            "workload": {
+                "input_len": 128,
+                "output_len": 32,
+                "num_prompts": 16,
+                "concurrency": [4],
+                "warmup_requests": 1,
+            },
+        }
+    )
     summary = run_study(spec)
     assert summary.finished == 3 and set(summary.states) == {"COMPLETE"}, summary.states
     import optuna

@@ -10,19 +10,19 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
+from autotune.objective import Objective  # noqa: E402
 from autotune.sglang.config import ServerConfig  # noqa: E402
-from autotune.spec import StudySpec  # noqa: E402
+from autotune.spec import StudySpec, WorkloadSpec  # noqa: E402
 from autotune.study.ray_executor import RayExecutor  # noqa: E402
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
-from autotune.objective import Objective  # noqa: E402
-from autotune.spec import WorkloadSpec  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

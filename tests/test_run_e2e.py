@@ -164,10 +164,10 @@ def test_kill_9_then_resume(tmp_path: Path, capsys):
 def test_live_kill_when_the_weights_loaded_line_proves_the_formula_negative(tmp_path: Path):
     """A launch the estimate could not condemn (f just under the boundary, P and A only estimated)
     is killed at the weights-loaded line, with the formula as evidence, not at the pool's failure."""
+    from autotune import space
     from autotune.spec import SimSpec, load_study_spec
     from autotune.trial.contract import TrialRequest
     from autotune.trial.live import run_trial_body
-    from autotune import space
 
     spec = load_study_spec(_study(tmp_path))
     cfg = space.to_config(spec, {"mem_fraction_static": 0.765})
