@@ -44,7 +44,7 @@ class RayExecutor(Executor):
 
     ``spec`` is the :class:`~autotune.spec.StudySpec` (its ``executor``, ``hardware``
     and ``server`` sections are read). ``body`` is the trial body run inside the task
-    (default :func:`~autotune.study.trial.run_trial_body`; tests pass cheap ones; it
+    (default :func:`~autotune.trial.live.run_trial_body`; tests pass cheap ones; it
     must be picklable). ``cancel_grace_s`` is how long a soft cancel may take before
     the rest are cancelled by force.
     """
