@@ -74,18 +74,18 @@ def test_one_driver_per_study(tmp_path: Path):
     import pytest
 
     from autotune.errors import ConfigError
-    from autotune.study.driver import _DriverLock
+    from autotune.study.lock import DriverLock
 
     lock = tmp_path / "driver.lock"
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         lock.write_text(f"{other.pid} {psutil.Process(other.pid).create_time()!r}\n")
         with pytest.raises(ConfigError, match=f"already being run by pid {other.pid}"):
-            with _DriverLock(lock):
+            with DriverLock(lock):
                 pass
         # The same pid with another start time is a recycled pid: the lock is stale.
         lock.write_text(f"{other.pid} 12345.0\n")
-        with _DriverLock(lock):
+        with DriverLock(lock):
             assert lock.read_text().split()[0] == str(__import__("os").getpid())
         assert not lock.exists()
     finally:

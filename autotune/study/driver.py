@@ -27,26 +27,24 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import ConfigError
 from autotune.launch import ProcessRegistry
 from autotune.outcome import FailureKind
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.flags import render_argv, shell_line
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.candidates import Candidates
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
+from autotune.study.lock import DriverLock
 from autotune.study.phases import Phases
 from autotune.study.prediction import Predictor
-from autotune.study.record import FLAT_METRICS, Recorder
+from autotune.study.record import Recorder
+from autotune.study.reuse import copy_result, launch_key, stored_result
 from autotune.study.storage import artifact_store, open_storage, open_study
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
@@ -81,41 +79,6 @@ def budget_used(study: optuna.Study) -> int:
             continue
         n += 1
     return n
-
-
-class _DriverLock:
-    """One driver per study: a lock file holding the owner's pid and start time, taken over
-    only when that process is gone (a recycled pid does not count: its start time differs)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> _DriverLock:
-        import psutil
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            pid_s, born_s = self.path.read_text().split()[:2]
-            pid, born = int(pid_s), float(born_s)
-        except (OSError, ValueError):
-            pid, born = -1, 0.0
-        if pid > 0 and pid != os.getpid():
-            try:
-                alive = abs(psutil.Process(pid).create_time() - born) < 1.0
-            except psutil.Error:
-                alive = False
-            if alive:
-                raise ConfigError(f"study is already being run by pid {pid} (lock {self.path})")
-        me = psutil.Process()
-        self.path.write_text(f"{me.pid} {me.create_time()!r}\n")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            if self.path.read_text().split()[0] == str(os.getpid()):
-                self.path.unlink()
-        except (OSError, IndexError):
-            pass
 
 
 @dataclass
@@ -217,7 +180,7 @@ class StudyDriver:
     def run(self) -> RunSummary:
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
-        with _DriverLock(spec.run_path / "driver.lock"):
+        with DriverLock(spec.run_path / "driver.lock"):
             self.candidates.preflight()
             summary.reaped = self.reap_leftovers()
             if summary.reaped:
@@ -352,7 +315,7 @@ class StudyDriver:
             if key in self._launching:  # the same launch is in flight: take its result when it ends
                 self._followers.setdefault(self._launching[key], []).append(trial)
                 return None
-            stored = self._stored_result(key)
+            stored = stored_result(self.study, key)
             if stored is not None:
                 self._reuse(trial, stored)
                 return None
@@ -363,27 +326,10 @@ class StudyDriver:
         log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
         return req
 
-    def _stored_result(self, key: str) -> FrozenTrial | None:
-        """A finished, measured trial of the same launch (not one that was interrupted)."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
-                                                                TrialState.PRUNED)):
-            if t.user_attrs.get(attrs.LAUNCH_KEY) == key and not t.user_attrs.get(attrs.RETRIED) \
-                    and t.user_attrs.get(attrs.COMMAND):
-                return t
-        return None
-
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
         """Tell ``trial`` what ``source`` measured for the same launch argv (no launch)."""
         self._live.pop(trial.number, None)
-        for key in REUSED_ATTRS:
-            if key in source.user_attrs:
-                trial.set_user_attr(key, source.user_attrs[key])
-        trial.set_user_attr(attrs.REUSED_FROM, source.number)
-        trial.set_user_attr(attrs.GPU_SECONDS, 0.0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for name, value in (source.constraints or {}).items():
-                trial.set_constraint(name, value)
+        copy_result(trial, source)
         if source.state == TrialState.COMPLETE and source.value is not None:
             self.study.tell(trial, source.value)
         else:
@@ -435,17 +381,6 @@ class StudyDriver:
     def _notify(self, number: int) -> None:
         if self.progress.on_trial_end:
             self.progress.on_trial_end(self.study, self.study.trials[number])
-
-
-#: What a trial that reuses another's result copies from it.
-REUSED_ATTRS = (attrs.COMMAND, attrs.SHELL, attrs.OBSERVED, attrs.TIMINGS, attrs.METRICS, attrs.BEST_POINT,
-                attrs.SLO_VIOLATION, attrs.SLO_MET, attrs.FAILURE_KIND, attrs.EVIDENCE, attrs.REASON, attrs.NOTE,
-                attrs.KV_TOKENS_ERROR_PCT, *FLAT_METRICS)
-
-
-def launch_key(cfg: ServerConfig, version: str) -> str:
-    """The resolved launch argv of ``cfg`` (port left out): two trials with the same key launch the same server."""
-    return shell_line(render_argv(cfg.with_port(0), version, python="python", module="sglang.launch_server"))
 
 
 def count_states(study: optuna.Study) -> dict[str, int]:
