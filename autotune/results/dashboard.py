@@ -22,6 +22,7 @@ generated one. Everything else is the stored study, unchanged.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -79,12 +80,8 @@ def _view_trial(t: FrozenTrial) -> FrozenTrial:
     attrs = view_system_attrs(t.system_attrs)
     if attrs == t.system_attrs:
         return t
-    v = FrozenTrial(
-        number=t.number, state=t.state, value=None, datetime_start=t.datetime_start,
-        datetime_complete=t.datetime_complete, params=t.params, distributions=t.distributions,
-        user_attrs=t.user_attrs, system_attrs=attrs, intermediate_values=t.intermediate_values,
-        trial_id=t._trial_id, values=t.values,
-    )
+    v = copy.copy(t)  # a shallow copy: the stored trial is not changed
+    v.system_attrs = attrs
     return v
 
 
@@ -180,8 +177,9 @@ class DashboardStorage(RDBStorage):
     def get_all_studies(self) -> list[FrozenStudy]:
         out = []
         for s in super().get_all_studies():
-            attrs = self._with_notes(s._study_id, s.system_attrs)
-            out.append(FrozenStudy(s.study_name, None, s.user_attrs, attrs, s._study_id, directions=s.directions))
+            v = copy.copy(s)  # a shallow copy: the stored study is not changed
+            v.system_attrs = self._with_notes(self.get_study_id_from_name(s.study_name), s.system_attrs)
+            out.append(v)
         return out
 
     def _with_notes(self, study_id: int, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -189,8 +187,11 @@ class DashboardStorage(RDBStorage):
         out = dict(attrs)
         trials = super().get_all_trials(study_id, deepcopy=False)
         for t in trials:
-            if _note_ver_key(t._trial_id) not in attrs and t.state != TrialState.RUNNING:
-                out.update(_note_attrs(t._trial_id, trial_note(t)))
+            if t.state == TrialState.RUNNING:
+                continue
+            trial_id = self.get_trial_id_from_study_id_trial_number(study_id, t.number)
+            if _note_ver_key(trial_id) not in attrs:
+                out.update(_note_attrs(trial_id, trial_note(t)))
         if _note_ver_key(None) not in attrs and trials:
             name = self.get_study_name_from_id(study_id)
             study = optuna.load_study(study_name=name, storage=self)

@@ -310,8 +310,7 @@ class StudyDriver:
         key = launch_key(cand.config, self.spec.server.sglang_version)
         trial.set_user_attr(attrs.LAUNCH_KEY, key)
         self._live[trial.number] = trial
-        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None \
-                and trial.user_attrs.get(attrs.RETRY_OF) is None:
+        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None:
             if key in self._launching:  # the same launch is in flight: take its result when it ends
                 self._followers.setdefault(self._launching[key], []).append(trial)
                 return None
