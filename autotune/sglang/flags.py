@@ -155,9 +155,14 @@ def _check_choice(field: str, flag_name: str, value: str, v: SglangVersion) -> N
 
 
 def _check_positive(cfg: ServerConfig) -> None:
-    for field in ("tp_size", "dp_size", "ep_size"):
+    for field in ("tp_size", "dp_size", "ep_size", "attn_dp_size"):
         if getattr(cfg, field) < 1:
             raise ConfigError(f"{field}: must be >= 1, got {getattr(cfg, field)}")
+    if cfg.attn_dp_size > 1 and cfg.dp_size != 1:
+        raise ConfigError(f"attn_dp_size: {cfg.attn_dp_size} with dp_size {cfg.dp_size}: DP attention runs on the "
+                          "tp_size GPUs; plain DP replicas on top of it are not modelled (set dp_size to 1)")
+    if cfg.tp_size % cfg.attn_dp_size:
+        raise ConfigError(f"attn_dp_size: {cfg.attn_dp_size} does not divide tp_size {cfg.tp_size}")
     if cfg.mem_fraction_static is not None and not 0.0 < cfg.mem_fraction_static < 1.0:
         raise ConfigError(f"mem_fraction_static: must be in (0, 1), got {cfg.mem_fraction_static}")
     for field in ("cuda_graph_max_bs", "max_running_requests", "max_total_tokens", "context_length"):
@@ -191,6 +196,11 @@ def render_argv(
         a += ["--dp-size", str(cfg.dp_size)]
     if cfg.ep_size != 1:
         a += ["--ep-size", str(cfg.ep_size)]
+    if cfg.attn_dp_size > 1:
+        if has_flag(v, "--attn-dp-size"):
+            a += ["--attn-dp-size", str(cfg.attn_dp_size)]
+        else:
+            a += ["--enable-dp-attention", "--dp-size", str(cfg.attn_dp_size)]
     a += ["--host", cfg.host, "--port", str(cfg.port)]
     if cfg.mem_fraction_static is not None:
         a += ["--mem-fraction-static", _num(cfg.mem_fraction_static)]
@@ -281,6 +291,9 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
     fusion = bool(g("enable_flashinfer_allreduce_fusion") or g("flashinfer_allreduce_fusion_backend"))
     if g("enforce_disable_flashinfer_allreduce_fusion"):
         fusion = False
+    dp_size, attn_dp = g("dp_size") or 1, g("attn_dp_size") or 1
+    if g("enable_dp_attention") and attn_dp == 1:  # the spelling before 0.5.22
+        dp_size, attn_dp = 1, dp_size
     algo = g("speculative_algorithm")
     spec = SpeculativeConfig(
         algorithm=str(algo).upper() if algo else None,
@@ -293,8 +306,9 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
     return ServerConfig(
         model_path=g("model_path"),
         tp_size=g("tp_size") or 1,
-        dp_size=g("dp_size") or 1,
+        dp_size=dp_size,
         ep_size=g("ep_size") or 1,
+        attn_dp_size=attn_dp,
         mem_fraction_static=g("mem_fraction_static"),
         cuda_graph_max_bs=max_bs,
         disable_cuda_graph=disable_graph,

@@ -105,3 +105,23 @@ def ensure(version: str, *, wheel: Path | None = None) -> ParserEnv:
     )
     launcher.chmod(0o755)
     return ParserEnv(version=v, python=launcher, site=site)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m autotune.sglang.parser_env 0.5.9 0.5.23``: build (or find) those environments, print each launcher."""
+    import time
+
+    versions = sys.argv[1:] if argv is None else argv
+    for version in versions:
+        start = time.monotonic()
+        try:
+            env = ensure(version)
+        except (ParserEnvError, AutotuneError) as exc:
+            print(f"error: SGLang {version}: {exc}", file=sys.stderr)
+            return 1
+        print(f"{env.version}: {env.python} ({time.monotonic() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
