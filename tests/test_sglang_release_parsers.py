@@ -31,7 +31,12 @@ from autotune.errors import ConfigError
 from autotune.sglang import parser_env
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.flag_tables import known_versions, table_for
-from autotune.sglang.flags import build_parser, config_from_namespace, render_argv, shell_line
+from autotune.sglang.flags import (
+    build_parser,
+    config_from_namespace,
+    render_argv,
+    shell_line,
+)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "_real_parser_script.py"
 CI_RELEASES = ("0.5.9", "0.5.14", "0.5.22", "0.5.23")

@@ -33,6 +33,7 @@ __all__ = [
     "flag_names",
     "has_flag",
     "config_from_namespace",
+    "effective_config",
     "validate_speculative",
 ]
 
@@ -328,3 +329,36 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
         host=g("host") or "127.0.0.1",
         port=g("port") or 30000,
     )
+
+
+def effective_config(cfg: ServerConfig, version: "str | SglangVersion") -> ServerConfig:
+    """The knobs the server will really run with: the knobs, then ``extra_args``, as the release parses them.
+
+    The memory model predicts from this, so a memory-relevant flag counts
+    whatever path it took (``--kv-cache-dtype fp8_e4m3`` in ``extra_args`` is
+    an fp8 cache). A flag in ``extra_args`` that sets what a knob already sets,
+    to another value, is refused: the launch would silently run the last one.
+    ``extra_args`` are kept (the memory model reads ``--page-size`` and the
+    graph flags from them).
+    """
+    if not cfg.extra_args:
+        return cfg
+    v = as_version(version)
+    parser = _parser(v)
+    knobs_only = replace(cfg, extra_args=())
+    try:
+        ns_all = parser.parse_args(render_argv(cfg, v, python="python", check=False)[3:])
+        extra = parser.parse_args(["--model-path", cfg.model_path, *map(str, cfg.extra_args)])
+    except ConfigError as exc:
+        raise ConfigError(f"server.extra_args: {exc}") from None
+    ns_knobs = parser.parse_args(render_argv(knobs_only, v, python="python", check=False)[3:])
+    base = parser.parse_args(["--model-path", cfg.model_path])
+    for dest, value in vars(extra).items():
+        if dest in ("model_path", "host", "port") or value == getattr(base, dest, None):
+            continue
+        knob_value = getattr(ns_knobs, dest, None)
+        if knob_value != getattr(base, dest, None) and knob_value != value:
+            raise ConfigError(f"server.extra_args: sets {dest}={value!r}, contradicting the knob's {knob_value!r} "
+                              "(set it in one place)")
+    folded = config_from_namespace(ns_all, v)
+    return replace(folded, extra_args=cfg.extra_args, host=cfg.host, port=cfg.port)

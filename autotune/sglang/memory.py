@@ -19,6 +19,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.sglang import _slack as S
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.flags import effective_config
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
@@ -221,6 +222,7 @@ def predict(
     scaled by :data:`LEAN` before judging, in favour of launching.
     """
     v = as_version(version)
+    cfg = effective_config(cfg, v)  # flags given through extra_args count like knobs
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = cfg.tp_size
     if num_gpus is not None and cfg.num_gpus > num_gpus:
