@@ -7,6 +7,7 @@ from __future__ import annotations
 # ---- trial user_attrs --------------------------------------------------------------------
 BASELINE = "baseline"  # True on the run of SGLang's defaults
 RESOLVED = "resolved"  # the baseline's resolved automatic values
+REFERENCE = "reference"  # the name of a search.references launch point (run right after the baseline)
 FAILURE_KIND = "failure_kind"  # FailureKind value, when not COMPLETE
 EVIDENCE = "evidence"
 REASON = "reason"  # one line with the numbers

@@ -111,6 +111,8 @@ class Candidates:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.study.enqueue_trial(params, user_attrs={attrs.BASELINE: True, attrs.RESOLVED: resolved})
+            for name, ref in self.spec.search.references.items():  # e.g. the seed's hand-passed 0.88
+                self.study.enqueue_trial({**params, **ref}, user_attrs={attrs.REFERENCE: name})
         self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
 
     # ---- validation and prediction --------------------------------------------------------
