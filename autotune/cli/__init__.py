@@ -28,6 +28,7 @@ COMMANDS = (
     "report",
     "dashboard",
     "bench",
+    "sglang-env",
 )
 
 
@@ -47,10 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
+        modname = f"autotune.cli._{name.replace('-', '_')}"
         try:
-            module = importlib.import_module(f"autotune.cli._{name}")
+            module = importlib.import_module(modname)
         except ModuleNotFoundError as exc:
-            if exc.name == f"autotune.cli._{name}":
+            if exc.name == modname:
                 continue  # command not built yet
             raise
         module.register(sub)

@@ -332,7 +332,7 @@ class ServerProcess:
                     self._seen.setdefault(p.pid, p)
             extras = list(self._seen.values())
             pgid = self._proc.pid
-            left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0)
+            left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0, leader_first=True)
             try:
                 self._proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:

@@ -97,7 +97,13 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     conf = study.user_attrs.get("confirmation") or {}
     from autotune.sglang.flags import shell_line
 
-    cmd = sglang_command(spec, top)
+    from autotune.launch.artifacts import shell_command
+    from autotune.sglang_env.resolve import launch_env, launch_python
+
+    # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
+    cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
+    cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
+    env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
     return {
@@ -111,7 +117,8 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "slo_met": top.user_attrs.get("slo_met"),
         "metrics": top.user_attrs.get("metrics", {}),
         "command": cmd,
-        "shell": shell_line(cmd),
+        "env": env,
+        "shell": shell_command(cmd, env) if env else shell_line(cmd),
         "launched_command": top.user_attrs.get("command"),
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,

@@ -66,21 +66,25 @@ class SpaceBridge:
         """Before any launch of real SGLang: the installed version must speak the study's dialect,
         and every candidate's argv is fed to its real parser (see autotune.sglang.installed)."""
         import os
-        import sys
 
         from autotune.errors import ConfigError
         from autotune.sglang.installed import check_version, probe
 
+        from autotune.sglang_env.resolve import install_hint, launch_python
+
         spec = self.spec
         if spec.server.backend != "sglang":
             return
-        python = spec.server.python or sys.executable
+        python = launch_python(spec)
         remote = spec.executor.kind == "ray" and bool(spec.executor.address or os.environ.get("RAY_ADDRESS"))
         installed = probe(python)
         if installed is None:
             if remote:
                 log.info("SGLang is not importable here; the cluster's GPU nodes must have it (flags unchecked)")
                 return
+            if spec.server.device == "cpu" and not spec.server.python:
+                raise ConfigError(f"server.python: no SGLang {spec.server.sglang_version} CPU venv at {python}; "
+                                  f"build it with: {install_hint(spec)}")
             raise ConfigError(f"server.backend: 'sglang' but {python} cannot import SGLang "
                               "(pip install -e '.[sglang]', or point server.python at the interpreter that has it)")
         check_version(installed, spec.server.sglang_version)
@@ -141,7 +145,13 @@ class SpaceBridge:
             "cuda_graph_max_bs": pred.get("cuda_graph_max_bs"),
             "chunked_prefill_size": pred.get("chunked_prefill_size"),
             "max_running_requests": pred.get("max_running_requests"),
+            "max_total_tokens": base_cfg.max_total_tokens,
         }
+        if self.spec.server.device == "cpu":
+            # SGLang's automatic values on CPU follow other rules than the GPU ones the memory
+            # model knows: the baseline passes nothing, and its params say so (None).
+            resolved.update(mem_fraction_static=None, cuda_graph_max_bs=None, chunked_prefill_size=None,
+                            max_running_requests=None)
         return space.baseline_params(self.spec, resolved)
 
     def ensure_baseline(self) -> None:
@@ -187,6 +197,8 @@ class SpaceBridge:
                          invalid=invalid, notes=notes)
 
     def request(self, trial: optuna.Trial, cand: Candidate) -> TrialRequest:
+        from autotune.sglang_env.resolve import launch_env, launch_python
+
         spec = self.spec
         tdir = trial_dir(spec, trial.number)
         wl = spec.workload.model_dump()
@@ -207,8 +219,8 @@ class SpaceBridge:
             artifact_dir=str(tdir),
             run_dir=str(spec.run_path),
             startup_timeout_s=spec.server.startup_timeout_s,
-            env=dict(spec.server.env),
-            python=spec.server.python,
+            env=launch_env(spec),
+            python=launch_python(spec) if spec.server.backend == "sglang" else spec.server.python,
             sim=spec.server.sim.model_dump(),
             prediction=cand.prediction,
             slo=dict(spec.objective.slo),
@@ -256,6 +268,12 @@ class SpaceBridge:
     def _learn_calibration(self, trial: optuna.Trial, result: TrialResult) -> None:
         """The first launch that logged P and A calibrates every later prediction."""
         if self.spec.calibration is not None or self.study.user_attrs.get("calibration"):
+            return
+        if self.spec.server.device == "cpu":
+            # On CPU SGLang's "avail mem" is the whole machine's available RAM (psutil), shared with
+            # every other process and moving with them: P and A say nothing about this launch's
+            # budget, and the KV pool is set by --max-total-tokens. Nothing to learn; the observed
+            # figures stay in the trial's "observed" attribute.
             return
         obs = result.observed
         if obs.get("p_gib") is None or obs.get("a_gib") is None:
