@@ -25,7 +25,7 @@ from autotune.sglang.cpu import CPU_ENV, on_cpu
 from autotune.sglang.flags import render_argv
 from autotune.sglang.installed import probe
 from autotune.study.trial import TrialRequest, run_trial_body
-from tests.real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
+from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autotune.sglang_env.install import STAND_IN
-from tests.real_sglang import need_real_sglang
+from real_sglang import need_real_sglang
 
 pytestmark = pytest.mark.real_sglang
 

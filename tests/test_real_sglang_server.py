@@ -22,7 +22,7 @@ from autotune.launch import ServerProcess
 from autotune.load import LoadSpec, run_load
 from autotune.sglang.cpu import CPU_ENV
 from autotune.sglang.logparse import parse_line, summarize
-from tests.real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
+from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

@@ -25,7 +25,7 @@ import yaml
 
 from autotune.cli import main
 from autotune.sglang.installed import probe
-from tests.real_sglang import REPO, need_real_sglang
+from real_sglang import REPO, need_real_sglang
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -77,7 +77,7 @@ def test_real_study_survives_kill_9_and_reaches_its_budget(tmp_path: Path, capsy
                                                             version: str) -> None:
     started = time.time()
     if version not in _REQUIRED:
-        from tests.real_sglang import _find
+        from real_sglang import _find
 
         if _find(version)[0] is None:
             pytest.skip(f"SGLang {version} CPU venv not built (autotune sglang-env install --version {version} "

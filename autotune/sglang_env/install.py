@@ -33,9 +33,16 @@ log = logging.getLogger(__name__)
 MARKER = "autotune-sglang-env.json"
 STAND_IN = Path(__file__).with_name("sgl_kernel_cpu") / "sgl_kernel"
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+# Deep: SGLang's server args import (torch, transformers, the CPU engine's sgl_kernel import).
 _CHECK = (
     "import json, sglang, importlib.metadata as m; from sglang.srt.server_args import ServerArgs; "
     "print(json.dumps({'version': m.version('sglang')}))"
+)
+# Quick (reuse of a venv whose marker matches): the packages are there, nothing heavy is imported.
+_QUICK_CHECK = (
+    "import json, importlib.metadata as m, importlib.util as u; "
+    "missing = [n for n in ('sglang', 'torch', 'sgl_kernel') if u.find_spec(n) is None]; "
+    "print(json.dumps({'version': m.version('sglang') if not missing else None, 'missing': missing}))"
 )
 
 
@@ -94,22 +101,29 @@ def install_stand_in(python: Path) -> Path:
     return dest
 
 
-def check(env: SglangEnv, *, timeout_s: float = 300.0) -> str | None:
-    """None when the venv's python imports SGLang at ``env.version``; else why not (one line)."""
+def check(env: SglangEnv, *, timeout_s: float = 300.0, deep: bool = True) -> str | None:
+    """None when the venv's python imports SGLang at ``env.version``; else why not (one line).
+
+    ``deep=False`` only looks the packages up (well under a second; used to reuse a venv
+    whose marker matches); the deep check imports SGLang's server arguments (10-40 s).
+    """
     if not env.python.exists():
         return f"{env.python} does not exist"
     try:
-        proc = subprocess.run([str(env.python), "-c", _CHECK], capture_output=True, text=True,
-                              timeout=timeout_s, env={**os.environ, **env.env}, check=False)
+        proc = subprocess.run([str(env.python), "-c", _CHECK if deep else _QUICK_CHECK], capture_output=True,
+                              text=True, timeout=timeout_s, env={**os.environ, **env.env}, check=False)
     except subprocess.TimeoutExpired:
         return f"importing sglang took longer than {timeout_s:.0f} s"
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return f"importing sglang failed: {tail}"
     try:
-        got = json.loads(proc.stdout.strip().splitlines()[-1])["version"]
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        got = answer["version"]
     except (IndexError, KeyError, json.JSONDecodeError):
         return f"no version from {env.python}: {proc.stdout[-200:]!r}"
+    if answer.get("missing"):
+        return f"{env.python} lacks {', '.join(answer['missing'])}"
     if got != env.version:
         return f"{env.python} has SGLang {got}, not {env.version}"
     return None
@@ -153,7 +167,7 @@ def ensure(version: str, device: str = "cpu", prefix: Path | None = None, *, for
     if not force and _read_marker(env.prefix) == _marker(env):
         if device == "cpu" and _read_marker(env.prefix / "lib") != {"stand_in": stand_in_digest()}:
             _refresh_stand_in(env)
-        why = check(env)
+        why = check(env, deep=False)
         if why is None:
             log.info("reusing SGLang %s (%s) at %s", version, device, env.prefix)
             return env, False
