@@ -17,12 +17,12 @@ from typing import Any
 
 import psutil
 import pytest
+from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 from autotune.launch import ServerProcess
 from autotune.load import LoadSpec, run_load
 from autotune.sglang.cpu import CPU_ENV
 from autotune.sglang.logparse import parse_line, summarize
-from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
@@ -43,8 +43,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _load(server: ServerProcess, backend: str, **kw: Any) -> Any:
-    spec = LoadSpec(backend=backend, concurrency=8, num_prompts=16, input_len=24, output_len=16, range_ratio=0.5,
-                    warmup_requests=2, **kw)
+    fields: dict[str, Any] = {"concurrency": 8, "num_prompts": 16, "input_len": 24, "output_len": 16,
+                              "range_ratio": 0.5, "warmup_requests": 2, **kw}
+    spec = LoadSpec(backend=backend, **fields)
     return run_load(server.url, spec)
 
 
