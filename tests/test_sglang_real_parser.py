@@ -10,8 +10,11 @@ value, type, choices, nargs), and autotune's own dialect parser must refuse
 exactly what the real one refuses in a handful of known cases.
 
 Which SGLang: ``AUTOTUNE_SGLANG_PYTHON`` (a venv's python), else this
-interpreter when ``sglang.srt.server_args`` imports; skipped otherwise, without
-installing anything. A venv that imports the parser on a CPU-only machine
+interpreter when ``sglang.srt.server_args`` imports, else the CPU venvs of
+``autotune sglang-env install --version V --device cpu`` (a second dialect's
+version from ``AUTOTUNE_SGLANG_PYTHON_0_5_9``-style or its cached venv); skipped
+otherwise, without installing anything, except under ``CI=true`` where the
+versions of ``AUTOTUNE_REAL_SGLANG_VERSIONS`` (default 0.5.23) must be there. A venv that imports the parser on a CPU-only machine
 (reference section 11; about 3 minutes each)::
 
     python3.11 -m venv /tmp/v-sglang-0523
