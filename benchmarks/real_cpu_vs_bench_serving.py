@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -51,11 +52,12 @@ def bench_serving(py: Path, url: str, a: argparse.Namespace, seed: int) -> dict[
                 "--tokenize-prompt", "--random-input-len", str(a.input_len), "--random-output-len",
                 str(a.output_len), "--random-range-ratio", "1.0", "--num-prompts", str(a.num_prompts),
                 "--max-concurrency", str(a.concurrency), "--warmup-requests", "1", "--seed", str(seed),
-                "--disable-tqdm", "--output-file", str(out)]
-        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+                "--ready-check-timeout-sec", "600", "--disable-tqdm", "--output-file", str(out)]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
         if proc.returncode != 0 or not out.exists():
-            raise SystemExit(f"bench_serving failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
+            said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "warn" not in ln.lower()]
+            raise SystemExit(f"bench_serving failed (rc {proc.returncode}): " + "\n".join(said[-30:]))
         row = json.loads(out.read_text().splitlines()[-1])
     return {"tokens": row["total_output_tokens"], "tok_s": row["output_throughput"],
             "ttft_ms": row["median_ttft_ms"], "tpot_ms": row["median_tpot_ms"], "completed": row["completed"]}
