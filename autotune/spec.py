@@ -77,6 +77,9 @@ class SimSpec(_Model):
 
 class ServerSpec(_Model):
     backend: Literal["sim", "sglang"] = "sim"
+    # cpu: real SGLang on CPU (autotune.sglang.cpu): its flags and env var are added to every
+    # launch, and server.python defaults to `autotune sglang-env install --device cpu`'s venv.
+    device: Literal["cuda", "cpu"] = "cuda"
     sglang_version: str = "0.5.9"
     model_path: str
     tp_size: int = Field(default=1, ge=1, le=64)
@@ -94,6 +97,12 @@ class ServerSpec(_Model):
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", v):
             raise ValueError(f"must look like 0.5.9, got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _device(self) -> "ServerSpec":
+        if self.device == "cpu" and self.backend != "sglang":
+            raise ValueError("device 'cpu' runs real SGLang on CPU: set backend: sglang")
+        return self
 
     @field_validator("extra_args")
     @classmethod
@@ -199,6 +208,7 @@ class SearchSpace(_Model):
     # More knobs, as users need them.
     chunked_prefill_size: IntChoices | None = None
     max_running_requests: IntChoices | None = None
+    max_total_tokens: IntChoices | None = None  # the KV pool's cap (always set on CPU)
     flashinfer_allreduce_fusion: BoolChoices | None = None
     enable_torch_symm_mem: BoolChoices | None = None
     kv_cache_dtype: StrChoices | None = None

@@ -164,7 +164,7 @@ class ProcessRegistry:
         for e, procs in targets:
             pgid = int(e["pgid"]) if is_alive(int(e["pid"]), e["create_time"]) else None
             logger.warning("reaping leftover server of study %r trial %s: pids %s", self.study, e.get("trial"), [p.pid for p in procs])
-            left = terminate(pgid, procs, grace_s=grace_s)
+            left = terminate(pgid, procs, grace_s=grace_s, leader_first=True)
             ended.extend(p.pid for p in procs if p.pid not in left)
         if targets:
             with self._locked() as entries:

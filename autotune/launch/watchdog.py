@@ -67,7 +67,7 @@ def watch(parent_pid: int, parent_create_time: float | None, pgid: int, create_t
                 for p in born_since(pids_with_env(LAUNCH_ID_ENV, launch_id), create_time):
                     seen.setdefault(p.pid, p)
             seen.pop(os.getpid(), None)
-            left = terminate(pgid, seen.values(), grace_s=grace_s, kill_wait_s=5.0)
+            left = terminate(pgid, seen.values(), grace_s=grace_s, kill_wait_s=5.0, leader_first=True)
             if left:
                 logger.error("autotune watchdog: pids %s survived SIGKILL", left)
             return 1

@@ -85,7 +85,8 @@ def compute_metrics(
         rec: dict[str, Any] = {
             "start_s": (t.start - t0) * x,
             "prompt_tokens": t.prompt_tokens,
-            "completion_tokens": t.completion_tokens,
+            "completion_tokens": t.completion_tokens,  # the server's own count (usage / meta_info)
+            "streamed_tokens": int(sum(t.counts)),  # what the stream delivered, counted by the client
             "output_len": t.output_len,
             "error": t.error,
         }

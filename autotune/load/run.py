@@ -120,6 +120,22 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, attempts: i
     return False
 
 
+async def _with_model_id_range(session: aiohttp.ClientSession, base_url: str, spec: LoadSpec) -> LoadSpec:
+    """``spec`` drawing token ids inside the served model's vocabulary, when its directory is local."""
+    from autotune.load.prompts import token_id_range
+
+    for path in ("/model_info", "/get_model_info"):
+        try:
+            info = await _get_json(session, base_url + path)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            info = None
+        model_path = info.get("model_path") if isinstance(info, dict) else None
+        if isinstance(model_path, str) and model_path:
+            ids = token_id_range(model_path)
+            return spec.model_copy(update={"token_id_range": ids}) if ids is not None else spec
+    return spec
+
+
 async def run_load_async(
     base_url: str | None, spec: LoadSpec, *, on_snapshot: SnapshotCallback | None = None
 ) -> LoadResult:
@@ -137,6 +153,8 @@ async def run_load_async(
         connector=connector, timeout=timeout, headers=headers, read_bufsize=1 << 20, auto_decompress=False
     ) as session:
         info = await probe_server(session, base)
+        if spec.backend == "sglang" and spec.token_id_range is None and spec.dataset_path is None:
+            spec = await _with_model_id_range(session, base, spec)
         model = spec.model
         if model is None and spec.backend != "sglang":
             model = await served_model(session, base)

@@ -64,6 +64,9 @@ class LoadSpec(BaseModel):
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)
     seed: int = 1
     dataset_path: Path | None = None
+    # Synthetic sglang prompts draw ids from [low, high); None = 1000-30000, or the served
+    # model's own safe range when /get_model_info names a local model (load.prompts.token_id_range).
+    token_id_range: tuple[int, int] | None = None
     ignore_eos: bool = True
     timeouts: LoadTimeouts = LoadTimeouts()
     snapshot_interval_s: float = Field(2.0, gt=0)  # wall seconds between on_snapshot calls
@@ -73,6 +76,8 @@ class LoadSpec(BaseModel):
     def _bounded(self) -> "LoadSpec":
         if self.num_prompts is None and self.duration_s is None:
             raise ValueError("num_prompts or duration_s must be set (a load point needs a bound)")
+        if self.token_id_range is not None and not 0 <= self.token_id_range[0] < self.token_id_range[1]:
+            raise ValueError(f"token_id_range must be 0 <= low < high, got {self.token_id_range}")
         if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None:
             raise ValueError("an unbounded burst needs num_prompts: set concurrency, request_rate or num_prompts")
         return self

@@ -8,8 +8,10 @@ bytes to :meth:`StreamParser.feed`, which returns how many new tokens the read c
 * ``openai`` / ``openai-chat``: a chunk carries tokens when its text
   (``choices[0].text`` / ``choices[0].delta.content``) is non-empty, so the role-only
   first chat chunk does not count. With per-chunk usage (``continuous_usage_stats``) a
-  chunk's tokens are the increase of ``usage.completion_tokens``; without it each
-  content chunk counts as one token, and the final ``usage`` chunk still gives the total.
+  chunk's tokens are the increase of ``usage.completion_tokens``, empty text or not (real
+  SGLang streams a token that decodes to nothing, e.g. a special token, as text "");
+  without it each content chunk counts as one token, and the final ``usage`` chunk
+  carries whatever the server counted beyond them, so the stream's total is the server's.
 
 orjson is used when installed (falls back to the standard library).
 """
@@ -161,10 +163,13 @@ class StreamParser:
             if ct is not None:
                 self.completion_tokens = ct
                 self.tokens_from_server = True
-                if text:
-                    k = ct - self._usage_ct
-                    self._usage_ct = ct
+                # The server's count rose: that many tokens arrived, even when they decode to empty
+                # text (real SGLang streams a special token as a chunk with text "" and usage +1).
+                k = ct - self._usage_ct
+                self._usage_ct = max(ct, self._usage_ct)
+                if k > 0 or text:
                     return max(k, 1)
+                return 0
         if text:
             self._usage_ct += 1
             if not self.tokens_from_server:

@@ -95,9 +95,14 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
         gain = round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
+    from autotune.launch.artifacts import shell_command
     from autotune.sglang.flags import shell_line
+    from autotune.sglang_env.resolve import launch_env, launch_python
 
-    cmd = sglang_command(spec, top)
+    # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
+    cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
+    cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
+    env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
     return {
@@ -111,7 +116,8 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "slo_met": top.user_attrs.get(attrs.SLO_MET),
         "metrics": top.user_attrs.get(attrs.METRICS, {}),
         "command": cmd,
-        "shell": shell_line(cmd),
+        "env": env,
+        "shell": shell_command(cmd, env) if env else shell_line(cmd),
         "launched_command": top.user_attrs.get(attrs.COMMAND),
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,

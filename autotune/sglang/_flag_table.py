@@ -163,6 +163,7 @@ FLAGS: tuple[Flag, ...] = (
     _v("--schedule-conservativeness", type=float, default=1.0),
     _b("--disable-radix-cache"),
     _b("--disable-overlap-schedule"),
+    _b("--sleep-on-idle", help="idle scheduler sleeps instead of busy-polling a core (0.5.9 and 0.5.23)"),
     _b("--enable-mixed-chunk"),
     _v("--stream-interval", type=int, default=1),
     _b("--stream-output", until=_LAST_CLASSIC),  # absent from 0.5.23

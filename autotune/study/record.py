@@ -85,6 +85,12 @@ class Recorder:
         """The first launch that logged P and A calibrates every later prediction."""
         if self.spec.calibration is not None or self.study.user_attrs.get(attrs.CALIBRATION):
             return
+        if self.spec.server.device == "cpu":
+            # On CPU SGLang's "avail mem" is the whole machine's available RAM (psutil), shared with
+            # every other process and moving with them: P and A say nothing about this launch's
+            # budget, and the KV pool is set by --max-total-tokens. Nothing to learn; the observed
+            # figures stay in the trial's "observed" attribute.
+            return
         obs = result.observed
         if obs.get("p_gib") is None or obs.get("a_gib") is None:
             return
