@@ -323,6 +323,22 @@ class Scheduler:
         self.steps["prefill"] += 1
         return step
 
+    def _prompt_into_cache(self, req: Request) -> None:
+        """A prefilled prompt enters the cache at once (SGLang's ``cache_unfinished_req``), so later
+        prefill steps hit it; the request keeps it locked, and its prompt KV stops being private."""
+        cache = self.cache
+        if cache is None or req.keys is None or req.prefill_target != req.input_len:
+            return
+        moved = req.input_len - req.cached
+        self._drop_match(req)
+        cache.insert(req.keys)
+        m = cache.match(req.keys, max_len=req.input_len)
+        cache.lock(m)
+        req.match = m
+        req.kv_locked = True
+        req.kv -= moved
+        self.kv_used -= moved
+
     def _end_prefill(self, step: Step, t_end: float) -> None:
         for req, _ in step.prefill:
             if req.aborted:
@@ -330,6 +346,7 @@ class Scheduler:
             if req.prefill_left > 0:
                 self.chunked = req
                 continue
+            self._prompt_into_cache(req)
             self.running.append(req)
             self._emit(req, 1, t_end, step)
 
