@@ -117,7 +117,7 @@ def test_without_keys_or_with_the_cache_disabled_nothing_is_cached() -> None:
 
 def test_a_prompt_is_cached_once_prefilled_so_the_next_prefill_step_hits_but_its_own_batch_does_not() -> None:
     perf = RecordingPerf()
-    engine = make_engine(perf, chunked_prefill_size=2300)  # two 1,100-token prompts per prefill step
+    engine = make_engine(perf, chunked_prefill_size=2200)  # two 1,100-token prompts per prefill step
     handles = [engine.submit(f"q{q}", 1100, 50, keys=_keys(1000, 100, 0, q)) for q in range(4)]
     run_to_idle(engine)
     assert [h.cached_tokens for h in handles] == [0, 0, 1000, 1000]
