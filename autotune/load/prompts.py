@@ -49,6 +49,14 @@ class Prompt:
     text: str | None = None
     input_ids: list[int] | None = None
     input_len: int | None = None
+    # workload kinds (autotune.load.sources): chat messages, a trace's send time (seconds
+    # from the start, modelled), and where the request belongs (shared-prefix group,
+    # conversation and turn) for the per-group / per-turn figures
+    messages: list[dict[str, str]] | None = None
+    at_s: float | None = None
+    group: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
 
 
 def text_of_tokens(words: list[str]) -> str:

@@ -16,6 +16,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune.errors import ConfigError
+from autotune.load.workloads import Workload
+
+# Per-request SLO keys of goodput (vLLM's --goodput names accepted as aliases).
+GOODPUT_KEYS = {"ttft_ms": "ttft_ms", "ttft": "ttft_ms", "tpot_ms": "tpot_ms", "tpot": "tpot_ms",
+                "e2e_latency_ms": "e2e_ms", "e2el": "e2e_ms", "e2e_ms": "e2e_ms"}
 
 Backend = Literal["sglang", "openai", "openai-chat"]
 
@@ -64,6 +69,12 @@ class LoadSpec(BaseModel):
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)
     seed: int = 1
     dataset_path: Path | None = None
+    # The traffic (autotune.load.workloads): None = random prompts of input_len/output_len/range_ratio
+    # (or dataset_path's JSONL); a kind with its own lengths overrides those fields.
+    dataset: Workload | None = None
+    tokenizer: Path | None = None  # model dir or tokenizer.json: exact prompt lengths for text prompts
+    # Goodput: a request counts when it meets every ceiling (ttft_ms, tpot_ms, e2e_latency_ms).
+    goodput_slo: dict[str, float] = Field(default_factory=dict)
     ignore_eos: bool = True
     timeouts: LoadTimeouts = LoadTimeouts()
     snapshot_interval_s: float = Field(2.0, gt=0)  # wall seconds between on_snapshot calls
@@ -71,9 +82,15 @@ class LoadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> "LoadSpec":
-        if self.num_prompts is None and self.duration_s is None:
+        for key, ceiling in self.goodput_slo.items():
+            if key not in GOODPUT_KEYS:
+                raise ValueError(f"goodput_slo key {key!r}: known keys are ttft_ms, tpot_ms, e2e_latency_ms")
+            if not ceiling > 0:
+                raise ValueError(f"goodput_slo {key}={ceiling}: must be > 0")
+        finite = self.dataset is not None and self.dataset.kind != "random"
+        if self.num_prompts is None and self.duration_s is None and not finite:
             raise ValueError("num_prompts or duration_s must be set (a load point needs a bound)")
-        if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None:
+        if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None and not finite:
             raise ValueError("an unbounded burst needs num_prompts: set concurrency, request_rate or num_prompts")
         return self
 
