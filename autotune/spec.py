@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
+from autotune.load.workloads import Workload
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -232,6 +233,14 @@ class WorkloadSpec(_Model):
     warmup_requests: int = Field(default=4, ge=0)
     flush_cache: bool = True
     dataset_path: str | None = None
+    # The traffic, by kind (autotune.load.workloads): random, sharegpt, generated-shared-prefix,
+    # multi-turn, trace, file. None: random prompts of input_len / output_len / range_ratio.
+    dataset: Workload | None = None
+    # Model directory or tokenizer.json for exact text-prompt lengths (default: the server's
+    # model_path when it holds a tokenizer.json; else one token per word, noted in the metrics).
+    tokenizer: str | None = None
+    # Per-request ceilings for goodput (ttft_ms, tpot_ms, e2e_latency_ms): requests/s that met them.
+    goodput_slo: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
 
     @field_validator("concurrency")
@@ -244,7 +253,8 @@ class WorkloadSpec(_Model):
 
     @model_validator(mode="after")
     def _bounded(self) -> "WorkloadSpec":
-        if self.num_prompts is None and self.duration_s is None:
+        finite = self.dataset is not None and self.dataset.kind != "random"
+        if self.num_prompts is None and self.duration_s is None and not finite:
             raise ValueError("set num_prompts or duration_s (or both)")
         return self
 
@@ -384,6 +394,26 @@ class StudySpec(_Model):
         if self.run_dir:
             return Path(self.resolve_path(self.run_dir) or ".")
         return self.base_dir / "runs" / self.name
+
+
+def workload_paths(spec: StudySpec, workload: WorkloadSpec | None = None) -> dict[str, Any]:
+    """The workload's file paths resolved against the study file, for the trial request:
+    ``dataset`` (its ``path``) and ``tokenizer`` (default: the server's model directory
+    when it holds a tokenizer.json)."""
+    wl = workload or spec.workload
+    out: dict[str, Any] = {}
+    if wl.dataset is not None:
+        data = wl.dataset.model_dump()
+        if data.get("path") is not None:
+            data["path"] = spec.resolve_path(str(data["path"]))
+        out["dataset"] = data
+    tok = spec.resolve_path(wl.tokenizer) if wl.tokenizer else None
+    if tok is None and spec.server.model_path:
+        model_dir = Path(spec.resolve_path(spec.server.model_path) or ".")
+        if (model_dir / "tokenizer.json").is_file():
+            tok = str(model_dir)
+    out["tokenizer"] = tok
+    return out
 
 
 def format_validation_error(exc: ValidationError, data: Any = None) -> str:

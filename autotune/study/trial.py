@@ -276,7 +276,7 @@ def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Report
 
 def load_kwargs(wl: dict[str, Any]) -> dict[str, Any]:
     keys = ("backend", "input_len", "output_len", "range_ratio", "num_prompts", "duration_s", "request_rate",
-            "warmup_requests", "flush_cache", "dataset_path", "seed")
+            "warmup_requests", "flush_cache", "dataset_path", "seed", "dataset", "tokenizer", "goodput_slo")
     return {k: wl[k] for k in keys if k in wl and wl[k] is not None}
 
 
