@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from autotune.errors import ConfigError
 from autotune.load import build_spec, run_load
 from autotune.load.report import append_jsonl, format_table, summary_line, write_records
+from autotune.load.spec import GOODPUT_KEYS
 from autotune.load.workloads import validate_workload
 
 # workload field -> the option that sets it, per --dataset-name
@@ -248,6 +249,9 @@ def _goodput(items: list[str] | None) -> dict[str, float]:
             out[key] = float("nan")
         if not out[key] > 0:
             raise ConfigError(f"--goodput={item!r}: expected KEY:MILLISECONDS with a positive number")
+        if key not in GOODPUT_KEYS:
+            raise ConfigError(f"--goodput={item!r}: unknown key {key!r}; known: ttft_ms, tpot_ms, e2e_latency_ms "
+                              "(or vLLM's ttft, tpot, e2el)")
     return out
 
 

@@ -53,6 +53,10 @@ class PromptRow:
 
 def _read_text(path: Path) -> str:
     try:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key in _TEXT_CACHE:
+            return _TEXT_CACHE[key]
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
@@ -60,7 +64,12 @@ def _read_text(path: Path) -> str:
         raise DatasetError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     if not text.strip():
         raise DatasetError(f"{path}:1: empty file (no requests)")
+    _TEXT_CACHE.clear()  # the last file read only: a load point reads its file a few times
+    _TEXT_CACHE[key] = text
     return text
+
+
+_TEXT_CACHE: dict[tuple[str, int, int], str] = {}
 
 
 def _pos_int(path: Path, line: int, row: dict[str, Any], key: str, *, required: bool = True) -> int | None:

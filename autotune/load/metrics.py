@@ -39,10 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from autotune.load.spec import GOODPUT_KEYS  # goodput_slo key -> the per-request record field it bounds
+
 # A run counts as client-bound when the client's event-loop thread used this share of
 # one core, or its loop lag p99 exceeded this many wall milliseconds.
 CLIENT_BOUND_CPU_SHARE = 0.8
 CLIENT_BOUND_LAG_P99_MS = 10.0
+# ... or when scheduled requests (a trace, Poisson arrivals) left this late (p99, wall ms).
+CLIENT_BOUND_SEND_LAG_P99_MS = 5.0
 
 
 @dataclass(slots=True)
@@ -180,6 +184,8 @@ def compute_metrics(
     m["send_lag_p50_ms"] = float(np.percentile(lags, 50)) if lags.size else None
     m["send_lag_p99_ms"] = float(np.percentile(lags, 99)) if lags.size else None
     m["send_lag_max_ms"] = float(lags.max()) if lags.size else None
+    if lags.size and m["send_lag_p99_ms"] > CLIENT_BOUND_SEND_LAG_P99_MS:
+        m["client_bound"] = True  # it could not send a schedule on time: the figures are the client's
     return m, records
 
 
@@ -204,11 +210,6 @@ def _cache_metrics(ok: list[RequestTrace], records: list[dict[str, Any]], m: dic
         m[f"p99_{name}"] = float(np.percentile(arr, 99)) if arr.size else None
 
 
-# goodput_slo key -> the per-request record field it bounds
-_GOODPUT_FIELD = {"ttft_ms": "ttft_ms", "ttft": "ttft_ms", "tpot_ms": "tpot_ms", "tpot": "tpot_ms",
-                  "e2e_latency_ms": "e2e_ms", "e2el": "e2e_ms", "e2e_ms": "e2e_ms"}
-
-
 def _goodput(records: list[dict[str, Any]], slo: dict[str, float], per_s: float, m: dict[str, Any]) -> None:
     if not slo:
         m["goodput"] = None
@@ -219,7 +220,7 @@ def _goodput(records: list[dict[str, Any]], slo: dict[str, float], per_s: float,
     for r in done:
         met = True
         for key, ceiling in slo.items():
-            v = r.get(_GOODPUT_FIELD[key])
+            v = r.get(GOODPUT_KEYS[key])
             if v is not None and v > ceiling:
                 met = False
                 break

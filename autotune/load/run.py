@@ -20,6 +20,7 @@ import aiohttp
 from autotune.errors import ConfigError, LoadGenError
 from autotune.load.engine import LoadRunner, SnapshotCallback
 from autotune.load.result import LoadPointFailed, LoadResult
+from autotune.load.sources import check_files
 from autotune.load.spec import LoadSpec
 
 try:  # optional speed-up: halves client CPU per token when events are not coalesced
@@ -129,6 +130,7 @@ async def run_load_async(
     server cannot be reached, dies, or no request completes.
     """
     base = check_base_url(base_url or spec.base_url)
+    check_files(spec)  # a malformed dataset fails before any request is sent
     t = spec.timeouts
     timeout = aiohttp.ClientTimeout(total=t.total_s, sock_connect=t.connect_s, connect=t.connect_s)
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None

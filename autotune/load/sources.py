@@ -237,6 +237,18 @@ def prompt_stream(spec: LoadSpec, *, warmup: bool = False) -> Iterator[Prompt]:
     return iter(data)
 
 
+def check_files(spec: LoadSpec) -> None:
+    """Read the workload's file now (DatasetError: one line with file, line and field), so that a
+    bad dataset fails before any request is sent."""
+    d = spec.dataset
+    if isinstance(d, TraceWorkload):
+        read_trace(d.path, d.format)
+    elif isinstance(d, ShareGPTWorkload):
+        read_sharegpt(d.path)
+    elif isinstance(d, FileWorkload):
+        read_prompts(d.path)
+
+
 def total_requests(spec: LoadSpec) -> int | None:
     """How many requests the run sends when its workload says (None: num_prompts/duration decide)."""
     d = spec.dataset
