@@ -153,3 +153,19 @@ def test_with_the_models_tokenizer_text_prompts_have_exact_token_lengths(tmp_pat
 def test_without_a_tokenizer_counts_are_estimates_and_say_so(tmp_path: Path) -> None:
     assert "no tokenizer.json" in (load_counter(tmp_path).note or "")
     assert "no tokenizer given" in (load_counter(None).note or "")
+
+
+def test_prompts_are_drawn_from_the_models_own_vocabulary(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    from test_real_sglang_prefix_cache import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny")
+    vocab = json.loads((model / "tokenizer.json").read_text())["model"]["vocab"]
+    counter = load_counter(model)
+    rng = np.random.default_rng(1)
+    text = counter.text_of_len(rng, 50)
+    assert all(w in vocab for w in text.split()) and counter.count(text) == 50
+    s = spec({"kind": "generated-shared-prefix", "num_groups": 2, "prompts_per_group": 2, "system_prompt_len": 30,
+              "question_len": 5, "output_len": 3}, tokenizer=model)
+    ids = [i for p in prompt_stream(s) for i in p.input_ids or []]
+    assert ids and min(ids) >= 4 and max(ids) < len(vocab)  # no special ids, nothing out of range

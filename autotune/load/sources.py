@@ -26,7 +26,7 @@ from autotune.load import prompts as _prompts
 from autotune.load.formats import DatasetError, read_prompts, read_sharegpt, read_trace
 from autotune.load.prompts import Prompt
 from autotune.load.spec import LoadSpec
-from autotune.load.tokens import TokenCounter, load_counter
+from autotune.load.tokens import HFCounter, TokenCounter, load_counter
 from autotune.load.workloads import (
     FileWorkload,
     GeneratedSharedPrefixWorkload,
@@ -72,6 +72,10 @@ class _Maker:
     def segment(self, n: int, rng: np.random.Generator | None = None) -> Segment:
         r = rng if rng is not None else self.rng
         if self.ids:
+            if isinstance(self.counter, HFCounter):  # the model's own vocabulary
+                ids = self.counter.token_ids(r, n)
+                if ids is not None:
+                    return ids
             return r.integers(_prompts._ID_LOW, _prompts._ID_HIGH, size=n).tolist()
         return self.counter.text_of_len(r, n)
 

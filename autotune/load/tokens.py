@@ -14,11 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+_POOL_SCAN = 65536  # vocabulary ids scanned for plain words
+_MIN_POOL = 64
 
 # Words for synthetic text prompts: short, lower-case, common English words
 # (one token each in common BPE vocabularies when preceded by a space).
@@ -59,20 +62,50 @@ class WordCounter:
 
 
 class HFCounter:
-    """The model's ``tokenizer.json`` through the ``tokenizers`` library (no special tokens)."""
+    """The model's ``tokenizer.json`` through the ``tokenizers`` library (no special tokens).
+
+    Synthetic text is drawn from the vocabulary's own plain words (entries that decode to
+    letters and encode back to one token), so it is in-vocabulary for any model; ids for
+    the native backend come from the same pool (never a special or out-of-range id).
+    """
 
     def __init__(self, tokenizer: object, source: str) -> None:
         self._tok = tokenizer
         self.source = source
         self.exact = True
         self.note: str | None = None
+        self._words: list[str] | None = None
+        self._ids: list[int] | None = None
+
+    def _pool(self) -> tuple[list[str], list[int]]:
+        if self._words is None or self._ids is None:
+            tok: Any = self._tok
+            words: list[str] = []
+            ids: list[int] = []
+            for i in range(min(int(tok.get_vocab_size()), _POOL_SCAN)):
+                w = str(tok.decode([i])).strip()
+                if w.isalpha() and w.isascii() and tok.encode(w, add_special_tokens=False).ids == [i]:
+                    words.append(w)
+                    ids.append(i)
+            if len(words) < _MIN_POOL:  # a vocabulary without plain words: common English, counted
+                words, ids = list(WORDS), []
+            self._words, self._ids = words, ids
+        return self._words, self._ids
+
+    def token_ids(self, rng: np.random.Generator, n: int) -> list[int] | None:
+        """``n`` in-vocabulary ids (None when the vocabulary has no plain-word pool)."""
+        ids = self._pool()[1]
+        if not ids:
+            return None
+        return [ids[i] for i in rng.integers(0, len(ids), size=n).tolist()]
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)  # type: ignore[attr-defined]
 
     def text_of_len(self, rng: np.random.Generator, n: int) -> str:
         """Text of exactly ``n`` tokens: common words, then trimmed or padded against the tokenizer."""
-        words = [WORDS[i] for i in rng.integers(0, len(WORDS), size=n).tolist()]
+        pool = self._pool()[0]
+        words = [pool[i] for i in rng.integers(0, len(pool), size=n).tolist()]
         for _ in range(8):
             text = " ".join(words)
             have = self.count(text)
@@ -81,7 +114,7 @@ class HFCounter:
             if have > n:
                 del words[max(1, len(words) - (have - n)):]
             else:
-                words.extend(WORDS[i] for i in rng.integers(0, len(WORDS), size=n - have).tolist())
+                words.extend(pool[i] for i in rng.integers(0, len(pool), size=n - have).tolist())
         ids = self._tok.encode(" ".join(words), add_special_tokens=False).ids[:n]  # type: ignore[attr-defined]
         return str(self._tok.decode(ids))  # type: ignore[attr-defined]
 
