@@ -47,9 +47,11 @@ def test_finite_kinds_need_no_num_prompts_but_random_still_does() -> None:
 
 def test_shared_prefix_groups_share_their_system_prompt_token_for_token() -> None:
     s = spec({"kind": "generated-shared-prefix", "num_groups": 3, "prompts_per_group": 4, "system_prompt_len": 50,
-              "question_len": 10, "output_len": 7})
+              "question_len": 10, "output_len": 7, "ordered": True})
     prompts = list(prompt_stream(s))
     assert len(prompts) == 12 and [p.group for p in prompts] == [0] * 4 + [1] * 4 + [2] * 4
+    shuffled = list(prompt_stream(s.model_copy(update={"dataset": s.dataset.model_copy(update={"ordered": False})})))
+    assert sorted(map(str, shuffled)) == sorted(map(str, prompts)) and shuffled != prompts  # bench_serving's default
     assert all(p.input_ids is not None and len(p.input_ids) == 60 and p.output_len == 7 for p in prompts)
     heads = {g: {tuple(p.input_ids[:50]) for p in prompts if p.group == g} for g in range(3)}  # type: ignore[index]
     assert all(len(h) == 1 for h in heads.values())  # one system prompt per group ...

@@ -132,6 +132,8 @@ def register(subparsers: Any) -> None:
     w.add_argument("--gsp-system-prompt-len", type=_positive_int, default=2048)
     w.add_argument("--gsp-question-len", type=_positive_int, default=128)
     w.add_argument("--gsp-output-len", type=_positive_int, default=256)
+    w.add_argument("--gsp-ordered", action="store_true",
+                   help="send group after group (default: shuffled, as bench_serving)")
     w.add_argument("--sharegpt-output-len", type=_positive_int, default=None,
                    help="output tokens per request (default: the answer's length)")
     w.add_argument("--sharegpt-context-len", type=_positive_int, default=None, help="skip longer pairs")
@@ -219,7 +221,7 @@ def workload_from_args(args: argparse.Namespace) -> Any:
     elif name == "generated-shared-prefix":
         data = {"kind": name, "num_groups": args.gsp_num_groups, "prompts_per_group": args.gsp_prompts_per_group,
                 "system_prompt_len": args.gsp_system_prompt_len, "question_len": args.gsp_question_len,
-                "output_len": args.gsp_output_len}
+                "output_len": args.gsp_output_len, "ordered": args.gsp_ordered}
     elif name == "multi-turn":
         data = {"kind": name, "num_conversations": args.mt_num_conversations, "turns": args.mt_turns,
                 "system_prompt_len": args.mt_system_prompt_len, "user_len": args.mt_user_len,

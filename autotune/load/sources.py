@@ -132,7 +132,7 @@ def _gsp(spec: LoadSpec, d: GeneratedSharedPrefixWorkload) -> list[Prompt]:
         o_lens = maker.lengths(d.output_len, d.range_ratio, d.prompts_per_group)
         for q_len, o_len in zip(q_lens, o_lens):
             out.append(_prompt(spec, [system, maker.segment(q_len)], o_len, d.system_prompt_len + q_len, group=g))
-    if d.shuffle:
+    if not d.ordered:
         order = maker.rng.permutation(len(out)).tolist()
         out = [out[i] for i in order]
     return out

@@ -59,7 +59,7 @@ class GeneratedSharedPrefixWorkload(_Kind):
     question_len: int = Field(128, ge=1)
     output_len: int = Field(256, ge=1)
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)  # question and output lengths only
-    shuffle: bool = False  # False: group after group (as bench_serving builds them)
+    ordered: bool = False  # bench_serving --gsp-ordered: group after group; by default shuffled, as there
 
 
 class MultiTurnWorkload(_Kind):

@@ -31,7 +31,7 @@ import numpy as np
 
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
-from autotune.load.sources import prompt_stream
+from autotune.load.sources import is_conversational, prompt_stream
 from autotune.load.spec import LoadSpec
 from autotune.sim.engine import Engine, RequestHandle
 from autotune.sim.tokenizer import WordTokenizer
@@ -84,7 +84,8 @@ class _Client:
         now = self.engine.modelled_now()
         keys = _input_keys(prompt, self.spec.backend)
         n_in = len(keys)
-        trace = RequestTrace(start=now, input_len=prompt.input_len, output_len=prompt.output_len)
+        trace = RequestTrace(start=now, input_len=prompt.input_len, output_len=prompt.output_len,
+                             group=prompt.group, conversation=prompt.conversation, turn=prompt.turn)
         if n_in < 1 or n_in > self.max_req_input_len:  # the server answers 400
             trace.end = now
             trace.error = f"HTTP 400: input of {n_in} tokens refused"
@@ -161,6 +162,10 @@ def _run_until_drained(engine: Engine, client: _Client, on_done: Any) -> None:
 def run_point(engine: Engine, spec: LoadSpec, *, context_len: int, max_req_input_len: int) -> PointOutcome:
     """One load point: warm-up, then the timed closed loop (or Poisson arrivals), then metrics."""
     out = PointOutcome()
+    if is_conversational(spec):  # each turn waits for the previous reply: only the live client models that
+        out.error = (f"workload kind {spec.dataset.kind if spec.dataset else '?'} with turns is not modelled "
+                     "offline: run it against the simulated server (server.backend: sim)")
+        return out
     client = _Client(engine, spec, context_len, max_req_input_len)
     t_start = engine.modelled_now()
     # -- warm-up: excluded from the metrics, but it runs through the engine (its state carries on)

@@ -1,0 +1,60 @@
+"""Studies with workload kinds: validation of workload.dataset, and a shared-prefix study on the
+simulated backend whose trials and export carry the cache figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.errors import ConfigError
+from autotune.results.export import trials_frame
+from autotune.spec import load_study_spec, parse_study, workload_paths
+from autotune.study.driver import run_study
+from autotune.study.offline_executor import OfflineExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _data(**workload: object) -> dict:
+    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
+    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data["workload"].update(workload)
+    return data
+
+
+def test_a_bad_workload_kind_or_field_is_one_line_naming_the_path() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_study(_data(dataset={"kind": "generated-shared-prefix", "num_groups": 0}))
+    assert "workload.dataset" in str(exc.value) and "num_groups" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(ConfigError, match="workload.dataset"):
+        parse_study(_data(dataset={"kind": "zipf"}))
+
+
+def test_dataset_paths_resolve_against_the_study_file(tmp_path: Path) -> None:
+    data = _data(dataset={"kind": "trace", "path": "traces/t.jsonl"})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_study_spec(path)
+    got = workload_paths(spec)
+    assert got["dataset"]["path"] == str(tmp_path / "traces" / "t.jsonl")
+    assert got["tokenizer"] is None  # the demo model directory has no tokenizer.json
+
+
+def test_a_shared_prefix_study_records_hit_rates_and_exports_them(tmp_path: Path) -> None:
+    data = _data(dataset={"kind": "generated-shared-prefix", "num_groups": 4, "prompts_per_group": 16,
+                          "system_prompt_len": 1024, "question_len": 64, "output_len": 16},
+                 num_prompts=None, concurrency=[8])
+    data.update({"n_trials": 3, "search": {"confirm_top": 0, "stages": "off"}})
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_study_spec(path)
+    run_study(spec, executor=OfflineExecutor())
+    frame = trials_frame(spec)
+    done = frame[frame["state"] == "COMPLETE"]
+    assert len(done) >= 1
+    assert (done["c8_cache_hit_rate"] > 0.6).all()
+    assert (done["c8_completed"] == 64).all()
+    assert "c8_median_ttft_cached_ms" in frame.columns
