@@ -32,6 +32,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 # Metrics a study may optimise: bench_serving's key names.
 OBJECTIVE_METRICS = {
     "output_throughput": "maximize",
+    "goodput": "maximize",  # requests/s meeting workload.goodput_slo
+    "cache_hit_rate": "maximize",
     "total_throughput": "maximize",
     "request_throughput": "maximize",
     "input_throughput": "maximize",
@@ -359,6 +361,12 @@ class StudySpec(_Model):
     def _rate_search_needs_slo(self) -> "StudySpec":
         if self.workload.rate_search is not None and not self.objective.slo:
             raise ValueError("workload.rate_search needs objective.slo: the rate it finds is the highest that meets it")
+        return self
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> "StudySpec":
+        if self.objective.metric == "goodput" and not self.workload.goodput_slo:
+            raise ValueError("objective.metric goodput needs workload.goodput_slo (ttft_ms, tpot_ms, e2e_latency_ms)")
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,8 @@ server, printing next to the server's own ground truth:
 * trace (a generated Mooncake trace of ``--trace-requests`` requests, Poisson arrivals at a
   rate that keeps ~concurrency streams busy, replayed open loop at its timestamps):
   ``keepup`` = the span an on-time client would take (last timestamp + one request's
-  service time) / the span the server saw (first arrival to last completion); send lateness p50/p99/max as the client measured it
+  service time) / the span the server saw (first arrival to last completion); send lateness
+  p50/p99/max as the client measured it
   and as the server saw it (arrival times relative to the first request, against the
   trace's offsets; goal p99 <= 5 ms); the trace's total tokens against the server's.
 * the client's CPU per output token, event-loop lag p99 and its own client-bound flag.

@@ -89,14 +89,16 @@ def main() -> int:
             shared = run_load(url, LoadSpec(dataset=validate_workload(GSP), **common))
             after = _cache(url)
             flat = run_load(url, LoadSpec(dataset=validate_workload(FLAT), num_prompts=512, **common))
-            truth = (after["cached_tokens"] - before["cached_tokens"]) / (after["prompt_tokens"] - before["prompt_tokens"])
+            hits = after["cached_tokens"] - before["cached_tokens"]
+            truth = hits / (after["prompt_tokens"] - before["prompt_tokens"])
             first = sorted(shared.records, key=lambda r: r["start_s"])[: args.concurrency]
             sm, fm = shared.metrics, flat.metrics
             rows.append({
                 "hit_rate_client": sm["cache_hit_rate"], "hit_rate_server": truth,
                 "median_ttft_shared_ms": sm["median_ttft_ms"], "median_ttft_unshared_ms": fm["median_ttft_ms"],
                 "ttft_ratio": fm["median_ttft_ms"] / sm["median_ttft_ms"],
-                "throughput_shared_tok_s": sm["output_throughput"], "throughput_unshared_tok_s": fm["output_throughput"],
+                "throughput_shared_tok_s": sm["output_throughput"],
+                "throughput_unshared_tok_s": fm["output_throughput"],
                 "first_wave_misses": sum(1 for r in first if r["cached_tokens"] == 0),
                 "first_request_cached": first[0]["cached_tokens"],
                 "time_scale_measured": sm["time_scale"],
@@ -113,7 +115,8 @@ def main() -> int:
     for k, v in summary.items():
         print(f"{k:<28} {_spread([float(x) for x in v])}")
     ok = (statistics.median(summary["hit_rate_client"]) > 0.8 and statistics.median(summary["ttft_ratio"]) >= 3
-          and all(abs(a - b) < 1e-9 for a, b in zip(summary["hit_rate_client"], summary["hit_rate_server"])))
+          and all(abs(a - b) < 1e-9
+                  for a, b in zip(summary["hit_rate_client"], summary["hit_rate_server"], strict=True)))
     print(f"goals (hit rate > 80 %, TTFT >= 3x lower, client = server hit rate): {'met' if ok else 'MISSED'}")
     return 0
 

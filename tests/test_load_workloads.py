@@ -80,7 +80,7 @@ def test_a_mooncake_trace_keeps_its_times_lengths_and_shared_blocks(samples: dic
     assert [p.at_s for p in prompts] == pytest.approx([(r["timestamp"] - t0) / 1000 * 2 for r in rows])
     # two requests that start with the same hash id start with the same 512 tokens
     by_first: dict[int, list[int]] = {}
-    for r, p in zip(rows, prompts):
+    for r, p in zip(rows, prompts, strict=True):
         if r["input_length"] >= 512:
             by_first.setdefault(r["hash_ids"][0], []).append(tuple(p.input_ids[:512]))  # type: ignore[index,arg-type]
     shared = [v for v in by_first.values() if len(v) > 1]

@@ -4,6 +4,7 @@ turns shared prefixes into hits that the load generator reports as SGLang report
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -122,7 +123,7 @@ def test_a_conversation_reuses_its_history_turn_after_turn(sim: str) -> None:
             by_conv.setdefault(r["conversation"], []).append(r)
         for recs in by_conv.values():
             recs.sort(key=lambda r: r["turn"])
-            for a, b in zip(recs, recs[1:]):
+            for a, b in itertools.pairwise(recs):
                 assert b["start_s"] >= a["start_s"] + a["e2e_ms"] / 1000 + 0.5 * 0.9
 
 

@@ -227,7 +227,8 @@ def workload_from_args(args: argparse.Namespace) -> Any:
                 "system_prompt_len": args.mt_system_prompt_len, "user_len": args.mt_user_len,
                 "output_len": args.mt_output_len, "think_time_s": args.mt_think_time}
     elif name in ("mooncake", "trace"):
-        data = {"kind": "trace", "path": path, "format": args.trace_format or ("mooncake" if name == "mooncake" else None),
+        fmt = args.trace_format or ("mooncake" if name == "mooncake" else None)
+        data = {"kind": "trace", "path": path, "format": fmt,
                 "slowdown_factor": args.mooncake_slowdown_factor, "block_size": args.trace_block_size}
     else:
         data = {"kind": "file", "path": path, "output_len": args.output_len}

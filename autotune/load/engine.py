@@ -490,7 +490,7 @@ class LoadRunner:
                     sem.release()
 
         try:
-            for plan, offset in zip(plans, arrivals):
+            for plan, offset in zip(plans, arrivals, strict=False):  # arrivals may be endless
                 due = t0 + offset / x
                 if due >= deadline or self.abort_reason:
                     break

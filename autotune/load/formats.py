@@ -149,7 +149,8 @@ def read_sharegpt(path: Path) -> list[tuple[int, list[tuple[str, str]]]]:
 def _check_order(path: Path, rows: list[TraceRow]) -> None:
     for a, b in itertools.pairwise(rows):
         if b.at_s < a.at_s:
-            raise DatasetError(f"{path}:{b.line}: timestamp: earlier than line {a.line}'s (timestamps must not decrease)")
+            raise DatasetError(
+                f"{path}:{b.line}: timestamp: earlier than line {a.line}'s (timestamps must not decrease)")
 
 
 def read_mooncake(path: Path) -> list[TraceRow]:

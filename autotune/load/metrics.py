@@ -252,10 +252,10 @@ def _per_turn(records: list[dict[str, Any]], m: dict[str, Any]) -> None:
             "cache_hit_rate": (sum(cached) / prompt) if cached and prompt else None,
         }
     m["per_turn"] = out
-    for turn, t in list(out.items())[:_FLAT_TURNS]:  # scalar copies: the export flattens scalars only
-        m[f"turn{turn}_mean_ttft_ms"] = t["mean_ttft_ms"]
-        m[f"turn{turn}_mean_e2e_latency_ms"] = t["mean_e2e_latency_ms"]
-        m[f"turn{turn}_cache_hit_rate"] = t["cache_hit_rate"]
+    for name, fig in list(out.items())[:_FLAT_TURNS]:  # scalar copies: the export flattens scalars only
+        m[f"turn{name}_mean_ttft_ms"] = fig["mean_ttft_ms"]
+        m[f"turn{name}_mean_e2e_latency_ms"] = fig["mean_e2e_latency_ms"]
+        m[f"turn{name}_cache_hit_rate"] = fig["cache_hit_rate"]
 
 
 _FLAT_TURNS = 16

@@ -130,7 +130,7 @@ def _gsp(spec: LoadSpec, d: GeneratedSharedPrefixWorkload) -> list[Prompt]:
         system = maker.segment(d.system_prompt_len)
         q_lens = maker.lengths(d.question_len, d.range_ratio, d.prompts_per_group)
         o_lens = maker.lengths(d.output_len, d.range_ratio, d.prompts_per_group)
-        for q_len, o_len in zip(q_lens, o_lens):
+        for q_len, o_len in zip(q_lens, o_lens, strict=True):
             out.append(_prompt(spec, [system, maker.segment(q_len)], o_len, d.system_prompt_len + q_len, group=g))
     if not d.ordered:
         order = maker.rng.permutation(len(out)).tolist()
@@ -233,9 +233,10 @@ def prompt_stream(spec: LoadSpec, *, warmup: bool = False) -> Iterator[Prompt]:
         data = _sharegpt_first(spec, d)
     else:  # pragma: no cover - every kind is handled above
         raise DatasetError(f"workload kind {d.kind!r}: not a prompt stream")
-    if warmup:
+    if warmup:  # the first prompts, without a trace's send times
+        first = itertools.islice(itertools.cycle(data), spec.warmup_requests)
         return iter([Prompt(output_len=p.output_len, text=p.text, input_ids=p.input_ids, input_len=p.input_len,
-                            messages=p.messages) for p in itertools.islice(itertools.cycle(data), spec.warmup_requests)])
+                            messages=p.messages) for p in first])
     if spec.num_prompts is not None and spec.num_prompts > len(data) and not isinstance(d, TraceWorkload):
         return itertools.islice(itertools.cycle(data), spec.num_prompts)
     return iter(data)

@@ -272,8 +272,9 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         max_new = int(sp.get("max_new_tokens", 128) if sp.get("max_new_tokens") is not None else 128)
         ignore_eos = bool(sp.get("ignore_eos", False))
         rids = body.get("rid")
-        streams = [_Stream(state, n, max_new, ignore_eos, (rids[i] if isinstance(rids, list) else rids) if rids else None,
-                           keys[i]) for i, n in enumerate(lens)]
+        streams = [_Stream(state, n, max_new, ignore_eos,
+                           (rids[i] if isinstance(rids, list) else rids) if rids else None, keys[i])
+                   for i, n in enumerate(lens)]
     except (BadRequest, ValueError, TypeError) as exc:
         return _error(400, str(exc))
     if body.get("stream"):
