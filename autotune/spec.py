@@ -261,6 +261,31 @@ class WorkloadSpec(_Model):
         return self
 
 
+_MIX_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+
+
+class MixWorkloadSpec(WorkloadSpec):
+    """One workload of a mix: its own traffic and load points, a ``name`` (its points are
+    ``<name>.c<N>``), a ``weight`` in the weighted objective, and optionally its own SLO
+    ceilings (default: objective.slo), which must hold for it."""
+
+    name: str
+    weight: float = Field(default=1.0, gt=0)
+    slo: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _mix_name(cls, v: str) -> str:
+        if not _MIX_NAME_RE.match(v):
+            raise ValueError(f"must start with a letter, then letters, digits, '_' or '-' (32 at most), got {v!r}")
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _mix_slo(cls, v: dict[str, float]) -> dict[str, float]:
+        return ObjectiveSpec._slo(v)
+
+
 class ObjectiveSpec(_Model):
     metric: str = "output_throughput"
     direction: Literal["maximize", "minimize"] | None = None
@@ -341,6 +366,9 @@ class StudySpec(_Model):
     hardware: HardwareSpec
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    # A workload mix: each workload is measured on the same launch, the trial's value is the
+    # weighted mean of their values, and each SLO must hold. Instead of ``workload``.
+    workloads: list[MixWorkloadSpec] | None = Field(default=None, min_length=2)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     search: SearchSpec = Field(default_factory=SearchSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
@@ -365,9 +393,33 @@ class StudySpec(_Model):
 
     @model_validator(mode="after")
     def _goodput_needs_slo(self) -> "StudySpec":
-        if self.objective.metric == "goodput" and not self.workload.goodput_slo:
-            raise ValueError("objective.metric goodput needs workload.goodput_slo (ttft_ms, tpot_ms, e2e_latency_ms)")
+        if self.objective.metric == "goodput":
+            for where, wl in self.named_workloads():
+                if not wl.goodput_slo:
+                    raise ValueError(f"objective.metric goodput needs {where}.goodput_slo "
+                                     "(ttft_ms, tpot_ms, e2e_latency_ms)")
         return self
+
+    @model_validator(mode="after")
+    def _one_kind_of_workload(self) -> "StudySpec":
+        if self.workloads is None:
+            return self
+        if "workload" in self.model_fields_set:
+            raise ValueError("set workload (one) or workloads (a mix), not both")
+        names = [w.name for w in self.workloads]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"workloads: names must be unique, {dup[0]!r} repeats")
+        for i, w in enumerate(self.workloads):
+            if w.rate_search is not None and not (w.slo or self.objective.slo):
+                raise ValueError(f"workloads[{i}].rate_search needs an SLO (its own slo or objective.slo)")
+        return self
+
+    def named_workloads(self) -> list[tuple[str, WorkloadSpec]]:
+        """(dotted path, workload) of every workload the study measures: ``workload``, or each of the mix."""
+        if self.workloads:
+            return [(f"workloads[{i}]", w) for i, w in enumerate(self.workloads)]
+        return [("workload", self.workload)]
 
     @model_validator(mode="after")
     def _fits(self) -> "StudySpec":

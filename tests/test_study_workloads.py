@@ -58,3 +58,40 @@ def test_a_shared_prefix_study_records_hit_rates_and_exports_them(tmp_path: Path
     assert (done["c8_cache_hit_rate"] > 0.6).all()
     assert (done["c8_completed"] == 64).all()
     assert "c8_median_ttft_cached_ms" in frame.columns
+
+
+def _mix_data(**over: object) -> dict:
+    data = _data()
+    wl = data.pop("workload")
+    data["workloads"] = [
+        {**wl, "name": "chat", "weight": 3, "dataset": {"kind": "generated-shared-prefix", "num_groups": 2}},
+        {**wl, "name": "batch", "slo": {"p99_ttft_ms": 5000}},
+    ]
+    data.update(over)
+    return data
+
+
+def test_a_mix_names_its_workloads_and_validates_each() -> None:
+    spec = parse_study(_mix_data())
+    assert [(w.name, w.weight, w.slo) for w in spec.workloads or []] == [
+        ("chat", 3.0, {}), ("batch", 1.0, {"p99_ttft_ms": 5000.0})]
+    assert [where for where, _ in spec.named_workloads()] == ["workloads[0]", "workloads[1]"]
+    bad = _mix_data()
+    bad["workloads"][1]["name"] = "chat"
+    with pytest.raises(ConfigError, match="names must be unique, 'chat' repeats"):
+        parse_study(bad)
+    bad = _mix_data()
+    bad["workloads"][0]["slo"] = {"p99_nothing_ms": 1}
+    with pytest.raises(ConfigError, match=r"workloads.0.slo: unknown SLO metric"):
+        parse_study(bad)
+    both = _mix_data(workload={"input_len": 5})
+    with pytest.raises(ConfigError, match="not both"):
+        parse_study(both)
+    one = _mix_data()
+    one["workloads"] = one["workloads"][:1]
+    with pytest.raises(ConfigError, match="workloads"):
+        parse_study(one)
+    goodput = _mix_data(objective={"metric": "goodput"})
+    goodput["workloads"][0]["goodput_slo"] = {"ttft_ms": 100}
+    with pytest.raises(ConfigError, match=r"workloads\[1\].goodput_slo"):
+        parse_study(goodput)
