@@ -140,3 +140,18 @@ def test_a_trace_replay_sends_the_traces_tokens_at_its_times(sim: str, tmp_path:
     starts = sorted(r["start_s"] for r in res.records)
     span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000
     assert starts[-1] - starts[0] == pytest.approx(span, abs=0.05 * span + 0.2)
+
+
+def test_bench_runs_bench_servings_shared_prefix_flags(sim: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.cli import main
+
+    argv = ["bench", "--url", sim, "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "2",
+            "--gsp-prompts-per-group", "16", "--gsp-system-prompt-len", "1024", "--gsp-question-len", "32",
+            "--gsp-output-len", "4", "--concurrency", "8", "--flush-cache", "--goodput", "ttft_ms:60000"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dataset_name"] == "generated-shared-prefix" and out["completed"] == 32
+    assert out["cache_hit_rate"] > 0.5 and out["goodput_fraction"] == 1.0
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "Prefix cache hit rate:" in table and "Goodput (req/s meeting the SLO):" in table
