@@ -87,6 +87,8 @@ class LoadSpec(BaseModel):
                 raise ValueError(f"goodput_slo key {key!r}: known keys are ttft_ms, tpot_ms, e2e_latency_ms")
             if not ceiling > 0:
                 raise ValueError(f"goodput_slo {key}={ceiling}: must be > 0")
+        if self.dataset is not None and self.dataset_path is not None:
+            raise ValueError("set dataset_path (a JSONL of prompts) or dataset (a workload kind), not both")
         finite = self.dataset is not None and self.dataset.kind != "random"
         if self.num_prompts is None and self.duration_s is None and not finite:
             raise ValueError("num_prompts or duration_s must be set (a load point needs a bound)")

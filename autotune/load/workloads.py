@@ -15,6 +15,13 @@ The kinds and their field names follow SGLang's ``bench_serving`` where it has t
 
 Each is validated on construction (``extra="forbid"``); :data:`Workload` is the
 discriminated union (an unknown ``kind`` lists the known ones).
+
+How they meet the load point's own fields: the finite kinds need no ``num_prompts``
+(given, it caps them; a dataset is cycled to reach it); a trace is sent at its own
+timestamps (``request_rate`` is not used; without ``concurrency`` it is a pure open loop,
+the one where send lateness is measured); ``multi-turn`` sends ``num_conversations x
+turns`` requests, ``concurrency`` bounding the conversations in progress and
+``request_rate`` their starts.
 """
 
 from __future__ import annotations
