@@ -122,3 +122,25 @@ def test_a_prompt_is_cached_once_prefilled_so_the_next_prefill_step_hits_but_its
     run_to_idle(engine)
     assert [h.cached_tokens for h in handles] == [0, 0, 1000, 1000]
     assert perf.prefill_batches[:2] == [(2200, 2), (200, 2)]
+
+
+def test_decode_still_pays_attention_over_the_shared_prefix_it_reads() -> None:
+    class CtxPerf(RecordingPerf):
+        def __init__(self) -> None:
+            super().__init__()
+            self.contexts: list[int] = []
+
+        def decode_step_time_s(self, batch: int, kv_tokens: int) -> float:
+            self.contexts.append(kv_tokens)
+            return super().decode_step_time_s(batch, kv_tokens)
+
+    shared, alone = CtxPerf(), CtxPerf()
+    for perf, keys in ((shared, True), (alone, False)):
+        engine = make_engine(perf)
+        engine.submit("warm", 1100, 2, keys=_keys(1000, 100, 0, 0) if keys else None)
+        run_to_idle(engine)
+        perf.contexts.clear()
+        engine.submit("b", 1100, 3, keys=_keys(1000, 100, 0, 1) if keys else None)
+        run_to_idle(engine)
+    # the hit saves prefill, not the decode attention over its 1,100-token context
+    assert shared.contexts == alone.contexts == [1101, 1102]

@@ -27,7 +27,7 @@ class Request:
     __slots__ = (
         "rid", "seq", "input_len", "max_new", "arrival_s", "first_token_s", "finish_s", "finish_reason",
         "prefilled", "prefill_target", "output", "kv", "pending", "times", "counts", "waiter", "error",
-        "aborted", "first_id", "handle", "keys", "cached", "match", "kv_locked", "counted",
+        "aborted", "first_id", "handle", "keys", "cached", "match", "kv_locked", "counted", "tree_tokens",
     )
 
     def __init__(self, rid: str, seq: int, input_len: int, max_new: int, arrival_s: float, first_id: int,
@@ -56,6 +56,7 @@ class Request:
         self.match: Any = None  # the cache match found at admission
         self.kv_locked = False  # the match is locked in the cache (the request was admitted with it)
         self.counted = False  # its prompt counted in the cache statistics (first admission)
+        self.tree_tokens = 0  # context tokens it reads from the cache tree (decode attention cost)
         self.handle = RequestHandle(self)
 
     @property

@@ -110,6 +110,7 @@ class Scheduler:
         # SGLang's radix prefix cache (on unless --disable-radix-cache); it shares the KV pool
         # with the running requests: kv_used counts their private tokens, cache.size the tree's.
         self.cache: RadixCache | None = RadixCache() if radix_cache else None
+        self.tree_read = 0  # context tokens running requests read from the tree (attention cost, not pool use)
         self.cached_tokens = 0  # prompt tokens served from the cache, over admitted requests
         self.prompt_tokens = 0  # prompt tokens of admitted requests (first admission)
 
@@ -205,6 +206,8 @@ class Scheduler:
             if self.cache is not None and req.kv_locked:
                 self.cache.release(m)
             req.kv_locked = False
+        self.tree_read -= req.tree_tokens
+        req.tree_tokens = 0
 
     def _finish_into_cache(self, req: Request) -> None:
         """A finished request's prompt + output enter the cache (SGLang's ``cache_finished_req``)."""
@@ -275,6 +278,8 @@ class Scheduler:
             if req.match is not None and self.cache is not None:
                 self.cache.lock(req.match)
                 req.kv_locked = True
+                req.tree_tokens = req.match.length
+                self.tree_read += req.tree_tokens
                 rem -= newly_locked
             if not req.counted:
                 req.counted = True
@@ -336,6 +341,8 @@ class Scheduler:
         cache.lock(m)
         req.match = m
         req.kv_locked = True
+        req.tree_tokens = req.input_len
+        self.tree_read += req.input_len
         req.kv -= moved
         self.kv_used -= moved
 
@@ -372,7 +379,8 @@ class Scheduler:
                 self.cache.evict(over)
         step = Step("decode", self.clock.t)
         step.decode = list(self.running)
-        step.dt = self.perf.decode_step_time_s(len(step.decode), self.kv_used)
+        # attention reads every request's whole context, the shared prefix once per request
+        step.dt = self.perf.decode_step_time_s(len(step.decode), self.kv_used + self.tree_read)
         self.steps["decode"] += 1
         if not retracted:  # SGLang decays the ratio only on steps without a retraction
             self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
