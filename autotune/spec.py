@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from autotune.errors import ConfigError
 from autotune.load.workloads import Workload
 
+_W = TypeVar("_W", bound="WorkloadSpec")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 # Metrics a study may optimise: bench_serving's key names.
@@ -258,6 +259,8 @@ class WorkloadSpec(_Model):
         finite = self.dataset is not None and self.dataset.kind != "random"
         if self.num_prompts is None and self.duration_s is None and not finite:
             raise ValueError("set num_prompts or duration_s (or both)")
+        if finite and "num_prompts" not in self.model_fields_set:
+            object.__setattr__(self, "num_prompts", None)  # the dataset's own size, not the 512 default
         return self
 
 
@@ -415,6 +418,11 @@ class StudySpec(_Model):
                 raise ValueError(f"workloads[{i}].rate_search needs an SLO (its own slo or objective.slo)")
         return self
 
+    @property
+    def has_slo(self) -> bool:
+        """An SLO bounds the trials' value: objective.slo, or a mix workload's own slo."""
+        return bool(self.objective.slo) or any(w.slo for w in self.workloads or ())
+
     def named_workloads(self) -> list[tuple[str, WorkloadSpec]]:
         """(dotted path, workload) of every workload the study measures: ``workload``, or each of the mix."""
         if self.workloads:
@@ -456,24 +464,23 @@ class StudySpec(_Model):
         return self.base_dir / "runs" / self.name
 
 
-def workload_paths(spec: StudySpec, workload: WorkloadSpec | None = None) -> dict[str, Any]:
-    """The workload's file paths resolved against the study file, for the trial request:
-    ``dataset`` (its ``path``) and ``tokenizer`` (default: the server's model directory
-    when it holds a tokenizer.json)."""
-    wl = workload or spec.workload
-    out: dict[str, Any] = {}
-    if wl.dataset is not None:
-        data = wl.dataset.model_dump()
-        if data.get("path") is not None:
-            data["path"] = spec.resolve_path(str(data["path"]))
-        out["dataset"] = data
-    tok = spec.resolve_path(wl.tokenizer) if wl.tokenizer else None
+def resolve_workload(spec: StudySpec, workload: _W) -> _W:
+    """``workload`` with its file paths resolved against the study file, for the trial request:
+    ``dataset_path``, the dataset's ``path``, and ``tokenizer`` (default: the server's model
+    directory when it holds a tokenizer.json)."""
+    update: dict[str, Any] = {}
+    if workload.dataset_path:
+        update["dataset_path"] = spec.resolve_path(workload.dataset_path)
+    data = workload.dataset
+    if data is not None and getattr(data, "path", None) is not None:
+        update["dataset"] = data.model_copy(update={"path": Path(spec.resolve_path(str(data.path)) or ".")})
+    tok = spec.resolve_path(workload.tokenizer) if workload.tokenizer else None
     if tok is None and spec.server.model_path:
         model_dir = Path(spec.resolve_path(spec.server.model_path) or ".")
         if (model_dir / "tokenizer.json").is_file():
             tok = str(model_dir)
-    out["tokenizer"] = tok
-    return out
+    update["tokenizer"] = tok
+    return workload.model_copy(update=update)
 
 
 def format_validation_error(exc: ValidationError, data: Any = None) -> str:

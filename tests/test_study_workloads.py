@@ -10,7 +10,7 @@ import yaml
 
 from autotune.errors import ConfigError
 from autotune.results.export import trials_frame
-from autotune.spec import load_study_spec, parse_study, workload_paths
+from autotune.spec import load_study_spec, parse_study, resolve_workload
 from autotune.study.driver import run_study
 from autotune.study.offline_executor import OfflineExecutor
 
@@ -35,12 +35,14 @@ def test_a_bad_workload_kind_or_field_is_one_line_naming_the_path() -> None:
 
 def test_dataset_paths_resolve_against_the_study_file(tmp_path: Path) -> None:
     data = _data(dataset={"kind": "trace", "path": "traces/t.jsonl"})
+    del data["workload"]["num_prompts"]
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     spec = load_study_spec(path)
-    got = workload_paths(spec)
-    assert got["dataset"]["path"] == str(tmp_path / "traces" / "t.jsonl")
-    assert got["tokenizer"] is None  # the demo model directory has no tokenizer.json
+    got = resolve_workload(spec, spec.workload)
+    assert str(got.dataset.path) == str(tmp_path / "traces" / "t.jsonl")  # type: ignore[union-attr]
+    assert got.tokenizer is None  # the demo model directory has no tokenizer.json
+    assert got.num_prompts is None  # a trace's own length, not num_prompts' 512 default
 
 
 def test_a_shared_prefix_study_records_hit_rates_and_exports_them(tmp_path: Path) -> None:

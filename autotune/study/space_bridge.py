@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from autotune import space
 from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
-from autotune.spec import StudySpec, workload_paths
+from autotune.spec import StudySpec, resolve_workload
 from autotune.study.infeasible import LEARNED_KINDS, Failure
 from autotune.study.storage import trial_dir
 from autotune.study.trial import TrialRequest, TrialResult
@@ -189,10 +189,7 @@ class SpaceBridge:
     def request(self, trial: optuna.Trial, cand: Candidate) -> TrialRequest:
         spec = self.spec
         tdir = trial_dir(spec, trial.number)
-        wl = spec.workload.model_dump()
-        if wl.get("dataset_path"):
-            wl["dataset_path"] = spec.resolve_path(wl["dataset_path"])
-        wl.update(workload_paths(spec))
+        wl = resolve_workload(spec, spec.workload).model_dump()
         return TrialRequest(
             study_name=spec.name,
             trial_number=trial.number,
