@@ -99,7 +99,7 @@ class Harness:
     def _crash(self) -> None:
         self.crashed += 1
 
-    async def __aenter__(self) -> "Harness":
+    async def __aenter__(self) -> Harness:
         self.runner = await start_http(self.state, "127.0.0.1", self.port)
         self.session = aiohttp.ClientSession()
         return self

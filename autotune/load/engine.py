@@ -172,7 +172,7 @@ class LoadRunner:
             trace.end = clock()
             trace.error = f"connection failed: {exc.os_error or exc}"
             self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc.os_error or exc})"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             trace.end = clock()
             trace.error = f"total timeout: not finished within {self.spec.timeouts.total_s:g} s"
         except (aiohttp.ClientError, OSError) as exc:
@@ -301,7 +301,7 @@ class LoadRunner:
         conc = min(n, self.spec.concurrency or n)
         sem = asyncio.Semaphore(conc)
         tasks = []
-        for _, p in zip(range(n), prompts):
+        for _, p in zip(range(n), prompts, strict=False):  # prompts may be endless
             await sem.acquire()
             tasks.append(self._start(p, sem, sink))
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -437,9 +437,11 @@ class LoadRunner:
         limit = s.num_prompts if s.num_prompts is not None else None
         sent = 0
         clock = time.perf_counter
-        timed = sem is None and (not math.isinf(s.request_rate)) or s.dataset is not None and s.dataset.kind == "trace"
+        # send lateness is the client's own only in an open loop with a schedule (Poisson or a trace)
+        scheduled = not math.isinf(s.request_rate) or (s.dataset is not None and s.dataset.kind == "trace")
+        timed = sem is None and scheduled
         try:
-            for p, offset in zip(prompts, arrivals):
+            for p, offset in zip(prompts, arrivals, strict=False):  # either may be endless
                 if limit is not None and sent >= limit:
                     break
                 due = t0 + (p.at_s if p.at_s is not None else offset) / x
@@ -454,7 +456,7 @@ class LoadRunner:
                     if sem is not None:
                         sem.release()
                     break
-                self._start(p, sem, self.traces, due if timed and sem is None else None)
+                self._start(p, sem, self.traces, due if timed else None)
                 sent += 1
                 if delay <= 0:
                     await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends

@@ -55,7 +55,7 @@ def format_table(result: LoadResult, spec: LoadSpec) -> str:
             text = str(value)
         else:
             text = str(value)
-        lines.append("{:<40} {:<10}".format(label, text))
+        lines.append(f"{label:<40} {text:<10}")
 
     def section(title: str) -> None:
         lines.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))

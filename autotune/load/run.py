@@ -56,7 +56,7 @@ async def probe_server(session: aiohttp.ClientSession, base_url: str) -> dict[st
     """``GET /server_info``; ``{}`` when the server has none. LoadPointFailed when unreachable."""
     try:
         info = await _get_json(session, base_url + "/server_info")
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise LoadPointFailed(f"cannot reach the server at {base_url}: {exc}") from None
     return info if isinstance(info, dict) else {}
 
@@ -73,7 +73,9 @@ def time_scale_of(server_info: dict[str, Any]) -> float:
     return 1.0
 
 
-def sim_clock_probe(session: aiohttp.ClientSession, base_url: str) -> Callable[[], Awaitable[tuple[float, float] | None]]:
+def sim_clock_probe(
+    session: aiohttp.ClientSession, base_url: str
+) -> Callable[[], Awaitable[tuple[float, float] | None]]:
     """A probe of the simulated server's modelled clock (``/sim/stats`` ``modelled_now_s``).
 
     Returns ``(wall, modelled)`` with ``wall`` the midpoint of the request, or None when
@@ -84,7 +86,7 @@ def sim_clock_probe(session: aiohttp.ClientSession, base_url: str) -> Callable[[
         t0 = time.perf_counter()
         try:
             stats = await _get_json(session, base_url + "/sim/stats")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return None
         t1 = time.perf_counter()
         if not isinstance(stats, dict) or not isinstance(stats.get("modelled_now_s"), (int, float)):
@@ -99,7 +101,7 @@ async def served_model(session: aiohttp.ClientSession, base_url: str) -> str:
     try:
         data = await _get_json(session, base_url + "/v1/models")
         return str(data["data"][0]["id"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, IndexError, TypeError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, KeyError, IndexError, TypeError) as exc:
         raise LoadGenError(
             f"model=None: could not read the served model name from {base_url}/v1/models ({exc!r}); pass a model"
         ) from None
@@ -113,7 +115,7 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, attempts: i
                 await resp.read()
                 if resp.status == 200:
                     return True
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("flush_cache failed: %s", exc)
             return False
         await asyncio.sleep(0.2)

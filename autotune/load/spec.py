@@ -81,7 +81,7 @@ class LoadSpec(BaseModel):
     abort_after_consecutive_failures: int = Field(64, ge=1)
 
     @model_validator(mode="after")
-    def _bounded(self) -> "LoadSpec":
+    def _bounded(self) -> LoadSpec:
         for key, ceiling in self.goodput_slo.items():
             if key not in GOODPUT_KEYS:
                 raise ValueError(f"goodput_slo key {key!r}: known keys are ttft_ms, tpot_ms, e2e_latency_ms")

@@ -22,7 +22,8 @@ orjson is used when installed (falls back to the standard library).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:  # optional speed-up
     import orjson

@@ -176,7 +176,8 @@ async def _finish_request(state: ServerState) -> None:
 
 
 async def _stream_response(request: web.Request, state: ServerState, stream: _Stream,
-                           render: Callable[[list[int]], list[Any]], tail: Callable[[], list[Any]]) -> web.StreamResponse:
+                           render: Callable[[list[int]], list[Any]],
+                           tail: Callable[[], list[Any]]) -> web.StreamResponse:
     """Send ``render(new_ids)`` objects per chunk, then ``tail()`` objects, then ``[DONE]``."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
@@ -433,10 +434,12 @@ async def handle_models(request: web.Request) -> web.Response:
 async def handle_flush_cache(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE_KEY]
     if state.in_flight > 0 or (state.engine is not None and not state.engine.flush_cache()):
-        return web.Response(status=400, text="Cache not flushed. Please check backend logs for more details. "
-                                             "(When there are running or waiting requests, the operation will not be performed.)\n")
-    return web.Response(status=200, text="Cache flushed.\nPlease check backend logs for more details. "
-                                         "(When there are running or waiting requests, the operation will not be performed.)\n")
+        return web.Response(status=400, text="Cache not flushed. " + _FLUSH_NOTE)
+    return web.Response(status=200, text="Cache flushed.\n" + _FLUSH_NOTE)
+
+
+_FLUSH_NOTE = ("Please check backend logs for more details. "
+               "(When there are running or waiting requests, the operation will not be performed.)\n")
 
 
 async def handle_sim_stats(request: web.Request) -> web.Response:
