@@ -76,7 +76,7 @@ class LoadSpec(BaseModel):
     # Goodput: a request counts when it meets every ceiling (ttft_ms, tpot_ms, e2e_latency_ms).
     goodput_slo: dict[str, float] = Field(default_factory=dict)
     ignore_eos: bool = True
-    timeouts: LoadTimeouts = LoadTimeouts()
+    timeouts: LoadTimeouts = LoadTimeouts.model_validate({})  # (not LoadTimeouts(): mypy sees no defaults)
     snapshot_interval_s: float = Field(2.0, gt=0)  # wall seconds between on_snapshot calls
     abort_after_consecutive_failures: int = Field(64, ge=1)
 
