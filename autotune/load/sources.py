@@ -66,6 +66,8 @@ class _Maker:
 
     def __init__(self, spec: LoadSpec, seed_offset: int = 0) -> None:
         self.ids = spec.backend == "sglang"
+        # ids inside the model's vocabulary: issue 13's LoadSpec.token_id_range when the branch has it
+        self.id_range = getattr(spec, "token_id_range", None) or (_prompts._ID_LOW, _prompts._ID_HIGH)
         self.counter = counter_for(spec.tokenizer)
         self.rng = np.random.default_rng(spec.seed + seed_offset)
 
@@ -76,7 +78,7 @@ class _Maker:
                 ids = self.counter.token_ids(r, n)
                 if ids is not None:
                     return ids
-            return r.integers(_prompts._ID_LOW, _prompts._ID_HIGH, size=n).tolist()
+            return r.integers(self.id_range[0], self.id_range[1], size=n).tolist()
         return self.counter.text_of_len(r, n)
 
     def lengths(self, length: int, ratio: float, n: int) -> list[int]:
