@@ -51,6 +51,14 @@ class Prompt:
     text: str | None = None
     input_ids: list[int] | None = None
     input_len: int | None = None
+    # workload kinds (autotune.load.sources): chat messages, a trace's send time (seconds
+    # from the start, modelled), and where the request belongs (shared-prefix group,
+    # conversation and turn) for the per-group / per-turn figures
+    messages: list[dict[str, str]] | None = None
+    at_s: float | None = None
+    group: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
 
 
 def text_of_tokens(words: list[str]) -> str:
@@ -75,7 +83,7 @@ def synthetic_prompts(spec: LoadSpec, n: int, *, seed_offset: int = 0) -> list[P
     in_lens = draw_lengths(spec.input_len, spec.range_ratio, n, rng)
     out_lens = draw_lengths(spec.output_len, spec.range_ratio, n, rng)
     prompts: list[Prompt] = []
-    for in_len, out_len in zip(in_lens.tolist(), out_lens.tolist()):
+    for in_len, out_len in zip(in_lens.tolist(), out_lens.tolist(), strict=True):
         if spec.backend == "sglang":
             low, high = spec.token_id_range or (_ID_LOW, _ID_HIGH)
             ids = rng.integers(low, high, size=in_len).tolist()

@@ -80,6 +80,30 @@ def sglang_command(spec: StudySpec, trial: FrozenTrial, *, python: str = "python
     return render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server")
 
 
+# per-workload figures ``best`` shows for a mix (from the workload's picked point)
+MIX_FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+               "p99_itl_ms", "cache_hit_rate", "goodput")
+
+
+def mix_figures(spec: StudySpec, trial: FrozenTrial) -> list[dict[str, Any]] | None:
+    """Each workload of a mix: weight, its picked point, its value, its SLO and whether it held,
+    and the main figures of that point; None for a study with one workload."""
+    mix = trial.user_attrs.get(attrs.MIX)
+    if not mix or not spec.workloads:
+        return None
+    metrics = trial.user_attrs.get(attrs.METRICS, {})
+    out = []
+    for wl in spec.workloads:
+        part = mix.get(wl.name) or {}
+        m = metrics.get(part.get("point"), {})
+        slo = dict(wl.slo) or dict(spec.objective.slo)
+        violation = part.get("violation")
+        out.append({"name": wl.name, "weight": wl.weight, "point": part.get("point"), "value": part.get("value"),
+                    "slo": slo or None, "slo_met": None if violation is None else violation <= 0,
+                    "figures": {k: m.get(k) for k in MIX_FIGURES if m.get(k) is not None}})
+    return out
+
+
 def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     study = open_study(spec, create=False)
     top = best_trial(study)
@@ -115,6 +139,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "slo": spec.objective.slo or None,
         "slo_met": top.user_attrs.get(attrs.SLO_MET),
         "metrics": top.user_attrs.get(attrs.METRICS, {}),
+        "workloads": mix_figures(spec, top),
         "command": cmd,
         "env": env,
         "shell": shell_command(cmd, env) if env else shell_line(cmd),

@@ -27,7 +27,7 @@ from autotune.sglang.installed import InstalledSglang, check_version, probe
 from autotune.sglang.memory import Prediction
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang_env.resolve import install_hint, launch_env, launch_python
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, resolve_workload
 from autotune.study import attrs
 from autotune.study.infeasible import Failure, implied_by, inert_knobs
 from autotune.study.prediction import Predictor
@@ -168,9 +168,8 @@ class Candidates:
     # ---- the request ----------------------------------------------------------------------
     def request(self, number: int, cand: Candidate) -> TrialRequest:
         spec = self.spec
-        wl = spec.workload
-        if wl.dataset_path:
-            wl = wl.model_copy(update={"dataset_path": spec.resolve_path(wl.dataset_path)})
+        wl = resolve_workload(spec, spec.workload)
+        mix = [resolve_workload(spec, w) for w in spec.workloads] if spec.workloads else None
         return TrialRequest(
             study_name=spec.name,
             trial_number=number,
@@ -189,4 +188,5 @@ class Candidates:
             python=launch_python(spec) if spec.server.backend == "sglang" else spec.server.python,
             sim=spec.server.sim,
             prediction=cand.prediction,
+            workloads=mix,
         )

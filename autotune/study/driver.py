@@ -122,7 +122,7 @@ class StudyDriver:
         trial = self._live.get(number)
         if trial is None or trial.user_attrs.get(attrs.CONFIRM_OF) is not None:
             return None  # confirmation re-runs are never stopped early
-        if self.spec.objective.slo:
+        if self.spec.has_slo:
             return None  # throughput so far says nothing about meeting the SLO: no early stop
 
         def report(step: int, value: float) -> bool:
@@ -310,7 +310,8 @@ class StudyDriver:
         key = launch_key(cand.config, self.spec.server.sglang_version)
         trial.set_user_attr(attrs.LAUNCH_KEY, key)
         self._live[trial.number] = trial
-        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None:
+        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None \
+                and trial.user_attrs.get(attrs.RETRY_OF) is None:
             if key in self._launching:  # the same launch is in flight: take its result when it ends
                 self._followers.setdefault(self._launching[key], []).append(trial)
                 return None
