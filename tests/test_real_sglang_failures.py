@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 from autotune.errors import LaunchError
 from autotune.launch import ServerProcess
@@ -25,7 +26,6 @@ from autotune.sglang.cpu import CPU_ENV, on_cpu
 from autotune.sglang.flags import render_argv
 from autotune.sglang.installed import probe
 from autotune.study.trial import TrialRequest, run_trial_body
-from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

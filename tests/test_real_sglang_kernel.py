@@ -17,9 +17,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from real_sglang import need_real_sglang
 
 from autotune.sglang_env.install import STAND_IN
-from real_sglang import need_real_sglang
 
 pytestmark = pytest.mark.real_sglang
 
@@ -63,7 +63,7 @@ def _reference_assign(rows: int, pool_len: int, idx: list[int], start: list[int]
                       locs: list[int]) -> list[list[int]]:
     table = [[-1] * pool_len for _ in range(rows)]
     pos = 0
-    for r, s, e in zip(idx, start, end):
+    for r, s, e in zip(idx, start, end, strict=False):
         for j in range(s, e):
             table[r][j] = locs[pos]
             pos += 1
@@ -87,7 +87,7 @@ def test_stand_in_kernels_match_plain_python() -> None:
     rng = random.Random(7)
     rows, pool_len = 5, 12
     idx, start, end = [3, 0, 4], [2, 0, 5], [6, 3, 5]  # request 4 writes nothing (empty slice)
-    locs = rng.sample(range(100, 1000), sum(e - s for s, e in zip(start, end)))
+    locs = rng.sample(range(100, 1000), sum(e - s for s, e in zip(start, end, strict=False)))
     x = [[rng.uniform(-4, 4) for _ in range(8)] for _ in range(3)]
     case = {"assign": {"rows": rows, "pool_len": pool_len, "req_pool_indices": idx, "start": start, "end": end,
                        "out_cache_loc": locs}, "x": x}
@@ -103,7 +103,7 @@ def test_stand_in_kernels_match_plain_python() -> None:
     assert got["req_to_token"] == _reference_assign(rows, pool_len, idx, start, end, locs)
     for name, act in (("silu_and_mul", _silu), ("gelu_and_mul", _gelu), ("gelu_tanh_and_mul", _gelu_tanh)):
         want = [[act(row[i]) * row[i + 4] for i in range(4)] for row in x]
-        for got_row, want_row in zip(got[name], want):
+        for got_row, want_row in zip(got[name], want, strict=False):
             assert got_row == pytest.approx(want_row, rel=1e-5, abs=1e-6), name
         assert got[name + "_out_is_buffer"], f"{name} must fill and return `out`"
     assert "transfer_kv_per_layer" in got["not_implemented"]

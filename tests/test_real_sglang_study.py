@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from real_sglang import REPO, need_real_sglang
 
 from autotune.cli import main
 from autotune.sglang.installed import probe
-from real_sglang import REPO, need_real_sglang
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1200)]
 

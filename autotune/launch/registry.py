@@ -31,7 +31,14 @@ from typing import Any
 
 import psutil
 
-from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, LAUNCH_ID_ENV, group_members, is_alive, pids_with_env, terminate
+from autotune.launch.groups import (
+    CREATE_TIME_TOLERANCE_S,
+    LAUNCH_ID_ENV,
+    group_members,
+    is_alive,
+    pids_with_env,
+    terminate,
+)
 from autotune.launch.redact import redact_argv
 
 logger = logging.getLogger(__name__)

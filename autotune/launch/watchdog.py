@@ -22,7 +22,16 @@ import time
 
 import psutil
 
-from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, LAUNCH_ID_ENV, born_since, descendants, group_members, is_alive, pids_with_env, terminate
+from autotune.launch.groups import (
+    CREATE_TIME_TOLERANCE_S,
+    LAUNCH_ID_ENV,
+    born_since,
+    descendants,
+    group_members,
+    is_alive,
+    pids_with_env,
+    terminate,
+)
 
 logger = logging.getLogger("autotune.launch.watchdog")
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["Flag", "FLAGS", "human_readable_int"]
 

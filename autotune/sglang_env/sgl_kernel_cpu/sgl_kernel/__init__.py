@@ -47,7 +47,7 @@ def assign_req_to_token_pool_cpu(
     ends = end_offset.tolist()
     rows = req_pool_indices.tolist()
     pos = 0
-    for row, s, e in zip(rows, starts, ends):
+    for row, s, e in zip(rows, starts, ends, strict=False):
         n = int(e) - int(s)
         if n <= 0:
             continue
