@@ -30,6 +30,7 @@ from autotune.study import space_bridge
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS, implied_by, inert_knobs
 from autotune.study.phases import Phases
+from autotune.study.search_policy import SearchPolicy
 from autotune.study.storage import artifact_store, open_study
 from autotune.study.trial import TrialRequest, TrialResult
 
@@ -112,6 +113,7 @@ class StudyDriver:
         self.store = artifact_store(spec)
         self.bridge = space_bridge.SpaceBridge(spec, self.study)
         self.phases = Phases(spec, self.study)
+        self.phases.policy = SearchPolicy.for_study(spec, self.study, self.bridge)
         self._live: dict[int, optuna.Trial] = {}
         self.executor = executor or self._default_executor()
 

@@ -22,6 +22,12 @@ log = logging.getLogger(__name__)
 def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     """The study's sampler. Samplers are not persisted by optuna: build it again on resume."""
     s = spec.sampler
+    if s.kind == "auto":
+        from autotune.study.search_policy import choose_sampler
+
+        sampler, why = choose_sampler(spec)
+        log.info("sampler: %s", why)
+        return sampler
     if s.kind == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

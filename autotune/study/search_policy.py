@@ -1,0 +1,274 @@
+"""How the search spends its trials: the sampler chosen by the space, a designed start,
+and stages that end when they stop paying (``search.stages: auto``).
+
+Priors are hypotheses the data can overturn:
+
+* **Design** (:mod:`autotune.study.initial_design`): after the baseline, the memory
+  model's boundary points, one speculative probe per algorithm and a space-filling
+  set replace the sampler's random start-up trials.
+* **Order from the data.** "Speculative decoding after the base knobs" (SGLang's
+  auto_benchmark order) is the default; when a speculative probe of the design beats
+  every non-speculative point, the speculative stage runs first.
+* **A stage ends when it stops improving**: after ``patience`` launched trials of the
+  stage without a gain of ``MIN_GAIN`` over the study's best (or at its cap:
+  ``stage1_fraction`` of the budget for the base stage, the speculative sub-space's size
+  for the speculative one). Pruned-before-launch trials cost nothing and do not count.
+* **Later stages revisit earlier knobs**: the last stage ("joint") fixes only the
+  winning speculative algorithm (``none`` included) and lets the sampler move every
+  other knob again, so base knobs are re-tuned under speculative decoding and a
+  speculative winner can still lose to a better base configuration.
+
+The stage of every trial is stored in its ``stage`` user attribute, so a resumed study
+picks up where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import space
+from autotune.errors import AutotuneError
+from autotune.outcome import FailureKind
+from autotune.spec import (
+    BoolChoices,
+    FloatRange,
+    IntChoices,
+    IntRange,
+    StrChoices,
+    StudySpec,
+)
+from autotune.study import initial_design
+from autotune.study.phases import SPEC_KEYS, is_extra, ranked
+
+if TYPE_CHECKING:
+    from autotune.study.space_bridge import SpaceBridge
+
+log = logging.getLogger(__name__)
+
+#: A stage's trial counts as progress when it beats the study's best by this much (relative).
+#: Run-to-run noise of a throughput measurement is about 1 % (benchmarks/search_efficiency.py):
+#: smaller steps are not evidence.
+MIN_GAIN = 0.005
+#: Failures that say f left too little slack: every higher f (other knobs equal) fails too.
+SLACK_KINDS = (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.RUNTIME_OOM.value)
+
+
+# ---- the sampler ------------------------------------------------------------------
+def _grid_size(spec: StudySpec) -> int:
+    n = 0
+    for n, _ in enumerate(space.iter_grid(spec), 1):
+        if n > 100_000:
+            break
+    return n
+
+
+def _numeric_only(spec: StudySpec) -> bool:
+    sp = spec.search_space
+    if sp.speculative is not None and [a for a in sp.speculative.algorithm.choices if a != "none"]:
+        return False
+    for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *space._SIMPLE_KNOBS):
+        dom = getattr(sp, name)
+        if dom is None:
+            continue
+        if isinstance(dom, (BoolChoices, StrChoices)):
+            return False
+        if isinstance(dom, IntChoices) and len(dom.choices) < 3:
+            return False
+        if not isinstance(dom, (FloatRange, IntRange, IntChoices)):
+            return False
+    return True
+
+
+def choose_sampler(spec: StudySpec) -> tuple[optuna.samplers.BaseSampler, str]:
+    """The sampler for ``sampler.kind: auto``, and why.
+
+    * Grid (with pruning) when the whole space fits in the trial budget: nothing can beat
+      trying every candidate once, and predicted OOMs cost nothing.
+    * GP (optuna's GPSampler) when torch is installed and every knob is numeric and ordered
+      (f, graph sizes, chunk sizes, no conditional speculative parameters): throughput is
+      smooth in these and a GP's kernel shares evidence between neighbours. Not measured by
+      benchmarks/search_efficiency.py on a machine without torch.
+    * Otherwise TPE, multivariate (f and the graph size trade the same slack, so they must be
+      modelled jointly) with ``group`` (speculative parameters exist only when an algorithm
+      is on: group splits the conditional space instead of ignoring it) and a constant liar
+      (parallel trials). Its random start-up is replaced by the designed points.
+    """
+    s = spec.sampler
+    if _grid_size(spec) <= spec.n_trials:
+        from autotune.study.samplers import GridSampler
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return GridSampler(seed=s.seed), "grid: the whole space fits in n_trials"
+    if _numeric_only(spec):
+        try:
+            import torch  # noqa: F401
+
+            return optuna.samplers.GPSampler(seed=s.seed), "gp: every knob is numeric and ordered"
+        except ImportError:
+            pass
+    n_design = initial_design.design_size(spec.n_trials, spec.search.initial_design) \
+        if spec.search.stages == "auto" else s.n_startup_trials
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, group=True, constant_liar=True,
+                                             n_startup_trials=max(1, n_design + 1))
+    return sampler, "tpe: categorical or conditional knobs (multivariate, grouped; designed start-up)"
+
+
+# ---- the stages ---------------------------------------------------------------------
+def _launched(t: FrozenTrial) -> bool:
+    return t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_extra(t) and not t.user_attrs.get("retried")
+
+
+class SearchPolicy:
+    """Fixes each stage's parameters before the sampler's ``ask`` (see module docstring)."""
+
+    def __init__(self, spec: StudySpec, study: optuna.Study, bridge: SpaceBridge) -> None:
+        self.spec = spec
+        self.study = study
+        self.bridge = bridge
+        sp = spec.search_space.speculative
+        self.spec_algos = [a for a in sp.algorithm.choices if a != "none"] if sp else []
+        self.n_design = initial_design.design_size(spec.n_trials, spec.search.initial_design)
+        self.patience = spec.search.patience or max(3, round(spec.n_trials / 10))
+        self.sign = 1.0 if spec.objective.resolved_direction == "maximize" else -1.0
+        self._rr = 0
+
+    @classmethod
+    def for_study(cls, spec: StudySpec, study: optuna.Study, bridge: SpaceBridge) -> SearchPolicy | None:
+        if spec.search.stages != "auto" or spec.sampler.kind == "grid":
+            return None
+        return cls(spec, study, bridge)
+
+    # -- what the study holds
+    def _trials(self) -> list[FrozenTrial]:
+        return self.study.get_trials(deepcopy=False)
+
+    def _stage_of(self, t: FrozenTrial) -> str | None:
+        return t.user_attrs.get("stage")
+
+    def _enqueue(self, params: dict[str, Any], stage: str, **attrs: Any) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.study.enqueue_trial(params, user_attrs={"stage": stage, **attrs})
+
+    def _stage_sequence(self, trials: list[FrozenTrial]) -> list[str]:
+        if not self.spec_algos:
+            return ["joint"]
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                and not is_extra(t)]
+        base = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") == "none"]
+        spec = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") != "none"]
+        best_spec = max(spec, key=lambda v: self.sign * v) if spec else None
+        best_base = max(base, key=lambda v: self.sign * v) if base else None
+        # Speculative first only when it wins by more than measurement noise.
+        if best_spec is not None and (best_base is None or
+                                      self.sign * (best_spec - best_base) > MIN_GAIN * abs(best_base)):
+            return ["speculative", "base", "joint"]
+        return ["base", "speculative", "joint"]
+
+    def _stalled(self, trials: list[FrozenTrial], stage: str, cap: int) -> bool:
+        """The stage has had ``patience`` launches without a gain of MIN_GAIN, or reached ``cap``."""
+        trials = [t for t in trials if not is_extra(t)]
+        mine = [t for t in trials if self._stage_of(t) == stage and _launched(t)]
+        if len(mine) >= cap:
+            return True
+        best: float | None = None
+        since = 0
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.state != TrialState.COMPLETE or t.value is None or t.user_attrs.get("slo_met") is False:
+                if self._stage_of(t) == stage and _launched(t):
+                    since += 1
+                continue
+            gain = best is None or self.sign * (t.value - best) > MIN_GAIN * abs(best)
+            if gain:
+                best = t.value
+            if self._stage_of(t) == stage:
+                since = 0 if gain else since + 1
+        return since >= self.patience
+
+    def _spec_cap(self) -> int:
+        sp = self.spec.search_space.speculative
+        n = sum(1 for v in space._spec_variants(sp) if v.get("speculative_algorithm") != "none") if sp else 0
+        return max(1, min(n, math.ceil(self.spec.n_trials * 0.3)))
+
+    # -- the hook
+    def before_ask(self, used: int) -> str | None:
+        """Enqueue what the next ``ask`` must hold; returns the stage name (None: nothing fixed)."""
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return None
+        if self.n_design > 0 and self.study.user_attrs.get("design_points") is None:
+            self._plan_design()
+        trials = self._trials()
+        if self._enqueue_next_design(trials):
+            return "design"
+        stage = self._current_stage(trials)
+        best = ranked(self.study)
+        if stage == "base":
+            self._enqueue({"speculative_algorithm": "none"}, "base")
+        elif stage == "speculative" and best:
+            base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
+            algo = self.spec_algos[self._rr % len(self.spec_algos)]
+            self._rr += 1
+            self._enqueue({**base, "speculative_algorithm": algo}, "speculative", stage_base=best[0].number)
+        elif stage == "joint" and self.spec_algos and best:
+            self._enqueue({"speculative_algorithm": best[0].params.get("speculative_algorithm", "none")}, "joint")
+        elif stage == "joint":
+            self._enqueue({}, "joint")
+        return stage
+
+    def _current_stage(self, trials: list[FrozenTrial]) -> str:
+        seq = self._stage_sequence(trials)
+        caps = {"base": max(1, math.ceil(self.spec.n_trials * self.spec.search.stage1_fraction)),
+                "speculative": self._spec_cap(), "joint": 1 << 30}
+        # A stage once left is not re-entered: the first of the sequence not yet stalled.
+        for stage in seq:
+            if not self._stalled(trials, stage, caps[stage]):
+                return stage
+        return "joint"
+
+    def _plan_design(self) -> None:
+        bridge = self.bridge
+        wide = bridge.widened_spec()
+        base = next((t for t in self._trials() if t.user_attrs.get("baseline")), None)
+        baseline = dict(base.params) if base is not None else {}
+
+        def predict(params: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return bridge.predict(space.to_config(wide, params))
+            except AutotuneError as exc:  # a candidate the model cannot judge is simply not designed
+                log.debug("design: no prediction for %s: %s", params, exc)
+                return {"should_prune": True, "verdict": "unknown"}
+
+        points = initial_design.build(wide, baseline, predict, self.n_design, seed=self.spec.sampler.seed)
+        self.study.set_user_attr("design_points", [{"params": p.params, "why": p.why} for p in points])
+        log.info("designed start: %d point(s) (%s)", len(points), ", ".join(p.why for p in points))
+
+    def _enqueue_next_design(self, trials: list[FrozenTrial]) -> bool:
+        """One designed point per ask, so each learns from the launches before it: a boundary
+        point above an f that already ran out of slack moves below it (monotone feasibility)."""
+        points = self.study.user_attrs.get("design_points") or []
+        asked = sum(1 for t in trials if self._stage_of(t) == "design" and not t.user_attrs.get("retry_of"))
+        if asked >= len(points):
+            return False
+        point = points[asked]
+        params = dict(point["params"])
+        f = params.get("mem_fraction_static")
+        slack_fails = [t.params["mem_fraction_static"] for t in trials
+                       if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params]
+        if f is not None and slack_fails and point["why"] != "space-filling" and f >= min(slack_fails):
+            dom = self.bridge.widened_spec().search_space.mem_fraction_static
+            step = (dom.step if dom is not None and dom.step else 0.01)
+            params["mem_fraction_static"] = round(min(slack_fails) - step, 6)
+        self._enqueue(params, "design", design=point["why"])
+        return True
+
+
+__all__ = ["MIN_GAIN", "SearchPolicy", "choose_sampler"]
