@@ -92,6 +92,7 @@ SCENARIOS = ROOT / "benchmarks" / "scenarios"
 _FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load")
 #: Bumped when what a cache entry holds changes.
 CACHE_VERSION = "2"
+LAST_STUDY: list[optuna.Study] = []  # the last driver run's study (for inspection)
 STRATEGIES = ("autotune", "driver+random", "grid+prune", "grid", "random")
 
 
@@ -301,6 +302,7 @@ def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler:
         })
         run_study(spec, executor=OfflineExecutor(evaluate=evaluate, on_result=on_result))
         study = opened[-1]
+        LAST_STUDY[:] = [study]
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
         spent = 0.0
         best: tuple[float, int] | None = None  # (value, number) of the best search trial so far

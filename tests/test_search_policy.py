@@ -58,8 +58,8 @@ def test_design_stays_inside_the_predicted_feasible_interval(tmp_path: Path):
     points = initial_design.build(spec, baseline, predict, 6, seed=0)
     assert len(points) == 6
     whys = [p.why for p in points]
-    assert whys[0] == "boundary" and "speculative probe" in whys and "space-filling" in whys
-    assert points[0].params["mem_fraction_static"] == 0.92  # the largest KV pool that fits
+    assert whys[:2] == ["speculative probe", "boundary"] and "space-filling" in whys  # the prior tested first
+    assert points[1].params["mem_fraction_static"] == 0.92  # the largest KV pool that fits
     probe = next(p for p in points if p.why == "speculative probe")
     assert probe.params["speculative_algorithm"] == "EAGLE3" and probe.params["mem_fraction_static"] <= 0.90
     assert all(predict(p.params)["verdict"] == "fits" for p in points)
@@ -83,7 +83,7 @@ def test_adaptive_stages_on_the_driver(tmp_path: Path):
     trials = study.trials
     assert budget_used(study) == 16
     design = [t for t in trials if t.user_attrs.get("stage") == "design"]
-    assert len(design) == initial_design.design_size(16, None)
+    assert 0 < len(design) <= initial_design.design_size(16, None)  # repeats of launched points are skipped
     assert any(t.params.get("speculative_algorithm") == "EAGLE3" for t in design)  # the prior is tested early
     stages = [t.user_attrs.get("stage") for t in trials if t.user_attrs.get("stage") not in (None, "design")]
     assert stages and set(stages) <= {"base", "speculative", "joint"}
@@ -91,11 +91,10 @@ def test_adaptive_stages_on_the_driver(tmp_path: Path):
     order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
     assert len(order) == len(set(order))
     assert all(t.params.get("speculative_algorithm") == "none" for t in trials if t.user_attrs.get("stage") == "base")
-    # a designed point above an f that ran out of slack moved below it
-    slack = [t.params["mem_fraction_static"] for t in trials
-             if t.user_attrs.get("failure_kind") in ("runtime_oom", "graph_capture_oom")]
-    later = [t for t in design if slack and t.number > min(t2.number for t2 in trials
-                                                           if t2.user_attrs.get("failure_kind") in
-                                                           ("runtime_oom", "graph_capture_oom"))]
-    assert all(t.user_attrs.get("design") == "space-filling" or t.params["mem_fraction_static"] < min(slack)
-               for t in later)
+    # a designed point never repeats an f that already ran out of slack: it moves below it
+    slack_kinds = ("runtime_oom", "graph_capture_oom")
+    for t in design:
+        earlier = [t2.params["mem_fraction_static"] for t2 in trials
+                   if t2.number < t.number and t2.user_attrs.get("failure_kind") in slack_kinds]
+        if earlier and t.user_attrs.get("design") != "space-filling":
+            assert t.params["mem_fraction_static"] < min(earlier)

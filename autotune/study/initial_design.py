@@ -9,11 +9,12 @@ those launches where they say the most:
    and activations is too small. Both edges are found by bisection on the memory
    model's verdict (no launch), so the interval costs ~2 log2(steps) predictions per
    CUDA-graph size. The highest ``fits`` f (largest KV pool that keeps the slack the
-   model asks for) is launched for the smallest, the baseline's and the largest
+   model asks for) is launched for the baseline's, the smallest and the largest
    ``cuda_graph_max_bs``.
-2. **One speculative probe per algorithm**: the baseline's boundary point with that
-   algorithm at mid-range settings, so the data says early whether the "speculative
-   decoding after the base knobs" prior holds (see :mod:`autotune.study.search_policy`).
+2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
+   with that algorithm at mid-range settings, so the data says at once whether the
+   "speculative decoding after the base knobs" prior holds (see
+   :mod:`autotune.study.search_policy`).
 3. **A space-filling set**: scrambled Sobol points over the base knobs, with f mapped
    into each point's predicted-feasible interval, so no designed launch is a predicted OOM.
 
@@ -161,16 +162,29 @@ def _spec_probe(spec: StudySpec, algo: str) -> dict[str, Any]:
     return out
 
 
+def kv_demand(spec: StudySpec) -> int:
+    """KV tokens the workload keeps live at its highest concurrency (every request's prompt and output)."""
+    wl = spec.workload
+    return max(wl.concurrency) * (wl.input_len + wl.output_len)
+
+
 def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
           seed: int | None = 0) -> list[DesignPoint]:
     """Up to ``n`` designed points (module docstring), best-informed first.
 
-    ``spec`` is the search space with the baseline in it (``SpaceBridge.widened_spec``);
-    ``baseline`` trial 0's params; ``predict(params)`` the memory model's verdict."""
+    ``spec`` is the study's own search space; ``baseline`` trial 0's params;
+    ``predict(params)`` the memory model's verdict.
+
+    Space-filling points draw f from the part of the feasible interval whose predicted KV
+    pool holds the workload's live tokens (:func:`kv_demand`; the KV pool grows with f, so
+    that edge is bisected too): below it requests queue for KV space, throughput collapses
+    and, with a fixed number of prompts, the launch also runs longest."""
     if n <= 0:
         return []
     axes = base_axes(spec)
-    base = {k: v for k, v in baseline.items() if k in axes}
+    # The baseline's automatic values (max_running_requests 2048, ...) are SGLang's, not the
+    # user's: a knob whose baseline value is not one of the study's own choices starts mid-range.
+    base = {k: v for k, v in baseline.items() if k in axes and (k == "mem_fraction_static" or v in axes[k])}
     for k, vals in axes.items():
         base.setdefault(k, vals[len(vals) // 2])
     fs = sorted(axes.get("mem_fraction_static", []))
@@ -181,6 +195,26 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         if key not in cache:
             cache[key] = predict(params)
         return cache[key]
+
+    demand = kv_demand(spec)
+
+    def roomy(others: dict[str, Any], iv: tuple[float, float]) -> tuple[float, float]:
+        """``iv`` with its low edge raised to the first f whose KV pool holds ``demand``."""
+        lo, hi = fs.index(iv[0]), fs.index(iv[1])
+
+        def enough(i: int) -> bool:
+            return (verdict({**others, "mem_fraction_static": fs[i]}).get("kv_tokens") or 0) >= demand
+
+        if not enough(hi):
+            return iv
+        bad, ok = lo - 1, hi
+        while ok - bad > 1:
+            mid = (bad + ok) // 2
+            if enough(mid):
+                ok = mid
+            else:
+                bad = mid
+        return fs[ok], iv[1]
 
     def interval(others: dict[str, Any]) -> tuple[float, float] | None:
         if not fs:
@@ -204,10 +238,14 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
             points.append(DesignPoint(params, why))
 
     spec_none = {"speculative_algorithm": "none"} if spec.search_space.speculative is not None else {}
-    # 1. boundaries: the largest KV pool that fits, at the smallest, the baseline's and the largest graph size
+    # 1. boundaries: the largest KV pool that fits, at the baseline's, the smallest and the largest
+    #    graph size; 2. before the first of them, one speculative probe per algorithm at its base
+    #    knobs: the prior that costs most when wrong ("speculative last") is tested first
     bs_vals = axes.get("cuda_graph_max_bs", [None])
     bs_pick = [b for b in dict.fromkeys([base.get("cuda_graph_max_bs"), bs_vals[0], bs_vals[-1]]) if b is not None] \
         or [None]
+    sp = spec.search_space.speculative
+    algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
     boundary_of_base: dict[str, Any] | None = None
     for bs in bs_pick:
         others = {**base, **({"cuda_graph_max_bs": bs} if bs is not None else {}), **spec_none}
@@ -217,19 +255,16 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         point = {**others, "mem_fraction_static": iv[1]} if fs else others
         if boundary_of_base is None:
             boundary_of_base = point
+            for algo in algos:
+                anchor = {k: v for k, v in point.items() if k not in space.SPEC_PARAMS}
+                probe = {**anchor, **_spec_probe(spec, algo)}
+                if fs:  # the draft model takes memory: the boundary moves down
+                    piv = interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
+                    if piv is None:
+                        continue
+                    probe["mem_fraction_static"] = min(probe.get("mem_fraction_static", piv[1]), piv[1])
+                add(probe, "speculative probe")
         add(point, "boundary")
-    # 2. one speculative probe per algorithm, on the baseline's boundary point
-    sp = spec.search_space.speculative
-    algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
-    for algo in algos:
-        anchor = {k: v for k, v in (boundary_of_base or base).items() if k not in space.SPEC_PARAMS}
-        probe = {**anchor, **_spec_probe(spec, algo)}
-        if fs:  # the draft model takes memory: the boundary moves down
-            iv = interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
-            if iv is None:
-                continue
-            probe["mem_fraction_static"] = min(probe.get("mem_fraction_static", iv[1]), iv[1])
-        add(probe, "speculative probe")
     # 3. space-filling: Sobol over the base knobs, f inside each point's feasible interval
     names = list(axes)
     for u in _sobol(len(names), max(0, n - len(points)) * 2, seed):
@@ -242,6 +277,7 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
             iv = interval(params)
             if iv is None:
                 continue
+            iv = roomy(params, iv)
             i = names.index("mem_fraction_static")
             lo, hi = fs.index(iv[0]), fs.index(iv[1])
             params["mem_fraction_static"] = fs[lo + min(hi - lo, int(u[i] * (hi - lo + 1)))]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ from autotune.spec import (
     StudySpec,
 )
 from autotune.study import initial_design
-from autotune.study.phases import SPEC_KEYS, is_extra, ranked
+from autotune.study.phases import SPEC_KEYS, is_extra, json_key, ranked
 
 if TYPE_CHECKING:
     from autotune.study.space_bridge import SpaceBridge
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 #: Run-to-run noise of a throughput measurement is about 1 % (benchmarks/search_efficiency.py):
 #: smaller steps are not evidence.
 MIN_GAIN = 0.005
+#: A speculative probe that beats every other launch by this much (far beyond noise) ends the
+#: design: the speculative stage runs at once.
+BIG_GAIN = 0.10
 #: Failures that say f left too little slack: every higher f (other knobs equal) fails too.
 SLACK_KINDS = (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.RUNTIME_OOM.value)
 
@@ -125,6 +129,14 @@ def choose_sampler(spec: StudySpec) -> tuple[optuna.samplers.BaseSampler, str]:
 # ---- the stages ---------------------------------------------------------------------
 def _launched(t: FrozenTrial) -> bool:
     return t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_extra(t) and not t.user_attrs.get("retried")
+
+
+def _as_suggested(variant: dict[str, Any]) -> dict[str, Any]:
+    """A speculative variant as optuna stores it: with top-k 1 the draft-token count follows
+    from the steps (``space._suggest_spec``) and is not a parameter."""
+    if variant.get("speculative_eagle_topk", 1) == 1 and "speculative_num_steps" in variant:
+        return {k: v for k, v in variant.items() if k != "speculative_num_draft_tokens"}
+    return dict(variant)
 
 
 class SearchPolicy:
@@ -214,22 +226,53 @@ class SearchPolicy:
         if stage == "base":
             self._enqueue({"speculative_algorithm": "none"}, "base")
         elif stage == "speculative" and best:
+            # the small speculative sub-space on the best base is walked, not sampled: no repeats
             base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
-            algo = self.spec_algos[self._rr % len(self.spec_algos)]
-            self._rr += 1
-            self._enqueue({**base, "speculative_algorithm": algo}, "speculative", stage_base=best[0].number)
+            nxt = self._next_spec_variant(trials, base, best[0].params)
+            self._enqueue({**base, **(nxt or {"speculative_algorithm": self.spec_algos[0]})}, "speculative",
+                          stage_base=best[0].number)
         elif stage == "joint" and self.spec_algos and best:
             self._enqueue({"speculative_algorithm": best[0].params.get("speculative_algorithm", "none")}, "joint")
         elif stage == "joint":
             self._enqueue({}, "joint")
         return stage
 
+    def _next_spec_variant(self, trials: list[FrozenTrial], base: dict[str, Any],
+                           best: dict[str, Any]) -> dict[str, Any] | None:
+        """The untried speculative setting on ``base`` nearest the best one so far (ordinal
+        distance over steps, top-k and draft tokens; ties broken by the sampler's seed)."""
+        sp = self.spec.search_space.speculative
+        if sp is None:
+            return None
+        tried = {json_key({k: v for k, v in t.params.items() if k in SPEC_KEYS}) for t in trials
+                 if {k: v for k, v in t.params.items() if k not in SPEC_KEYS} == base}
+        variants = [_as_suggested(v) for v in space._spec_variants(sp) if v.get("speculative_algorithm") != "none"]
+        variants = [v for v in variants if json_key(v) not in tried]
+        if not variants:
+            return None
+        ref_algo = best.get("speculative_algorithm", "none")
+
+        def distance(v: dict[str, Any]) -> float:
+            d = 0.0 if v["speculative_algorithm"] == ref_algo or ref_algo == "none" else 100.0
+            for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+                if k in v and k in best:
+                    d += abs(float(v[k]) - float(best[k]))
+            return d
+
+        rng = random.Random(f"{self.spec.sampler.seed}-{len(trials)}")
+        return min(variants, key=lambda v: (distance(v), rng.random()))
+
     def _current_stage(self, trials: list[FrozenTrial]) -> str:
         seq = self._stage_sequence(trials)
         caps = {"base": max(1, math.ceil(self.spec.n_trials * self.spec.search.stage1_fraction)),
                 "speculative": self._spec_cap(), "joint": 1 << 30}
         # A stage once left is not re-entered: the first of the sequence not yet stalled.
+        best = ranked(self.study)
         for stage in seq:
+            if stage == "speculative" and best:
+                base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
+                if self._next_spec_variant(trials, base, best[0].params) is None:
+                    continue  # every speculative setting was tried on the best base
             if not self._stalled(trials, stage, caps[stage]):
                 return stage
         return "joint"
@@ -247,19 +290,54 @@ class SearchPolicy:
                 log.debug("design: no prediction for %s: %s", params, exc)
                 return {"should_prune": True, "verdict": "unknown"}
 
-        points = initial_design.build(wide, baseline, predict, self.n_design, seed=self.spec.sampler.seed)
+        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed)
         self.study.set_user_attr("design_points", [{"params": p.params, "why": p.why} for p in points])
         log.info("designed start: %d point(s) (%s)", len(points), ", ".join(p.why for p in points))
 
     def _enqueue_next_design(self, trials: list[FrozenTrial]) -> bool:
         """One designed point per ask, so each learns from the launches before it: a boundary
-        point above an f that already ran out of slack moves below it (monotone feasibility)."""
+        point above an f that already ran out of slack moves below it (monotone feasibility);
+        after a speculative probe won, the rest carry its speculative settings; a point that
+        became a repeat of a launched one is skipped."""
         points = self.study.user_attrs.get("design_points") or []
-        asked = sum(1 for t in trials if self._stage_of(t) == "design" and not t.user_attrs.get("retry_of"))
-        if asked >= len(points):
+        used = int(self.study.user_attrs.get("design_used") or 0)
+        if used < len(points) and self._probe_won_big(trials):
+            # the "speculative last" prior is overturned by far more than noise: the
+            # speculative stage runs now, the rest of the design is dropped
+            self.study.set_user_attr("design_used", len(points))
+            log.info("a speculative probe beat every other launch by > %.0f %%: speculative stage first",
+                     BIG_GAIN * 100)
             return False
-        point = points[asked]
+        seen = {json_key(t.params) for t in trials}
+        while used < len(points):
+            params = self._adapt(points[used], trials)
+            used += 1
+            if json_key(params) not in seen:
+                self.study.set_user_attr("design_used", used)
+                self._enqueue(params, "design", design=points[used - 1]["why"])
+                return True
+        self.study.set_user_attr("design_used", used)
+        return False
+
+    def _probe_won_big(self, trials: list[FrozenTrial]) -> bool:
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and not is_extra(t)
+                and t.user_attrs.get("slo_met") is not False]
+        spec = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") != "none"]
+        base = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") == "none"]
+        if not spec or not base:
+            return False
+        s, b = max(spec, key=lambda v: self.sign * v), max(base, key=lambda v: self.sign * v)
+        return self.sign * (s - b) > BIG_GAIN * abs(b)
+
+    def _adapt(self, point: dict[str, Any], trials: list[FrozenTrial]) -> dict[str, Any]:
         params = dict(point["params"])
+        best = ranked(self.study)
+        won = best[0].params if best else {}
+        if point["why"] != "speculative probe" and won.get("speculative_algorithm", "none") != "none" \
+                and params.get("speculative_algorithm", "none") == "none":
+            # a speculative probe beat everything: the rest of the design carries its settings
+            params = {**{k: v for k, v in params.items() if k not in SPEC_KEYS},
+                      **{k: v for k, v in won.items() if k in SPEC_KEYS}}
         f = params.get("mem_fraction_static")
         slack_fails = [t.params["mem_fraction_static"] for t in trials
                        if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params]
@@ -267,8 +345,7 @@ class SearchPolicy:
             dom = self.bridge.widened_spec().search_space.mem_fraction_static
             step = (dom.step if dom is not None and dom.step else 0.01)
             params["mem_fraction_static"] = round(min(slack_fails) - step, 6)
-        self._enqueue(params, "design", design=point["why"])
-        return True
+        return params
 
 
 __all__ = ["MIN_GAIN", "SearchPolicy", "choose_sampler"]
