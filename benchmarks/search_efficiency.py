@@ -9,8 +9,9 @@ Per study (scenario):
 
 1. **Truth.** Every candidate of the study's grid (``autotune.space.iter_grid``) is
    evaluated once, offline (:func:`autotune.sim.offline.evaluate`: the simulated server's
-   memory truth, startup and engine in modelled time, no processes). The optimum is the
-   best objective value among candidates that complete (and meet the SLO, if any); the
+   memory truth, startup and engine in modelled time, no processes), and so are SGLang's
+   defaults. The optimum is the best objective value among them that completes (and meets
+   the SLO, if any); the
    target is every candidate within ``--tolerance`` (2 %) of it.
    **Cache**: ``benchmarks/out/search_efficiency_<study name>.json``, keyed by a SHA-256 of
    the study file's bytes, the sources under ``autotune/sim``, ``autotune/sglang`` and
@@ -46,7 +47,9 @@ Per study (scenario):
    spend at the launch after which the pick stays within the tolerance of the optimum
    (by its noise-free value) to the end of the budget; ``inf`` if the final pick is off
    target. Medians and [min, max] over ``--seeds`` seeds; *final regret* is the final
-   pick's distance to the optimum. ``failed_gpu_s`` is what launches that died
+   pick's distance to the optimum (``defaults_regret_pct``: SGLang's defaults', the
+   baseline every driver strategy launches first; None when the defaults fail or miss the
+   SLO). ``failed_gpu_s`` is what launches that died
    (OOM and other failures) cost: what pruning saves shows as the gap between
    ``random`` and ``driver+random``.
 
@@ -368,7 +371,9 @@ def evaluate_scenario(sc: Scenario, args: argparse.Namespace, out: Path) -> dict
     feasible = [v for v in truths if v is not None]
     if not feasible:
         raise SystemExit(f"{spec.name}: no candidate of the grid completes (and meets the SLO)")
-    best = max(feasible, key=lambda v: sign * v)
+    base_truth = table.truth(space.to_config(spec, {}, baseline=True).to_dict())
+    # SGLang's defaults are a candidate too (every driver strategy launches them first)
+    best = max(feasible + ([base_truth] if base_truth is not None else []), key=lambda v: sign * v)
     target = best * (1 - args.tolerance) if sign > 0 else best * (1 + args.tolerance)
     n_hit = sum(1 for v in feasible if sign * v >= sign * target)
     budget = args.budget or spec.n_trials
@@ -395,6 +400,8 @@ def evaluate_scenario(sc: Scenario, args: argparse.Namespace, out: Path) -> dict
             runs[name].append(fn(seed))
         table.save()
     res: dict[str, Any] = {"hard": sc.hard, "grid_size": len(grid), "feasible": len(feasible),
+                           "defaults_regret_pct": None if base_truth is None
+                           else round(max(0.0, sign * (best - base_truth) / abs(best) * 100), 2),
                            "on_target_candidates": n_hit, "best_value": round(best, 2), "budget": budget,
                            "noise_pct": sc.noise_pct, "median_gpu_s": {}, "spread_gpu_s": {}, "found": {},
                            "median_final_regret_pct": {}, "median_failed_gpu_s": {}, "median_launches": {}}

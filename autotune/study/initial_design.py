@@ -15,6 +15,9 @@ those launches where they say the most:
    with that algorithm at mid-range settings, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
    :mod:`autotune.study.search_policy`).
+   When the workload's live tokens (concurrency x (input + output)) do not fit the
+   baseline's KV pool at its largest f, the ``kv_cache_dtype`` of the space that holds the
+   most tokens there is used instead.
 3. **A space-filling set**: scrambled Sobol points over the base knobs, with f mapped
    into each point's predicted-feasible interval, so no designed launch is a predicted OOM.
 
@@ -238,6 +241,18 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
             points.append(DesignPoint(params, why))
 
     spec_none = {"speculative_algorithm": "none"} if spec.search_space.speculative is not None else {}
+    # When the workload's live tokens do not fit the baseline's KV pool even at its largest f,
+    # the KV cache dtype (when the space has it) that holds the most tokens is the design's base.
+    if fs and len(axes.get("kv_cache_dtype", [])) > 1:
+        def top_tokens(dtype: Any) -> int:
+            others = {**base, **spec_none, "kv_cache_dtype": dtype}
+            iv = interval(others)
+            if iv is None:
+                return -1
+            return int(verdict({**others, "mem_fraction_static": iv[1]}).get("kv_tokens") or 0)
+
+        if top_tokens(base.get("kv_cache_dtype")) < demand:
+            base["kv_cache_dtype"] = max(axes["kv_cache_dtype"], key=top_tokens)
     # 1. boundaries: the largest KV pool that fits, at the baseline's, the smallest and the largest
     #    graph size; 2. before the first of them, one speculative probe per algorithm at its base
     #    knobs: the prior that costs most when wrong ("speculative last") is tested first
