@@ -155,7 +155,10 @@ class SearchPolicy:
 
     @classmethod
     def for_study(cls, spec: StudySpec, study: optuna.Study, bridge: SpaceBridge) -> SearchPolicy | None:
-        if spec.search.stages != "auto" or spec.sampler.kind == "grid":
+        from autotune.study.samplers import GridSampler
+
+        # a grid tries every candidate anyway: nothing to design or stage
+        if spec.search.stages != "auto" or isinstance(study.sampler, (GridSampler, optuna.samplers.BruteForceSampler)):
             return None
         return cls(spec, study, bridge)
 
