@@ -8,7 +8,7 @@ Usage::
 Per study (scenario):
 
 1. **Truth.** Every candidate of the study's grid (``autotune.space.iter_grid``) is
-   evaluated once, offline (:func:`autotune.sim.offline.evaluate`: the simulated server's
+   evaluated once, offline (:func:`autotune.trial.offline.evaluate`: the simulated server's
    memory truth, startup and engine in modelled time, no processes), and so are SGLang's
    defaults. The optimum is the best objective value among them that completes (and meets
    the SLO, if any); the
@@ -83,19 +83,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np
-import optuna
+import numpy as np  # noqa: E402
+import optuna  # noqa: E402
 
-from autotune import space
-from autotune.sim import offline
-from autotune.spec import StudySpec, load_study_spec
-from autotune.study.trial import TrialRequest, TrialResult
+from autotune import space  # noqa: E402
+from autotune.outcome import FailureKind  # noqa: E402
+from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.spec import StudySpec, load_study_spec  # noqa: E402
+from autotune.trial import offline  # noqa: E402
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 log = logging.getLogger("search_efficiency")
 OUT = ROOT / "benchmarks" / "out"
 SCENARIOS = ROOT / "benchmarks" / "scenarios"
 #: Sources whose change invalidates the cached exhaustive evaluation.
-_FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load")
+_FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load", "autotune/trial")
 #: Bumped when what a cache entry holds changes.
 CACHE_VERSION = "2"
 LAST_STUDY: list[optuna.Study] = []  # the last driver run's study (for inspection)
@@ -130,14 +132,11 @@ def header(spec_path: Path) -> dict[str, str]:
 
 
 def _request(spec: StudySpec, config: dict[str, Any]) -> TrialRequest:
-    wl = spec.workload.model_dump()
     return TrialRequest(
-        study_name=spec.name, trial_number=0, config=config, backend="sim",
+        study_name=spec.name, trial_number=0, config=ServerConfig.from_dict(config), backend="sim",
         sglang_version=spec.server.sglang_version, gpu=spec.hardware.gpu, num_gpus=spec.hardware.num_gpus,
-        interconnect=spec.hardware.interconnect, workload=wl, objective_metric=spec.objective.metric,
-        objective_direction=spec.objective.resolved_direction, artifact_dir="", run_dir="",
-        startup_timeout_s=spec.server.startup_timeout_s, sim=spec.server.sim.model_dump(),
-        slo=dict(spec.objective.slo),
+        interconnect=spec.hardware.interconnect, workload=spec.workload, objective=spec.objective.as_objective(),
+        artifact_dir="", run_dir="", startup_timeout_s=spec.server.startup_timeout_s, sim=spec.server.sim,
     )
 
 
@@ -182,7 +181,9 @@ class Table:
                 m.pop("errors", None)
             self.results[key] = d
             self.dirty = True
-        return TrialResult(**self.results[key])
+        d = self.results[key]
+        kind = FailureKind(d["failure_kind"]) if d["failure_kind"] else None
+        return TrialResult(**{**d, "state": TrialState(d["state"]), "failure_kind": kind})
 
     def truth(self, config: dict[str, Any]) -> float | None:
         """The noise-free objective of a launch; None when it fails or misses the SLO."""
@@ -293,8 +294,9 @@ def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler:
     truth_of: dict[int, float | None] = {}
 
     def evaluate(request: TrialRequest) -> TrialResult:
-        truth_of[request.trial_number] = table.truth(request.config)
-        return noise.measure(table, request.config)
+        config = request.config.to_dict()
+        truth_of[request.trial_number] = table.truth(config)
+        return noise.measure(table, config)
 
     def on_result(_number: int, _request: TrialRequest, result: TrialResult) -> None:
         run.launch(result)
@@ -312,16 +314,19 @@ def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler:
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
         spent = 0.0
         best: tuple[float, int] | None = None  # (value, number) of the best search trial so far
+        def launched(number: int) -> int:  # a trial that reused an earlier launch's result
+            return int(study.trials[number].user_attrs.get("reused_from", number))
+
         for t in trials:
             if t.number not in truth_of:
-                continue  # pruned before launch: no GPU time
+                continue  # pruned before launch, or a reused result: no GPU time of its own
             spent += t.user_attrs.get("gpu_seconds") or 0.0
             ok = t.state.name == "COMPLETE" and t.value is not None and t.user_attrs.get("slo_met") is not False
             if ok and t.value is not None and not is_extra(t) and (best is None or sign * t.value > sign * best[0]):
                 best = (t.value, t.number)
-            run.events.append((spent, truth_of[best[1]] if best else None))
+            run.events.append((spent, truth_of.get(launched(best[1])) if best else None))
         final = best_trial(study)
-        run.final = truth_of.get(final.number) if final is not None else None
+        run.final = truth_of.get(launched(final.number)) if final is not None else None
         if run.events:
             run.events[-1] = (run.events[-1][0], run.final)
     return run
@@ -332,22 +337,25 @@ def _in_memory_storage() -> Iterator[list[optuna.Study]]:
     """The driver's study in optuna's in-memory storage instead of SQLite: the same driver
     code path (ask/tell, user attributes, enqueued trials), without ~25 SQLite commits per
     trial, which made the harness, not the search, the slow part. Yields the studies opened."""
-    from autotune.study import driver, storage
+    from autotune.study import driver
 
     opened: list[optuna.Study] = []
+    names = vars(driver)  # the driver's own references to storage.open_storage / open_study
+    saved_storage, saved_study = names["open_storage"], names["open_study"]
 
-    def open_in_memory(spec: StudySpec, *, create: bool = True) -> optuna.Study:
-        study = optuna.create_study(study_name=spec.name, sampler=storage.make_sampler(spec),
-                                    pruner=storage._pruner(spec), direction=spec.objective.resolved_direction)  # type: ignore[arg-type]
+    def open_in_memory(spec: StudySpec) -> optuna.storages.BaseStorage:
+        return optuna.storages.InMemoryStorage()
+
+    def open_and_keep(spec: StudySpec, **kw: Any) -> optuna.Study:
+        study: optuna.Study = saved_study(spec, **kw)
         opened.append(study)
         return study
 
-    saved = driver.open_study
-    driver.open_study = open_in_memory  # type: ignore[assignment]
+    names["open_storage"], names["open_study"] = open_in_memory, open_and_keep
     try:
         yield opened
     finally:
-        driver.open_study = saved  # type: ignore[assignment]
+        names["open_storage"], names["open_study"] = saved_storage, saved_study
 
 
 @dataclass
@@ -484,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--suite", action="store_true", help=f"every study file in {SCENARIOS.relative_to(ROOT)}/")
     which.add_argument("--study", help="one study file")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--budget", type=int, default=None, help="trials per strategy and seed (default: the study's n_trials)")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="trials per strategy and seed (default: the study's n_trials)")
     ap.add_argument("--tolerance", type=float, default=0.02, help="relative distance to the optimum that counts")
     ap.add_argument("--noise-pct", type=float, default=1.0, help="measurement noise (sigma, %%) unless the study says")
     ap.add_argument("--out", default=str(OUT))
@@ -495,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study", "autotune.sim.offline")]
+    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study", "autotune.trial.offline")]
     levels = [lg.level for lg in noisy]
     for lg in noisy:
         lg.setLevel(logging.CRITICAL if not args.verbose else logging.INFO)
@@ -506,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             optuna.logging.set_verbosity(optuna.logging.ERROR)
             return _run(args)
     finally:
-        for lg, level in zip(noisy, levels):
+        for lg, level in zip(noisy, levels, strict=True):
             lg.setLevel(level)
 
 

@@ -68,7 +68,10 @@ def test_plan_grid_covers_every_candidate(tmp_path: Path, capsys):
     assert len(rows) == 10 * 2  # 0.50..0.95 step 0.05 x two graph sizes
     verdicts = {r["mem_fraction_static"]: r["verdict"] for r in rows}
     assert verdicts[0.75] == "kv_oom" and verdicts[0.8] == "fits"
-    assert {tuple(r["command"][r["command"].index("--cuda-graph-max-bs") + 1:][:1]) for r in rows} == {("128",), ("512",)}
+    assert {tuple(r["command"][r["command"].index("--cuda-graph-max-bs") + 1 :][:1]) for r in rows} == {
+        ("128",),
+        ("512",),
+    }
 
 
 def test_plan_bad_set_is_one_line_exit_2(tmp_path: Path, capsys):
@@ -99,3 +102,59 @@ def test_calibrate_rejects_a_log_without_memory_lines(tmp_path: Path, capsys):
     log.write_text("nothing to see\n")
     assert main(["calibrate", str(study), "--from-log", str(log)]) == 2
     assert "--from-log" in capsys.readouterr().err
+
+
+def _fp8_study(tmp_path: Path, name: str, *, knob: str | None, extra: list[str]) -> Path:
+    study = _study(tmp_path, {"p_gib": 94.0, "a_gib": 21.71})
+    data = yaml.safe_load(study.read_text())
+    data["server"]["extra_args"] = extra
+    if knob is not None:
+        data["search_space"]["kv_cache_dtype"] = {"choices": [knob]}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_plan_reads_kv_cache_dtype_from_extra_args_like_the_knob(tmp_path: Path, capsys):
+    """The predictor reads the final argv: an fp8 cache given through extra_args is an fp8 cache."""
+    knob = _fp8_study(tmp_path, "knob", knob="fp8_e4m3", extra=[])
+    extra = _fp8_study(tmp_path, "extra", knob=None, extra=["--kv-cache-dtype", "fp8_e4m3"])
+    plain = _fp8_study(tmp_path, "plain", knob=None, extra=[])
+    (by_knob,) = _rows(capsys, ["plan", str(knob), "--json", "--set", "mem_fraction_static=0.88",
+                                "--set", "kv_cache_dtype=fp8_e4m3"])
+    (by_extra,) = _rows(capsys, ["plan", str(extra), "--json", "--set", "mem_fraction_static=0.88"])
+    (bf16,) = _rows(capsys, ["plan", str(plain), "--json", "--set", "mem_fraction_static=0.88"])
+    assert by_extra["kv_tokens"] == pytest.approx(by_knob["kv_tokens"], rel=1e-3)
+    assert by_extra["kv_tokens"] == pytest.approx(2 * bf16["kv_tokens"], rel=0.01)  # 1-byte cell, not 2
+
+
+def test_plan_refuses_extra_args_that_contradict_a_knob(tmp_path: Path, capsys):
+    study = _fp8_study(tmp_path, "both", knob="fp8_e5m2", extra=["--kv-cache-dtype", "fp8_e4m3"])
+    assert main(["plan", str(study), "--json", "--set", "mem_fraction_static=0.88",
+                 "--set", "kv_cache_dtype=fp8_e5m2"]) == 2
+    err = capsys.readouterr().err
+    assert "server.extra_args" in err and "kv_cache_dtype" in err and "fp8_e5m2" in err
+
+
+LOGS = ROOT / "tests" / "data" / "logs"
+
+
+@pytest.mark.parametrize(("log", "wording", "kv_tokens"), [
+    ("eagle-0.5.9.log", "0.5.9", 159_277), ("eagle-0.5.23.log", "0.5.23", 141_056),
+])
+def test_calibrate_an_eagle_log_takes_the_targets_lines(tmp_path: Path, capsys, log: str, wording: str,
+                                                        kv_tokens: int):
+    """The draft runner prints the same Load weight / KV lines after the target's: they must not be taken for P, A."""
+    study = _study(tmp_path)
+    assert main(["calibrate", str(study), "--from-log", str(LOGS / log), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["p_gib"] == pytest.approx(94.00) and cal["a_gib"] == pytest.approx(21.71)
+    assert cal["kv_tokens"] == kv_tokens and cal["log_wording"] == wording
+
+
+def test_calibrate_a_partial_excerpt_gives_what_it_shows(tmp_path: Path, capsys):
+    study = _study(tmp_path)
+    assert main(["calibrate", str(study), "--from-log", str(LOGS / "excerpt-load-begin-kv.log"), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["p_gib"] == pytest.approx(94.00) and cal["kv_tokens"] == 159_277
+    assert cal["a_gib"] is None and cal["graph_gib"] is None and cal["log_wording"] == "0.5.9"

@@ -39,10 +39,27 @@ def test_classic_parser_rejects_modern_flag(capsys: pytest.CaptureFixture[str]) 
     assert "error: unrecognized arguments: --cuda-graph-max-bs-decode 128" in err
 
 
-def test_0_5_19_accepts_both_spellings() -> None:
-    p = build_parser("0.5.19")
-    assert p.parse_args(["--model-path", "m", "--cuda-graph-max-bs", "64"]).cuda_graph_max_bs == 64
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.19"])
+def test_deprecated_alias_releases_accept_both_spellings(version: str) -> None:
+    p = build_parser(version)  # the alias stores into the -decode dest, as SGLang's DeprecatedAliasStoreAction does
+    assert p.parse_args(["--model-path", "m", "--cuda-graph-max-bs", "64"]).cuda_graph_max_bs_decode == 64
     assert p.parse_args(["--model-path", "m", "--cuda-graph-max-bs-decode", "64"]).cuda_graph_max_bs_decode == 64
+
+
+@pytest.mark.parametrize("version", ["0.5.20", "0.5.21", "0.5.22"])
+def test_releases_after_the_alias_refuse_the_classic_spelling(version: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _parse_fails(version, ["--model-path", "m", "--cuda-graph-max-bs", "128"], capsys)
+    assert "ambiguous option: --cuda-graph-max-bs could match" in err
+
+
+@pytest.mark.parametrize(("version", "spelling"), [
+    ("0.5.9", "--cuda-graph-max-bs"), ("0.5.13.post1", "--cuda-graph-max-bs"), ("0.5.14", "--cuda-graph-max-bs-decode"),
+    ("0.5.19", "--cuda-graph-max-bs-decode"), ("0.5.21", "--cuda-graph-max-bs-decode"),
+    ("0.5.22", "--cuda-graph-max-bs-decode"), ("0.5.23", "--cuda-graph-max-bs-decode"),
+])
+def test_render_uses_each_releases_current_spelling(version: str, spelling: str) -> None:
+    argv = render_argv(ServerConfig(model_path="m", cuda_graph_max_bs=128, disable_cuda_graph=False), version)
+    assert argv[argv.index(spelling) + 1] == "128"
 
 
 def test_unique_prefix_and_aliases_work_like_sglang() -> None:

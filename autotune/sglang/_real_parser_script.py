@@ -40,7 +40,22 @@ class _RaisingParser(argparse.ArgumentParser):
         raise _ParseError(message)
 
 
+def _install_stubs() -> list[str]:
+    """Placeholders for the heavy modules named by ``AUTOTUNE_PARSER_STUBS`` (a parser-only venv)."""
+    import os
+
+    roots = [r.strip() for r in os.environ.get("AUTOTUNE_PARSER_STUBS", "").split(",") if r.strip()]
+    if not roots:
+        return []
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _parser_stubs  # type: ignore[import-not-found]  # beside this script
+
+    _parser_stubs.install(roots)
+    return sorted(_parser_stubs.STUBBED)
+
+
 def _make_parser() -> argparse.ArgumentParser:
+    _install_stubs()
     from sglang.srt.server_args import ServerArgs
 
     parser = _RaisingParser(prog="launch_server.py")
@@ -85,6 +100,9 @@ def _flag_info(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
             "choices": [str(c) for c in action.choices] if action.choices is not None else None,
             "nargs": action.nargs if not is_bool else None,
             "default": _jsonable(action.default),
+            "action": type(action).__name__,
+            "const": _jsonable(action.const),
+            "required": bool(action.required),
         })
     return flags
 
@@ -106,7 +124,10 @@ def main() -> int:
     with contextlib.redirect_stdout(sys.stderr):
         parser = _make_parser()
         if sys.argv[1:] == ["--info"]:
-            answer = {"version": _version(), "flags": _flag_info(parser)}
+            import _parser_stubs  # type: ignore[import-not-found]  # on sys.path when stubs were installed
+
+            answer = {"version": _version(), "flags": _flag_info(parser),
+                      "stubbed": sorted(getattr(_parser_stubs, "STUBBED", ()))}
             out.write(json.dumps(answer) + "\n")
             return 0
         for line in sys.stdin:

@@ -37,6 +37,9 @@ class ServerConfig:
     tp_size: int = 1
     dp_size: int = 1
     ep_size: int = 1
+    #: DP attention width (1 = off): attention runs data-parallel over this many groups of the tp_size GPUs.
+    #: Rendered --attn-dp-size N where the release has it (0.5.22 on), else --enable-dp-attention --dp-size N.
+    attn_dp_size: int = 1
     mem_fraction_static: float | None = None
     cuda_graph_max_bs: int | None = None
     disable_cuda_graph: bool = False

@@ -12,12 +12,15 @@ gives it the canonical knobs back.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
-from typing import Any, NoReturn
+from dataclasses import replace
+from typing import Any, Callable, NoReturn
 
 from autotune.errors import ConfigError
-from autotune.sglang._flag_table import FLAGS, Flag
+from autotune.sglang._flag_table import FLAGS, Flag, human_readable_int
+from autotune.sglang.flag_tables import table_for
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
@@ -28,7 +31,9 @@ __all__ = [
     "shell_line",
     "flags_for",
     "flag_names",
+    "has_flag",
     "config_from_namespace",
+    "effective_config",
     "validate_speculative",
 ]
 
@@ -42,14 +47,31 @@ def _in_range(flag: Flag, v: SglangVersion) -> bool:
 
 
 def flags_for(version: "str | SglangVersion") -> list[Flag]:
-    """The flags that ``version`` of ``sglang.launch_server`` accepts (of those autotune models)."""
+    """The modelled flags (typed, see ``_flag_table``) that ``version`` of ``sglang.launch_server`` accepts.
+
+    A modelled flag counts only where the release's own table (read from its
+    wheel) has it; its aliases are those that release declares.
+    """
     v = as_version(version)
-    return [f for f in FLAGS if _in_range(f, v)]
+    table = table_for(v)
+    out = []
+    for f in FLAGS:
+        if not _in_range(f, v) or not table.has(f.name):
+            continue
+        names = tuple(n for n in f.names if table.has(n))
+        out.append(f if names == f.names else replace(f, names=names))
+    return out
 
 
 def flag_names(version: "str | SglangVersion") -> set[str]:
-    """Every spelling (including aliases) ``version`` accepts."""
-    return {n for f in flags_for(version) for n in f.names}
+    """Every spelling (aliases included) ``version`` accepts: all of its real parser's flags."""
+    return set(table_for(version).by_name)
+
+
+def has_flag(version: "str | SglangVersion", name: str, *, current: bool = False) -> bool:
+    """Whether ``version`` declares ``name`` (``current``: and not as a deprecated alias)."""
+    table = table_for(version)
+    return table.has(name) and not (current and table.deprecated(name))
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -59,33 +81,60 @@ class _RaisingParser(argparse.ArgumentParser):
         raise ConfigError(f"argv: SGLang's parser refuses it: {message}")
 
 
+#: argparse ``type`` for the type names the tables hold (other converters read as text).
+_TYPES: dict[str | None, Callable[[str], Any]] = {
+    "int": int, "float": float, "str": str, None: str, "human_readable_int": human_readable_int, "loads": json.loads,
+}
+#: 0.5.9 declares --tensor-parallel-size first (dest tensor_parallel_size); autotune's dests are the short ones.
+_DEST_RENAME = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size",
+                "expert_parallel_size": "ep_size", "pipeline_parallel_size": "pp_size"}
+
+
 def build_parser(
     version: "str | SglangVersion",
     *,
     prog: str = "launch_server.py",
     parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
 ) -> argparse.ArgumentParser:
-    """An ``argparse.ArgumentParser`` with ``version``'s flags, ``allow_abbrev=True`` like SGLang.
+    """An ``argparse.ArgumentParser`` with every flag of ``version``'s real parser, ``allow_abbrev=True``.
 
-    Callers may add their own flags (the simulated server adds ``--sim-*``).
-    On a bad argv it prints ``<prog>: error: ...`` and exits 2, as SGLang does.
+    Built from the release's table (``flag_tables/<version>.json``, read from
+    its wheel), so unique prefixes, ambiguous prefixes, choices and types
+    behave as on a real server. Callers may add their own flags (the simulated
+    server adds ``--sim-*``). On a bad argv it prints ``<prog>: error: ...`` and
+    exits 2, as SGLang does.
     """
     v = as_version(version)
-    parser = parser_class(prog=prog, description=f"SGLang {v} launch_server flags (as modelled by autotune)", allow_abbrev=True)
-    for flag in flags_for(v):
-        kwargs: dict[str, Any] = {"dest": flag.dest, "help": flag.help or None}
-        if flag.kind == "bool":
-            kwargs["action"] = "store_true"
+    table = table_for(v)
+    parser = parser_class(prog=prog, description=f"SGLang {table.version} launch_server flags (read from its wheel)",
+                          allow_abbrev=True)
+    for flag in table.flags:
+        dest = _DEST_RENAME.get(flag["dest"], flag["dest"])
+        kwargs: dict[str, Any] = {"dest": dest}
+        names = list(flag["names"])
+        if flag["action"] == "BooleanOptionalAction":
+            names = [n for n in names if not n.startswith("--no-")]
+            kwargs["action"] = argparse.BooleanOptionalAction
+            kwargs["default"] = flag["default"]
+        elif flag["kind"] == "bool":
+            if flag["action"] == "DeprecatedStoreConstAction" and "disable" in names[0]:
+                kwargs.update(action="store_const", const="disabled")
+            elif flag["action"] == "_StoreFalseAction":
+                kwargs["action"] = "store_false"
+            else:
+                kwargs["action"] = "store_true"
+            if flag["default"] is not None or flag["action"] == "_StoreTrueAction":
+                kwargs["default"] = flag["default"]
         else:
-            kwargs["type"] = flag.type
-            kwargs["default"] = flag.default
-            if flag.choices is not None:
-                kwargs["choices"] = flag.choices
-            if flag.nargs is not None:
-                kwargs["nargs"] = flag.nargs
-            if flag.required:
+            kwargs["type"] = _TYPES.get(flag["type"], str)
+            kwargs["default"] = flag["default"]
+            if flag["choices"] is not None:
+                kwargs["choices"] = flag["choices"]
+            if flag["nargs"] is not None:
+                kwargs["nargs"] = flag["nargs"]
+            if flag["required"]:
                 kwargs["required"] = True
-        parser.add_argument(*flag.names, **kwargs)
+        parser.add_argument(*names, **kwargs)
     return parser
 
 
@@ -99,17 +148,22 @@ def _num(x: float | int) -> str:
 
 
 def _check_choice(field: str, flag_name: str, value: str, v: SglangVersion) -> None:
-    for flag in flags_for(v):
-        if flag.name == flag_name and flag.choices is not None and value not in flag.choices:
-            raise ConfigError(
-                f"{field}: {value!r} is not accepted by SGLang {v} {flag_name} (choices: {', '.join(flag.choices)})"
-            )
+    flag = table_for(v).by_name.get(flag_name)
+    if flag is not None and flag["choices"] is not None and value not in flag["choices"]:
+        raise ConfigError(
+            f"{field}: {value!r} is not accepted by SGLang {v} {flag_name} (choices: {', '.join(flag['choices'])})"
+        )
 
 
 def _check_positive(cfg: ServerConfig) -> None:
-    for field in ("tp_size", "dp_size", "ep_size"):
+    for field in ("tp_size", "dp_size", "ep_size", "attn_dp_size"):
         if getattr(cfg, field) < 1:
             raise ConfigError(f"{field}: must be >= 1, got {getattr(cfg, field)}")
+    if cfg.attn_dp_size > 1 and cfg.dp_size != 1:
+        raise ConfigError(f"attn_dp_size: {cfg.attn_dp_size} with dp_size {cfg.dp_size}: DP attention runs on the "
+                          "tp_size GPUs; plain DP replicas on top of it are not modelled (set dp_size to 1)")
+    if cfg.tp_size % cfg.attn_dp_size:
+        raise ConfigError(f"attn_dp_size: {cfg.attn_dp_size} does not divide tp_size {cfg.tp_size}")
     if cfg.mem_fraction_static is not None and not 0.0 < cfg.mem_fraction_static < 1.0:
         raise ConfigError(f"mem_fraction_static: must be in (0, 1), got {cfg.mem_fraction_static}")
     for field in ("cuda_graph_max_bs", "max_running_requests", "max_total_tokens", "context_length"):
@@ -135,7 +189,7 @@ def render_argv(
     """
     v = as_version(version)
     _check_positive(cfg)
-    modern = v.dialect == "modern"
+    split_graph_flags = not has_flag(v, "--cuda-graph-max-bs", current=True)  # 0.5.14 on: -decode / -prefill
     a: list[str] = ["--model-path", str(cfg.model_path)]
     if cfg.tp_size != 1:
         a += ["--tp-size", str(cfg.tp_size)]
@@ -143,20 +197,26 @@ def render_argv(
         a += ["--dp-size", str(cfg.dp_size)]
     if cfg.ep_size != 1:
         a += ["--ep-size", str(cfg.ep_size)]
+    if cfg.attn_dp_size > 1:
+        if has_flag(v, "--attn-dp-size"):
+            a += ["--attn-dp-size", str(cfg.attn_dp_size)]
+        else:
+            a += ["--enable-dp-attention", "--dp-size", str(cfg.attn_dp_size)]
     a += ["--host", cfg.host, "--port", str(cfg.port)]
     if cfg.mem_fraction_static is not None:
         a += ["--mem-fraction-static", _num(cfg.mem_fraction_static)]
     if cfg.cuda_graph_max_bs is not None:
-        a += ["--cuda-graph-max-bs-decode" if modern else "--cuda-graph-max-bs", str(cfg.cuda_graph_max_bs)]
+        a += ["--cuda-graph-max-bs-decode" if split_graph_flags else "--cuda-graph-max-bs", str(cfg.cuda_graph_max_bs)]
     if cfg.disable_cuda_graph:
-        if modern:
+        if not has_flag(v, "--disable-cuda-graph", current=True):
             a += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
         else:
             a += ["--disable-cuda-graph"]
     if not cfg.custom_allreduce:
         a += ["--disable-custom-all-reduce"]
     if cfg.flashinfer_allreduce_fusion:
-        a += ["--flashinfer-allreduce-fusion-backend", "auto"] if modern else ["--enable-flashinfer-allreduce-fusion"]
+        a += (["--flashinfer-allreduce-fusion-backend", "auto"] if has_flag(v, "--flashinfer-allreduce-fusion-backend")
+              else ["--enable-flashinfer-allreduce-fusion"])
     if cfg.enable_torch_symm_mem:
         a += ["--enable-torch-symm-mem"]
     if cfg.enable_symm_mem:
@@ -232,6 +292,9 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
     fusion = bool(g("enable_flashinfer_allreduce_fusion") or g("flashinfer_allreduce_fusion_backend"))
     if g("enforce_disable_flashinfer_allreduce_fusion"):
         fusion = False
+    dp_size, attn_dp = g("dp_size") or 1, g("attn_dp_size") or 1
+    if g("enable_dp_attention") and attn_dp == 1:  # the spelling before 0.5.22
+        dp_size, attn_dp = 1, dp_size
     algo = g("speculative_algorithm")
     spec = SpeculativeConfig(
         algorithm=str(algo).upper() if algo else None,
@@ -244,8 +307,9 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
     return ServerConfig(
         model_path=g("model_path"),
         tp_size=g("tp_size") or 1,
-        dp_size=g("dp_size") or 1,
+        dp_size=dp_size,
         ep_size=g("ep_size") or 1,
+        attn_dp_size=attn_dp,
         mem_fraction_static=g("mem_fraction_static"),
         cuda_graph_max_bs=max_bs,
         disable_cuda_graph=disable_graph,
@@ -265,3 +329,38 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
         host=g("host") or "127.0.0.1",
         port=g("port") or 30000,
     )
+
+
+def effective_config(cfg: ServerConfig, version: "str | SglangVersion") -> ServerConfig:
+    """The knobs the server will really run with: the knobs, then ``extra_args``, as the release parses them.
+
+    The memory model predicts from this, so a memory-relevant flag counts
+    whatever path it took (``--kv-cache-dtype fp8_e4m3`` in ``extra_args`` is
+    an fp8 cache). A flag in ``extra_args`` that sets what a knob already sets,
+    to another value, is refused: the launch would silently run the last one.
+    ``extra_args`` are kept (the memory model reads ``--page-size`` and the
+    graph flags from them). SGLang has no environment spelling of these flags
+    (0.5.9 and 0.5.23 ``environ.py`` read), so knobs and ``extra_args`` are
+    every path a memory-relevant setting can take.
+    """
+    if not cfg.extra_args:
+        return cfg
+    v = as_version(version)
+    parser = _parser(v)
+    knobs_only = replace(cfg, extra_args=())
+    try:
+        ns_all = parser.parse_args(render_argv(cfg, v, python="python", check=False)[3:])
+        extra = parser.parse_args(["--model-path", cfg.model_path, *map(str, cfg.extra_args)])
+    except ConfigError as exc:
+        raise ConfigError(f"server.extra_args: {exc}") from None
+    ns_knobs = parser.parse_args(render_argv(knobs_only, v, python="python", check=False)[3:])
+    base = parser.parse_args(["--model-path", cfg.model_path])
+    for dest, value in vars(extra).items():
+        if dest in ("model_path", "host", "port") or value == getattr(base, dest, None):
+            continue
+        knob_value = getattr(ns_knobs, dest, None)
+        if knob_value != getattr(base, dest, None) and knob_value != value:
+            raise ConfigError(f"server.extra_args: sets {dest}={value!r}, contradicting the knob's {knob_value!r} "
+                              "(set it in one place)")
+    folded = config_from_namespace(ns_all, v)
+    return replace(folded, extra_args=cfg.extra_args, host=cfg.host, port=cfg.port)

@@ -286,7 +286,7 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         if len(points) >= n:
             break
         params = {name: axes[name][min(len(axes[name]) - 1, int(x * len(axes[name])))]
-                  for name, x in zip(names, u) if name != "mem_fraction_static"}
+                  for name, x in zip(names, u, strict=True) if name != "mem_fraction_static"}
         params.update(spec_none)
         if fs:
             iv = interval(params)

@@ -48,7 +48,7 @@ from autotune.study import initial_design
 from autotune.study.phases import SPEC_KEYS, is_extra, json_key, ranked
 
 if TYPE_CHECKING:
-    from autotune.study.space_bridge import SpaceBridge
+    from autotune.study.candidates import Candidates
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,10 @@ def _as_suggested(variant: dict[str, Any]) -> dict[str, Any]:
 class SearchPolicy:
     """Fixes each stage's parameters before the sampler's ``ask`` (see module docstring)."""
 
-    def __init__(self, spec: StudySpec, study: optuna.Study, bridge: SpaceBridge) -> None:
+    def __init__(self, spec: StudySpec, study: optuna.Study, candidates: Candidates) -> None:
         self.spec = spec
         self.study = study
-        self.bridge = bridge
+        self.candidates = candidates
         sp = spec.search_space.speculative
         self.spec_algos = [a for a in sp.algorithm.choices if a != "none"] if sp else []
         self.n_design = initial_design.design_size(spec.n_trials, spec.search.initial_design)
@@ -154,13 +154,13 @@ class SearchPolicy:
         self._rr = 0
 
     @classmethod
-    def for_study(cls, spec: StudySpec, study: optuna.Study, bridge: SpaceBridge) -> SearchPolicy | None:
+    def for_study(cls, spec: StudySpec, study: optuna.Study, candidates: Candidates) -> SearchPolicy | None:
         from autotune.study.samplers import GridSampler
 
         # a grid tries every candidate anyway: nothing to design or stage
         if spec.search.stages != "auto" or isinstance(study.sampler, (GridSampler, optuna.samplers.BruteForceSampler)):
             return None
-        return cls(spec, study, bridge)
+        return cls(spec, study, candidates)
 
     # -- what the study holds
     def _trials(self) -> list[FrozenTrial]:
@@ -281,14 +281,14 @@ class SearchPolicy:
         return "joint"
 
     def _plan_design(self) -> None:
-        bridge = self.bridge
-        wide = bridge.widened_spec()
+        cands = self.candidates
+        wide = cands.widened_spec()
         base = next((t for t in self._trials() if t.user_attrs.get("baseline")), None)
         baseline = dict(base.params) if base is not None else {}
 
         def predict(params: dict[str, Any]) -> dict[str, Any]:
             try:
-                return bridge.predict(space.to_config(wide, params))
+                return cands.predictor.predict(space.to_config(wide, params)).to_dict()
             except AutotuneError as exc:  # a candidate the model cannot judge is simply not designed
                 log.debug("design: no prediction for %s: %s", params, exc)
                 return {"should_prune": True, "verdict": "unknown"}
@@ -345,7 +345,7 @@ class SearchPolicy:
         slack_fails = [t.params["mem_fraction_static"] for t in trials
                        if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params]
         if f is not None and slack_fails and point["why"] != "space-filling" and f >= min(slack_fails):
-            dom = self.bridge.widened_spec().search_space.mem_fraction_static
+            dom = self.candidates.widened_spec().search_space.mem_fraction_static
             step = (dom.step if dom is not None and dom.step else 0.01)
             params["mem_fraction_static"] = round(min(slack_fails) - step, 6)
         return params
