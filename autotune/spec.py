@@ -59,7 +59,8 @@ class _Model(BaseModel):
 
 
 class SamplerSpec(_Model):
-    kind: Literal["tpe", "random", "grid", "gp"] = "tpe"
+    # "auto": chosen by the space (autotune.study.samplers.choose_sampler says which and why).
+    kind: Literal["auto", "tpe", "random", "grid", "gp"] = "auto"
     seed: int | None = 0
     n_startup_trials: int = Field(default=8, ge=0)
 
@@ -103,7 +104,7 @@ class ServerSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _device(self) -> "ServerSpec":
+    def _device(self) -> ServerSpec:
         if self.device == "cpu" and self.backend != "sglang":
             raise ValueError("device 'cpu' runs real SGLang on CPU: set backend: sglang")
         return self
@@ -335,10 +336,16 @@ class ObjectiveSpec(_Model):
 class SearchSpec(_Model):
     """How the budget is spent (see docs: staged search, confirmation of the winner)."""
 
-    # Base knobs first, speculative decoding second on the best base (as SGLang's own
-    # auto_benchmark orders them). "auto": on when the space has speculative choices.
-    stages: Literal["auto", "off"] = "auto"
-    stage1_fraction: float = Field(default=0.6, gt=0, lt=1)
+    # "auto": a designed start (autotune.study.initial_design), then stages that end when they
+    # stop improving and whose order the data may overturn (autotune.study.search_policy);
+    # "fixed": base knobs for stage1_fraction of the budget, then speculative on the best base;
+    # "off": the sampler alone.
+    stages: Literal["auto", "fixed", "off"] = "auto"
+    stage1_fraction: float = Field(default=0.6, gt=0, lt=1)  # "auto": the most stage 1 may take
+    # Designed starting points after the baseline (None: sized from n_trials; 0: none).
+    initial_design: int | None = Field(default=None, ge=0, le=64)
+    # "auto": a stage ends after this many of its trials brought no gain (None: from n_trials).
+    patience: int | None = Field(default=None, ge=1, le=1000)
     # At the end, run the top configurations and the baseline again and report the
     # winner with median and spread.
     confirm_top: int = Field(default=2, ge=0, le=20)

@@ -45,6 +45,7 @@ from autotune.study.phases import Phases
 from autotune.study.prediction import Predictor
 from autotune.study.record import Recorder
 from autotune.study.reuse import copy_result, launch_key, stored_result
+from autotune.study.search_policy import SearchPolicy
 from autotune.study.storage import artifact_store, open_storage, open_study
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
@@ -101,6 +102,7 @@ class StudyDriver:
         self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
         self.recorder = Recorder(spec, self.study, self.candidates)
         self.phases = Phases(spec, self.study)
+        self.phases.policy = SearchPolicy.for_study(spec, self.study, self.candidates)
         self._live: dict[int, optuna.Trial] = {}  # launched or waiting on a launch of the same argv
         self._launching: dict[str, int] = {}  # launch key -> the trial in flight with it
         self._followers: dict[int, list[optuna.Trial]] = {}  # trial in flight -> trials reusing its result
