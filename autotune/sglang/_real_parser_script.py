@@ -48,7 +48,7 @@ def _install_stubs() -> list[str]:
     if not roots:
         return []
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _parser_stubs  # type: ignore[import-not-found]  # beside this script
+    import _parser_stubs  # type: ignore[import-not-found,unused-ignore]  # beside this script
 
     _parser_stubs.install(roots)
     return sorted(_parser_stubs.STUBBED)
@@ -124,7 +124,7 @@ def main() -> int:
     with contextlib.redirect_stdout(sys.stderr):
         parser = _make_parser()
         if sys.argv[1:] == ["--info"]:
-            import _parser_stubs  # type: ignore[import-not-found]  # on sys.path when stubs were installed
+            import _parser_stubs  # type: ignore[import-not-found,unused-ignore]  # on sys.path when stubs were installed
 
             answer = {"version": _version(), "flags": _flag_info(parser),
                       "stubbed": sorted(getattr(_parser_stubs, "STUBBED", ()))}

@@ -285,7 +285,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
             graph_per_rank[e.rank] = graph_per_rank.get(e.rank, 0.0) + g
     failures = by("failure")
     specific = [e for e in failures if e.failure_kind not in _GENERIC]
-    first_failure = (specific or failures or [None])[0]
+    first_failure: LogEvent | None = (specific or failures)[0] if (specific or failures) else None
     last_mtt = mtt[-1].values if mtt else {}
     kv_tokens = last_mtt.get("max_total_num_tokens")
     if kv_tokens is None:

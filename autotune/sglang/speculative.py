@@ -77,14 +77,14 @@ def validate_speculative(
             raise ConfigError(
                 f"attention_backend: NGRAM speculative decoding requires flashinfer, got {attention_backend!r}"
             )
-        topk = _NGRAM_BFS_BREADTH
-        if spec.eagle_topk is not None and spec.eagle_topk != topk:
-            notes.append(f"NGRAM: topk is the BFS breadth ({topk}), eagle_topk={spec.eagle_topk} ignored")
-        draft_tokens = spec.num_draft_tokens or _NGRAM_DRAFT_TOKENS
-        steps = spec.num_steps or max(draft_tokens // topk, 1)
+        breadth = _NGRAM_BFS_BREADTH
+        if spec.eagle_topk is not None and spec.eagle_topk != breadth:
+            notes.append(f"NGRAM: topk is the BFS breadth ({breadth}), eagle_topk={spec.eagle_topk} ignored")
+        ngram_tokens = spec.num_draft_tokens or _NGRAM_DRAFT_TOKENS
+        ngram_steps = spec.num_steps or max(ngram_tokens // breadth, 1)
         if spec.num_draft_tokens is None or spec.num_steps is None:
-            notes.append(f"NGRAM: auto-chosen num_steps={steps}, num_draft_tokens={draft_tokens}")
-        return SpeculativeConfig("NGRAM", None, steps, topk, draft_tokens), notes
+            notes.append(f"NGRAM: auto-chosen num_steps={ngram_steps}, num_draft_tokens={ngram_tokens}")
+        return SpeculativeConfig("NGRAM", None, ngram_steps, breadth, ngram_tokens), notes
 
     if algo == "STANDALONE" and dp_attention:
         raise ConfigError("speculative.algorithm: STANDALONE does not support DP attention (SGLang refuses it)")
@@ -96,8 +96,8 @@ def validate_speculative(
             f"speculative.draft_model_path: required for {spec.algorithm} with target {architecture} (no built-in MTP)"
         )
 
-    steps, topk, draft_tokens = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
-    if steps is None:
+    given_steps, topk, draft_tokens = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    if given_steps is None:
         if topk is not None or draft_tokens is not None:
             raise ConfigError(
                 "speculative.num_steps: unset while eagle_topk/num_draft_tokens are set; "
@@ -105,6 +105,8 @@ def validate_speculative(
             )
         steps, topk, draft_tokens = auto_speculative_params(algo, architecture, version=v)
         notes.append(f"auto-chosen (num_steps, eagle_topk, num_draft_tokens) = ({steps}, {topk}, {draft_tokens}) for {architecture}")
+    else:
+        steps = given_steps
     if topk is None:
         topk = 1
         notes.append("speculative.eagle_topk unset: using 1")
