@@ -28,6 +28,7 @@ COMMANDS = (
     "report",
     "dashboard",
     "bench",
+    "doctor",
 )
 
 

@@ -15,6 +15,11 @@ from autotune.errors import ConfigError
 from autotune.spec import StudySpec
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.samplers import GridSampler
+from autotune.study.storage_retry import (
+    RetryingRDBStorage,
+    StorageUnavailable,
+    engine_kwargs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +64,10 @@ def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
     storage = None
     for attempt in range(5):
         try:
-            storage = optuna.storages.RDBStorage(
-                url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+            storage = RetryingRDBStorage(url, engine_kwargs=engine_kwargs(url))
             break
+        except StorageUnavailable:
+            raise
         except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
             # Two processes opening a new SQLite study at once race on creating its schema
             # (alembic_version UNIQUE): the loser just opens what the winner created.
