@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fake_nvml import node_of
 
 from autotune.errors import ConfigError
 from autotune.node import auto
@@ -13,7 +14,6 @@ from autotune.node.nvml import read_node
 from autotune.node.topology import parse_topo
 from autotune.sglang.gpus import get_gpu
 from autotune.spec import parse_study
-from tests.fake_nvml import node_of
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia_smi"
 DEMO = Path(__file__).resolve().parents[1] / "studies" / "demo.yaml"
@@ -97,7 +97,7 @@ def test_auto_without_a_driver_is_a_config_error(monkeypatch: pytest.MonkeyPatch
 
 
 def test_mixed_gpu_kinds_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.fake_nvml import FakeNvml
+    from fake_nvml import FakeNvml
 
     nv = FakeNvml([("NVIDIA H100 80GB HBM3", 81559, (9, 0), []), ("NVIDIA L4", 23034, (8, 9), [])])
     _patch_node(monkeypatch, nv, None)

@@ -27,6 +27,7 @@ def _doctor(args: argparse.Namespace) -> int:
     for c in checks:
         print(c.line())
     failed = [c.name for c in checks if c.ok is False]
-    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (f"; failed: {', '.join(failed)}"
-                                                                         if failed else ""))
+    passed = sum(1 for c in checks if c.ok)
+    print(f"{passed} passed, {len(checks) - passed - len(failed)} skipped, {len(failed)} failed"
+          + (f": {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
