@@ -30,6 +30,7 @@ from autotune.study import space_bridge
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS, implied_by, inert_knobs
 from autotune.study.phases import Phases
+from autotune.study.rerun import run_once_more
 from autotune.study.storage import artifact_store, open_study
 from autotune.study.trial import TrialRequest, TrialResult
 
@@ -294,7 +295,7 @@ class StudyDriver:
     def _finish(self, number: int, result: TrialResult) -> None:
         trial = self._live.pop(number)
         self.bridge.record_result(trial, result)
-        first_death = result.failure_kind == FailureKind.WORKER_DIED.value and not trial.user_attrs.get("after_death")
+        first_death = run_once_more(result.failure_kind, result.evidence, trial.user_attrs)
         if result.failure_kind == FailureKind.INTERRUPTED.value or first_death:
             trial.set_user_attr("retried", True)
             self._enqueue_retry(number, trial.params, trial.user_attrs, after_death=first_death or None)
