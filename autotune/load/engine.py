@@ -319,7 +319,7 @@ class LoadRunner:
 
         async def touch() -> None:
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                async with self.session.get(target) as resp:
+                async with self.session.get(target, timeout=aiohttp.ClientTimeout(total=30.0)) as resp:
                     await resp.read()
 
         await asyncio.gather(*(touch() for _ in range(n)))

@@ -130,6 +130,8 @@ class RetryingRDBStorage(RDBStorage):
         opening = Backoff(min(self.backoff.deadline, OPEN_DEADLINE_S), sleep=self.backoff.sleep,
                           clock=self.backoff.clock)
         opening.call("connect", lambda: RDBStorage.__init__(self, url, **kwargs))
+        if url.startswith("sqlite"):
+            sqlite_fast_commits(self.engine)
 
     def set_trial_state_values(self, trial_id: int, state: optuna.trial.TrialState,
                                values: Any = None) -> bool:
@@ -169,6 +171,29 @@ def _retrying(name: str) -> Callable[..., Any]:
 for _name in _RETRIED:
     if hasattr(RDBStorage, _name):
         setattr(RetryingRDBStorage, _name, _retrying(_name))
+
+
+def sqlite_fast_commits(engine: Any) -> None:
+    """WAL journal with ``synchronous=NORMAL`` on every connection of ``engine``.
+
+    A commit then appends to the write-ahead log without an fsync (measured: 10 ms per
+    commit on the development disk in the default rollback journal, and a trial makes
+    some 45 of them). Committed trials survive a killed process, as before; only an OS
+    crash or power loss may take back the last transactions. Readers (status, the
+    dashboard) no longer block the driver's writes. WAL needs a local file system (not NFS).
+    """
+    from sqlalchemy import event
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cur.close()
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()  # connections opened while optuna created the schema get the pragmas too
 
 
 def engine_kwargs(url: str) -> dict[str, Any]:
