@@ -82,7 +82,7 @@ def write_study(root: Path, *, executor: str = "inline", storage: str | None = N
         "hardware": {"gpu": "rtx-pro-6000", "num_gpus": 8, "interconnect": "pcie"},
         "search_space": {"mem_fraction_static": {"low": 0.80, "high": 0.90, "step": 0.01},
                          "cuda_graph_max_bs": {"choices": [64, 128, 256]}},
-        "workload": {"input_len": 128, "output_len": 256, "num_prompts": 240, "concurrency": [8],
+        "workload": {"input_len": 128, "output_len": 256, "num_prompts": 480, "concurrency": [8],
                      "warmup_requests": 1},
         "objective": {"metric": "output_throughput"},
         "search": {"confirm_top": 0, "early_stopping": {"enabled": False}},
@@ -132,7 +132,7 @@ def _cmd(p: psutil.Process) -> list[str]:
 
 
 def wait_under_load(root: Path, proc: subprocess.Popen, *, min_trial: int = 1, timeout: float = 240) -> int:
-    """Wait until trial >= ``min_trial`` is ready and 1 s into its load; return its number."""
+    """Wait until trial >= ``min_trial`` is ready and 2 s into its load; return its number."""
     trials = root / "run" / "trials"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -143,7 +143,7 @@ def wait_under_load(root: Path, proc: subprocess.Popen, *, min_trial: int = 1, t
             log = d / "server.log"
             if n >= min_trial and log.exists() and "fired up" in log.read_text(errors="replace") \
                     and sim_servers_of(root):
-                time.sleep(1.0)
+                time.sleep(2.0)  # into the load point (it lasts ~15-20 s here)
                 return n
         time.sleep(0.1)
     raise RuntimeError("no trial came under load in time")
