@@ -23,7 +23,7 @@ import optuna
 from optuna.artifacts import upload_artifact
 from optuna.trial import TrialState
 
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneError, ConfigError
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import space_bridge
@@ -180,6 +180,11 @@ class StudyDriver:
                 log.warning("interrupted: tearing down %d trial(s) in flight", len(self.executor.in_flight()))
                 self.executor.shutdown(cancel=True)
                 self._fail_in_flight()
+                raise
+            except AutotuneError as exc:  # storage gone for good, the local Ray instance died, ...
+                log.error("stopping: %s; tearing down %d trial(s) in flight (they run again on resume)",
+                          str(exc).splitlines()[0], len(self.executor.in_flight()))
+                self.executor.shutdown(cancel=True)  # left RUNNING: resume marks them interrupted
                 raise
             finally:
                 if old_term is not None:
