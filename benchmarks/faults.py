@@ -101,7 +101,9 @@ def start_run(study: Path, log: Path, child: str | None = None, env: dict[str, s
     e = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
          "RAY_USAGE_STATS_ENABLED": "0", MARK: str(study.parent), **(env or {})}
     with log.open("a") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=e)
+        # SIGINT as a terminal delivers it: a harness started in the background inherits SIG_IGN.
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=e,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 MARK = "AUTOTUNE_FAULT_ROOT"  # in the driver's environment, so in every server it starts
