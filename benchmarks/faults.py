@@ -103,7 +103,7 @@ def start_run(study: Path, log: Path, child: str | None = None, env: dict[str, s
     with log.open("a") as out:
         # SIGINT as a terminal delivers it: a harness started in the background inherits SIG_IGN.
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=e,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
 
 
 MARK = "AUTOTUNE_FAULT_ROOT"  # in the driver's environment, so in every server it starts
