@@ -111,3 +111,11 @@ def test_catalogue_names_from_nvml() -> None:
     assert auto.catalogue_name("NVIDIA A100-SXM4-40GB", 40960) == "a100-40"
     assert auto.catalogue_name("NVIDIA GeForce RTX 4090", 24564) == "rtx-4090"
     assert auto.catalogue_name("NVIDIA H100 80GB HBM3", 95000) is None  # H100 NVL-sized memory: another card
+
+
+def test_a_described_gpu_loads_through_the_study_file() -> None:
+    data = yaml.safe_load(DEMO.read_text())
+    data["hardware"] = {"gpu": "l4", "memory_mib": 23034, "hbm_tb_s": 0.3, "bf16_tflops": 121, "num_gpus": 8,
+                        "interconnect": "pcie"}
+    spec = parse_study(data, source_path=str(DEMO))
+    assert get_gpu(spec.hardware.gpu).memory_mib == 23034 and spec.hardware.num_gpus == 8
