@@ -115,7 +115,7 @@ _RETRIED = (
     "get_study_system_attrs", "get_all_studies", "create_new_trial", "_create_new_trial", "set_trial_param",
     "_set_trial_param", "get_trial_id_from_study_id_trial_number", "get_best_trial", "_get_best_trial_id",
     "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr", "get_trial",
-    "get_all_trials", "_get_trials", "get_n_trials", "get_trial_param", "get_trial_number_from_id",
+    "get_all_trials", "get_n_trials", "get_trial_param", "get_trial_number_from_id",
     "record_heartbeat", "_get_stale_trial_ids",
 )
 
@@ -146,6 +146,13 @@ class RetryingRDBStorage(RDBStorage):
 
         return self.backoff.call("finish trial", lambda: RDBStorage.set_trial_state_values(
             self, trial_id, state=state, values=values), on_retry=settled)
+
+    def _get_trials(self, study_id: int, states: Any, included_trial_ids: set[int],
+                    trial_id_greater_than: int) -> list[optuna.trial.FrozenTrial]:
+        from autotune.study.storage_read import read_trials
+
+        return self.backoff.call("get trials", lambda: read_trials(
+            self.engine, study_id, states, included_trial_ids, trial_id_greater_than))
 
     def __getstate__(self) -> dict[Any, Any]:
         state = RDBStorage.__getstate__(self)
