@@ -60,3 +60,31 @@ def test_node_failure_runs_again_once_and_a_repeat_failure_stands(tmp_path: Path
     assert len(again) == 1 and again[0].state.name == "FAIL"  # the second failure stands
     assert not [t for t in study.trials if t.user_attrs.get("retry_of") == again[0].number]
     assert budget_used(study) == 6
+
+
+def test_a_full_disk_stops_the_study_cleanly_and_the_trial_runs_again(tmp_path: Path) -> None:
+    import errno
+
+    import pytest
+
+    from autotune.sim.offline import evaluate
+    from autotune.study.disk_fault import DiskUnwritable
+
+    calls: list[int] = []
+
+    def full(req):  # type: ignore[no-untyped-def]
+        calls.append(req.trial_number)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", req.artifact_dir)
+        return evaluate(req)
+
+    spec = _spec(tmp_path)
+    with pytest.raises(DiskUnwritable, match=r"^disk: cannot write \(.*\): No space left on device; make room"):
+        run_study(spec, executor=OfflineExecutor(full))
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert study.trials[calls[-1]].state.name == "RUNNING"  # not condemned: resume re-runs it
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    rerun = [t for t in study.trials if t.user_attrs.get("retry_of") == calls[-1]]
+    assert len(rerun) == 1 and rerun[0].state.name in ("COMPLETE", "PRUNED", "FAIL")
+    assert budget_used(study) == 6

@@ -27,6 +27,7 @@ from autotune.errors import AutotuneError, ConfigError
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import space_bridge
+from autotune.study.disk_fault import as_disk_fault
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS, implied_by, inert_knobs
 from autotune.study.phases import Phases
@@ -181,6 +182,13 @@ class StudyDriver:
                 self.executor.shutdown(cancel=True)
                 self._fail_in_flight()
                 raise
+            except OSError as exc:  # a full or read-only disk under the run directory
+                fault = as_disk_fault(exc)
+                if fault is None:
+                    raise
+                log.error("stopping: %s", fault)
+                self.executor.shutdown(cancel=True)
+                raise fault from None
             except AutotuneError as exc:  # storage gone for good, the local Ray instance died, ...
                 log.error("stopping: %s; tearing down %d trial(s) in flight (they run again on resume)",
                           str(exc).splitlines()[0], len(self.executor.in_flight()))

@@ -30,6 +30,7 @@ from autotune.errors import AutotuneError
 from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
 from autotune.study import ray_capacity, ray_cluster
+from autotune.study.disk_fault import as_disk_fault
 from autotune.study.executor import Executor, ReporterFactory
 from autotune.study.trial import Reporter, TrialRequest, TrialResult, run_trial_body
 
@@ -203,6 +204,9 @@ class RayExecutor(Executor):
         try:
             result, files = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the body raised: a bug, not a trial outcome
+            disk = as_disk_fault(exc)
+            if disk is not None:  # unless the node's disk is full or read-only: stop, re-run on resume
+                raise disk from None
             log.error("trial %d: the trial body raised: %s", number, exc)
             return TrialResult(state="failed", failure_kind=FailureKind.CRASHED.value,
                                evidence=f"trial body raised {type(getattr(exc, 'cause', None) or exc).__name__}: "
