@@ -63,7 +63,7 @@ def study_file(where: Path, n: int, storage: str | None = None, name: str = "sca
 
 def build(path: Path) -> list[float]:
     """Run the study offline; return the driver's own seconds per trial (wall less evaluator)."""
-    from autotune.sim.offline import evaluate
+    from autotune.trial.offline import evaluate
     from autotune.spec import load_study_spec
     from autotune.study.driver import Progress, run_study
     from autotune.study.offline_executor import OfflineExecutor

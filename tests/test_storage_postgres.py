@@ -23,7 +23,7 @@ import optuna
 import psutil
 import pytest
 import yaml
-from pg_server import PgServer, pg  # noqa: F401  (fixture)
+from pg_server import PgServer
 
 from autotune.spec import load_study_spec
 from autotune.study.driver import budget_used, run_study
@@ -124,7 +124,7 @@ def test_two_studies_at_once_on_one_database(pg: PgServer, tmp_path: Path) -> No
     paths = [_study(tmp_path, url, name=f"twin{i}", n_trials=3) for i in range(2)]
     logs = [(tmp_path / f"twin{i}.log").open("w") for i in range(2)]
     procs = [subprocess.Popen([sys.executable, "-m", "autotune", "run", str(p), "--no-progress"],
-                              stdout=log, stderr=log) for p, log in zip(paths, logs)]
+                              stdout=log, stderr=log) for p, log in zip(paths, logs, strict=True)]
     try:
         for p in procs:
             assert p.wait(timeout=240) == 0, [(tmp_path / f"twin{i}.log").read_text()[-1500:] for i in range(2)]
@@ -180,7 +180,7 @@ def test_database_restarted_mid_study_loses_and_repeats_nothing(pg: PgServer, tm
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     url = pg.createdb("restart")
     spec = load_study_spec(_study(tmp_path, url, n_trials=10))
-    from autotune.sim.offline import evaluate
+    from autotune.trial.offline import evaluate
 
     outage = threading.Event()
     calls = []
@@ -208,7 +208,7 @@ def test_database_gone_for_good_stops_cleanly(pg: PgServer, tmp_path: Path,
     url = pg.createdb("gone")
     spec = load_study_spec(_study(tmp_path, url, n_trials=10))
     monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY_S", "2")
-    from autotune.sim.offline import evaluate
+    from autotune.trial.offline import evaluate
 
     calls = []
 

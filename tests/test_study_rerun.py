@@ -8,11 +8,12 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune.outcome import FailureKind
 from autotune.spec import load_study_spec
 from autotune.study.driver import budget_used, run_study
 from autotune.study.offline_executor import OfflineExecutor
 from autotune.study.rerun import run_once_more
-from autotune.study.trial import TrialResult
+from autotune.trial.contract import TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,16 +38,17 @@ def test_policy() -> None:
 
 
 def test_node_failure_runs_again_once_and_a_repeat_failure_stands(tmp_path: Path) -> None:
-    from autotune.sim.offline import evaluate
+    from autotune.trial.offline import evaluate
 
     seen: list[int] = []
 
     def flaky(req):  # type: ignore[no-untyped-def]
         seen.append(req.trial_number)
         if len(seen) == 2:  # the second launch: its server hung mid-load
-            return TrialResult(state="failed", failure_kind="load_failed", evidence="server stalled")
+            return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.LOAD_FAILED, evidence="server stalled")
         if len(seen) in (4, 5):  # the fourth and its re-run: port taken both times
-            return TrialResult(state="failed", failure_kind="port_in_use", evidence="address already in use")
+            return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.PORT_IN_USE,
+                               evidence="address already in use")
         return evaluate(req)
 
     spec = _spec(tmp_path)
@@ -67,7 +69,7 @@ def test_a_full_disk_stops_the_study_cleanly_and_the_trial_runs_again(tmp_path: 
 
     import pytest
 
-    from autotune.sim.offline import evaluate
+    from autotune.trial.offline import evaluate
     from autotune.study.disk_fault import DiskUnwritable
 
     calls: list[int] = []

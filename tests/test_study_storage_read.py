@@ -40,7 +40,7 @@ def test_same_trials_as_optunas_reader(tmp_path: Path) -> None:
         ours = read_trials(storage.engine, sid, states, included, greater)
         theirs = storage._get_trials(sid, states, included, greater)
         assert [t._trial_id for t in ours] == [t._trial_id for t in theirs] and ours
-        for a, b in zip(ours, theirs):
+        for a, b in zip(ours, theirs, strict=True):
             assert repr(a) == repr(b)  # every field; NaN intermediate values compare by repr
             assert (a.user_attrs, a.system_attrs, a.params, a.distributions, a.state) == \
                 (b.user_attrs, b.system_attrs, b.params, b.distributions, b.state)

@@ -40,13 +40,9 @@ def _run(args: argparse.Namespace) -> int:
     from autotune.preflight import check_study
 
     check_study(spec)  # every process-free check, before Ray, SGLang or the storage is touched
-    progress = None
-    try:
-        from autotune.results.progress import make_progress
+    from autotune.results.progress import make_progress
 
-        progress = make_progress(enabled=not args.no_progress)
-    except ImportError:
-        progress = None
+    progress = make_progress(enabled=not args.no_progress)
     from autotune.launch import install_signal_handlers
 
     install_signal_handlers()  # Ctrl-C / SIGTERM tear every live server down within seconds

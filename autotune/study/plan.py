@@ -8,7 +8,11 @@ from typing import Any
 
 from autotune import space
 from autotune.errors import ConfigError
+from autotune.sglang.flags import render_argv
 from autotune.spec import StudySpec
+from autotune.study import attrs
+from autotune.study.prediction import Predictor
+from autotune.study.storage import open_study
 
 ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction")
 
@@ -20,10 +24,8 @@ def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
     url = spec.storage_url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return None
-    from autotune.study.storage import open_study
-
     try:
-        return open_study(spec, create=False).user_attrs.get("calibration")
+        return open_study(spec, create=False).user_attrs.get(attrs.CALIBRATION)
     except ConfigError:
         return None
 
@@ -41,15 +43,12 @@ def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, An
 
 def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
     """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
-    from autotune.sglang.flags import render_argv
-    from autotune.study.space_bridge import SpaceBridge
-
-    bridge = SpaceBridge(spec, None)  # the driver's own prediction path, without a study
+    predictor = Predictor(spec, lambda: stored_calibration(spec))  # the driver's own prediction path
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
     for params in cands:
         cfg = space.to_config(spec, params)
-        p = bridge.predict(cfg)
+        p = predictor.predict(cfg).to_dict()
         row = dict(params)
         for key in ROW_KEYS:
             row[key] = p.get(key)

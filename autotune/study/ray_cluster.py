@@ -155,7 +155,7 @@ def local_instance_lost() -> str | None:
         import ray
 
         node = ray._private.worker._global_node  # the local instance this driver started
-        dead = node.dead_processes() if node is not None else []
+        dead: list[tuple[Any, Any]] = node.dead_processes() if node is not None else []
     except Exception:  # noqa: BLE001 - private API: unknown is not "lost"
         return None
     names = sorted({str(kind) for kind, _ in dead})

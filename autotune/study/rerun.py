@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.outcome import FailureKind
+from autotune.study.attrs import AFTER_DEATH
 
 ONCE_MORE = {
     FailureKind.WORKER_DIED.value,
@@ -21,11 +22,11 @@ ONCE_MORE = {
 }
 
 
-def run_once_more(failure_kind: str | None, evidence: str, attrs: dict[str, Any]) -> bool:
+def run_once_more(failure_kind: FailureKind | str | None, evidence: str, attrs: dict[str, Any]) -> bool:
     """True when a trial that ended with ``failure_kind`` should run once more."""
-    if attrs.get("after_death"):
+    if attrs.get(AFTER_DEATH):
         return False
-    if failure_kind in ONCE_MORE:
+    if failure_kind is not None and str(failure_kind) in ONCE_MORE:
         return True
     # "exited with no recognised reason" after a signal from outside (kill, host OOM killer)
-    return failure_kind == FailureKind.CRASHED.value and "killed by SIG" in (evidence or "")
+    return str(failure_kind) == FailureKind.CRASHED.value and "killed by SIG" in (evidence or "")
