@@ -63,10 +63,10 @@ def study_file(where: Path, n: int, storage: str | None = None, name: str = "sca
 
 def build(path: Path) -> list[float]:
     """Run the study offline; return the driver's own seconds per trial (wall less evaluator)."""
-    from autotune.trial.offline import evaluate
     from autotune.spec import load_study_spec
     from autotune.study.driver import Progress, run_study
     from autotune.study.offline_executor import OfflineExecutor
+    from autotune.trial.offline import evaluate
 
     spent = {"eval": 0.0}
     marks: list[float] = []

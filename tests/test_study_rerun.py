@@ -69,8 +69,8 @@ def test_a_full_disk_stops_the_study_cleanly_and_the_trial_runs_again(tmp_path: 
 
     import pytest
 
-    from autotune.trial.offline import evaluate
     from autotune.study.disk_fault import DiskUnwritable
+    from autotune.trial.offline import evaluate
 
     calls: list[int] = []
 
