@@ -119,9 +119,22 @@ class ServerSpec(_Model):
 
 
 class HardwareSpec(_Model):
+    # A catalogue name, a custom description (autotune.sglang.gpus.custom_gpu_name), or
+    # "auto" in the YAML: parse_study resolves it from the node (autotune.node.auto).
     gpu: str
     num_gpus: int = Field(default=1, ge=1, le=1024)
     interconnect: Literal["pcie", "nvlink"] = "nvlink"
+
+    @field_validator("gpu")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from autotune.sglang.gpus import get_gpu
+
+        try:
+            get_gpu(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("gpu: ")) from None
+        return v
 
 
 class FloatRange(_Model):
@@ -537,6 +550,9 @@ def parse_study(data: Any, *, source_path: str | None = None) -> StudySpec:
     """Validate already-loaded YAML data. Raises ConfigError with one line."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source_path or 'study'}: the study file must be a mapping, got {type(data).__name__}")
+    from autotune.node.auto import resolve_study_data
+
+    data = resolve_study_data(data)  # hardware: auto / a GPU described by its figures
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:

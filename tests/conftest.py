@@ -1,3 +1,6 @@
 """Fixtures shared across test modules."""
 
-pytest_plugins = ("test_results_fixture",)  # finished_spec: one finished study for the results tests
+pytest_plugins = (
+    "test_results_fixture",  # finished_spec: one finished study for the results tests
+    "pg_server",  # pg: a throwaway PostgreSQL server (skips outside CI when it cannot start)
+)

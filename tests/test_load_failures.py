@@ -147,3 +147,25 @@ def test_outputs_shorter_than_requested_are_counted() -> None:
         result = run_load(server.url, spec(concurrency=2, num_prompts=4, output_len=10))
     m = result.metrics
     assert m["total_output_tokens"] == 16 and m["short_outputs"] == 4 and m["completed"] == 4
+
+
+def test_hung_server_ends_the_load_point_after_between_tokens_s_not_first_token_s() -> None:
+    """A server silent on every stream (SIGSTOP, a deadlock) ends the load point once no data
+    has arrived anywhere for between_tokens_s; queued requests do not each wait first_token_s."""
+    import os
+    import signal
+    import threading
+
+    with running("--ttft-ms", "1", "--token-delay-ms", "5") as server:
+        timer = threading.Timer(1.0, os.kill, (server.proc.pid, signal.SIGSTOP))
+        timer.start()
+        t = time.monotonic()
+        try:
+            with pytest.raises(LoadPointFailed, match="server stalled: no data on any of") as info:
+                run_load(server.url, spec(concurrency=4, num_prompts=100000, output_len=50,
+                                          timeouts=LoadTimeouts(first_token_s=600, between_tokens_s=1.0)))
+        finally:
+            timer.cancel()
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert time.monotonic() - t < 30.0
+    assert info.value.result is not None and info.value.result.metrics["failed"] >= 1

@@ -392,3 +392,27 @@ def test_a_study_runs_through_the_driver_on_ray(ray_owner: RayExecutor, tmp_path
     for t in study.trials:
         assert len(t.user_attrs["observed"]["gpu_ids"]) == 2
     assert ray.is_initialized()  # the driver's executor joined the shared instance and left it up
+
+
+def test_worker_death_when_the_local_instance_itself_died_stops_the_study(
+        ray_owner: RayExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead raylet makes every trial die the same way: the executor raises instead of
+    reporting worker_died trial after trial (benchmarks/faults.py, "raylet killed")."""
+    from autotune.study import ray_cluster
+    from autotune.study.ray_executor import RayInstanceLost
+
+    ex = RayExecutor(_spec(), body=_server_body)
+    monkeypatch.setattr(ex, "_owned", True)
+    monkeypatch.setattr(ray_cluster, "local_instance_lost", lambda: "raylet")
+    try:
+        ex.submit(4, _request(4, tmp_path, dir=str(tmp_path)))
+        info = _wait_file(tmp_path / "4.json")
+        os.kill(info["worker_pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        with pytest.raises(RayInstanceLost, match="lost its raylet during trial 4"):
+            while time.monotonic() < deadline:
+                ex.wait(1.0)
+    finally:
+        monkeypatch.setattr(ex, "_owned", False)
+        ex.shutdown(cancel=True)
+    assert _gone(info["server_pids"]) == []

@@ -29,6 +29,7 @@ COMMANDS = (
     "dashboard",
     "bench",
     "sglang-env",
+    "doctor",
 )
 
 

@@ -22,7 +22,11 @@ def _best(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return 0
-    print(f"best: trial {data['number']}  {data['metric']} = {data['value']:.2f}")
+    choice = data.get("choice") or {}
+    print(f"best: trial {data['number']}  {data['metric']} = {data['value']:.2f}"
+          + (f"  ({choice['recommended_basis']})" if choice.get("recommended_basis") else ""))
+    if choice.get("reason"):
+        print(f"why: {choice['reason']}")
     if data["baseline_value"] is not None:
         print(f"baseline (SGLang defaults, trial {data['baseline_number']}): {data['baseline_value']:.2f}  "
               f"gain {data['gain_pct']:+.2f} %")
@@ -36,5 +40,6 @@ def _best(args: argparse.Namespace) -> int:
     print(f"  {data['shell']}")
     for r in data["runners_up"]:
         gain = f"{r['gain_pct']:+.2f} %" if r["gain_pct"] is not None else "n/a"
-        print(f"runner-up: trial {r['number']} value {r['value']:.2f} ({gain}) {r['params']}")
+        tie = " (tie)" if r["number"] in choice.get("tie_group", []) else ""
+        print(f"runner-up{tie}: trial {r['number']} value {r['value']:.2f} ({gain}) {r['params']}")
     return 0

@@ -37,6 +37,9 @@ def _run(args: argparse.Namespace) -> int:
         updates["executor"] = spec.executor.model_copy(update={"kind": args.executor})
     if updates:
         spec = spec.model_copy(update=updates)
+    from autotune.preflight import check_study
+
+    check_study(spec)  # every process-free check, before Ray, SGLang or the storage is touched
     from autotune.results.progress import make_progress
 
     progress = make_progress(enabled=not args.no_progress)

@@ -94,6 +94,10 @@ class LoadRunner:
         self.abort_reason: str | None = None
         self.stopped_early = False
         self._wake = asyncio.Event()
+        # When the server last sent anything on any stream: a server silent on every stream
+        # for between_tokens_s is hung (SIGSTOP, deadlock), and the load point ends then,
+        # not after first_token_s for each queued request in turn.
+        self.last_data = time.perf_counter()
 
     # ---- one request -------------------------------------------------------------------
     def _payload(self, p: Prompt) -> bytes:
@@ -138,7 +142,7 @@ class LoadRunner:
                 else:
                     async for data in resp.content.iter_any():
                         now = clock()
-                        st.last = now
+                        st.last = self.last_data = now
                         k = parser.feed(data)
                         if k:
                             times.append(now)
@@ -247,6 +251,14 @@ class LoadRunner:
                     st.reason = f"between-tokens timeout: silent for {between_s:g} s"
                 if st.reason is not None and st.task is not None:
                     st.task.cancel()
+            if between_s and self.inflight and self.abort_reason is None and now - self.last_data > between_s:
+                self.abort_reason = (f"server stalled: no data on any of {len(self.inflight)} streams "
+                                     f"for {between_s:g} s")
+                for st in list(self.inflight.values()):
+                    if st.reason is None and st.task is not None:
+                        st.reason = self.abort_reason
+                        st.task.cancel()
+                self._wake.set()
 
     async def _lag_probe(self, lags: list[float]) -> None:
         while True:
@@ -297,6 +309,7 @@ class LoadRunner:
         if n <= 0:
             return
         prompts = prompt_stream(self.spec, warmup=True)
+        self.last_data = time.perf_counter()
         sink: list[RequestTrace] = []
         conc = min(n, self.spec.concurrency or n)
         sem = asyncio.Semaphore(conc)
@@ -321,7 +334,7 @@ class LoadRunner:
 
         async def touch() -> None:
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                async with self.session.get(target) as resp:
+                async with self.session.get(target, timeout=aiohttp.ClientTimeout(total=30.0)) as resp:
                     await resp.read()
 
         await asyncio.gather(*(touch() for _ in range(n)))
@@ -343,7 +356,7 @@ class LoadRunner:
         lags: list[float] = []
         loop = asyncio.get_running_loop()
         self.streamed_tokens = 0  # warm-up tokens do not count
-        t0 = time.perf_counter()
+        t0 = self.last_data = time.perf_counter()
         cpu0 = time.thread_time()
         deadline = t0 + s.duration_s / x if s.duration_s else math.inf
         helpers = [loop.create_task(self._lag_probe(lags))]

@@ -42,8 +42,13 @@ def check_base_url(base_url: str | None) -> str:
     return base_url.rstrip("/")
 
 
+# Control requests (server info, model name, cache flush, the simulator's clock) answer at
+# once from a live server; a hung one (SIGSTOP, deadlock) must not hang the load point.
+CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
+
+
 async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    async with session.get(url) as resp:
+    async with session.get(url, timeout=CONTROL_TIMEOUT) as resp:
         if resp.status != 200:
             return None
         try:
@@ -111,7 +116,7 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, attempts: i
     """``POST /flush_cache``, retried while the server still has requests running (HTTP 400)."""
     for _ in range(attempts):
         try:
-            async with session.post(base_url + "/flush_cache") as resp:
+            async with session.post(base_url + "/flush_cache", timeout=CONTROL_TIMEOUT) as resp:
                 await resp.read()
                 if resp.status == 200:
                     return True

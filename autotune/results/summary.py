@@ -125,10 +125,16 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
 
     # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
     cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
-    cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
+    choice = _choice(spec, study, top, others, conf)
+    if choice["recommended"] != top.number:  # a tie with more headroom / fewer flags
+        top = next(t for t in others if t.number == choice["recommended"])
+        top_value = _value(study, top)
+        others = [t for t in phases.ranked(study) if t.number != top.number]
+        gain = None if not base_value else round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
+    cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     return {
         "study": spec.name,
         "number": top.number,
@@ -148,6 +154,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "baseline_value": base_value,
         "gain_pct": gain,
         "confirmation": conf.get(str(top.number)),
+        "choice": choice,
         "baseline_confirmation": conf.get(str(base.number)) if base is not None else None,
         # The trade-off, over every load point of the completed search trials (with an SLO,
         # objective.slo picks along it; these lists show what it costs).
@@ -160,3 +167,19 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
             for t in others[:runners_up]
         ],
     }
+
+
+def _choice(spec: StudySpec, study: optuna.Study, top: FrozenTrial, others: list[FrozenTrial],
+            conf: dict[str, Any]) -> dict[str, Any]:
+    """What the winner's value rests on, ties within the measured noise, the recommendation
+    among them (autotune.results.choice)."""
+    from autotune.results.choice import explain
+    from autotune.sglang.gpus import get_gpu
+
+    def flags_of(t: FrozenTrial) -> int:
+        return sum(1 for a in sglang_command(spec, t) if a.startswith("--"))
+
+    return explain(top, others[:20], lambda t: _value(study, t), conf,
+                   maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
+                   gpu_gib=get_gpu(spec.hardware.gpu).memory_gib, flags_of=flags_of)
+

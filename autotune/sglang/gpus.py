@@ -10,11 +10,12 @@ values, not measurements.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from autotune.errors import ConfigError
 
-__all__ = ["GpuKind", "GPUS", "get_gpu", "gpu_names"]
+__all__ = ["GPUS", "GpuKind", "custom_gpu_name", "get_gpu", "gpu_names", "unknown_figures"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class GpuKind:
     pcie_gb_s: float
     nvlink_gb_s: float
     description: str = ""
+    unknown: tuple[str, ...] = ()  # figures a custom GPU's description left out (borrowed or 0)
 
     @property
     def memory_gib(self) -> float:
@@ -101,13 +103,72 @@ def host_cpu() -> GpuKind:
 
     return GpuKind("cpu", int(psutil.virtual_memory().total // 2**20), 0, 0.0, 0.0, 0.0, 0.0,
                    "host CPU (real SGLang on CPU; memory is the machine's RAM)")
+CUSTOM_PREFIX = "custom:"
+# The figures a custom GPU may leave out, and what stands in for them (a GPU outside the
+# catalogue described by its memory alone: the memory model needs nothing more).
+_OPTIONAL = ("hbm_tb_s", "bf16_tflops", "sm", "nvlink_gb_s", "pcie_gb_s")
+
+
+def custom_gpu_name(name: str, memory_mib: int, **figures: float | None) -> str:
+    """A GPU outside the catalogue as one string that :func:`get_gpu` reads back.
+
+    The string travels where a catalogue name does (study spec, trial request, the
+    simulator's ``--sim-gpu``), so every process sees the same figures.
+    ``custom:l4:memory_mib=23034:hbm_tb_s=0.3``; figures left out are unknown.
+    """
+    label = re.sub(r"[^a-z0-9.-]+", "-", name.strip().lower()).strip("-") or "gpu"
+    parts = [f"memory_mib={int(memory_mib)}"]
+    parts += [f"{k}={figures[k]:g}" for k in _OPTIONAL if figures.get(k) is not None]
+    return CUSTOM_PREFIX + label + ":" + ":".join(parts)
+
+
+def unknown_figures(kind: GpuKind) -> list[str]:
+    """Which of a custom kind's figures were not given (empty for catalogue kinds)."""
+    return list(kind.unknown)
+
+
+def _parse_custom(text: str) -> GpuKind:
+    body = text[len(CUSTOM_PREFIX):]
+    label, _, rest = body.partition(":")
+    figures: dict[str, float] = {}
+    for item in filter(None, rest.split(":")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in ("memory_mib", *_OPTIONAL):
+            raise ConfigError(f"gpu: bad custom GPU figure {item!r} in {text!r}")
+        try:
+            figures[key] = float(value)
+        except ValueError:
+            raise ConfigError(f"gpu: bad custom GPU figure {item!r} in {text!r}") from None
+    if "memory_mib" not in figures or figures["memory_mib"] <= 0:
+        raise ConfigError(f"gpu: custom GPU {text!r} needs memory_mib > 0")
+    mem = int(figures["memory_mib"])
+    unknown = [k for k in ("hbm_tb_s", "bf16_tflops", "sm") if k not in figures]
+    # Speed figures left out are borrowed from the catalogue GPU nearest in memory, so the
+    # simulated backend can still run; the real engine's speed is measured, not predicted.
+    near = min(_CATALOGUE, key=lambda g: abs(g.memory_mib - mem))
+    desc = f"{label} (outside the catalogue, {mem} MiB"
+    desc += f"; unknown: {', '.join(unknown)})" if unknown else ")"
+    return GpuKind(
+        name=text,
+        memory_mib=mem,
+        sm=int(figures.get("sm", 0)),
+        hbm_tb_s=figures.get("hbm_tb_s", near.hbm_tb_s),
+        bf16_tflops=figures.get("bf16_tflops", near.bf16_tflops),
+        pcie_gb_s=figures.get("pcie_gb_s", 50.0),
+        nvlink_gb_s=figures.get("nvlink_gb_s", 0.0),
+        description=desc,
+        unknown=tuple(unknown),
+    )
 
 
 def get_gpu(name: str) -> GpuKind:
-    """Look up a GPU kind by name (case, ``_`` and spaces are forgiven).
+    """Look up a GPU kind by name (case, ``_`` and spaces are forgiven), or read a
+    ``custom:`` description (:func:`custom_gpu_name`).
 
     Raises :class:`ConfigError` naming the value and listing the known names.
     """
+    if str(name).startswith(CUSTOM_PREFIX):
+        return _parse_custom(str(name))
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     key = _ALIASES.get(key, key)
     if key == "cpu":
@@ -116,5 +177,6 @@ def get_gpu(name: str) -> GpuKind:
         return GPUS[key]
     except KeyError:
         raise ConfigError(
-            f"gpu: unknown GPU kind {name!r}; known: {', '.join(gpu_names())}, cpu"
+            f"gpu: unknown GPU kind {name!r}; known: {', '.join(gpu_names())}, cpu "
+            "(or describe it: hardware.memory_mib, hbm_tb_s, bf16_tflops; or gpu: auto on the node)"
         ) from None

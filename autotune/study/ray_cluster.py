@@ -145,3 +145,19 @@ def node_totals() -> list[dict[str, float]]:
         res: dict[str, Any] = node.get("Resources", {}) or {}
         out.append({k: float(v) for k, v in res.items() if not k.startswith("node:")})
     return out
+
+
+def local_instance_lost() -> str | None:
+    """For a Ray instance this process started: which of its processes died (raylet, GCS),
+    else None. A trial whose worker died then says nothing about the candidate: the
+    instance itself is gone, and every later trial would fail the same way."""
+    try:
+        import ray
+
+        node = ray._private.worker._global_node  # the local instance this driver started
+        dead: list[tuple[Any, Any]] = node.dead_processes() if node is not None else []
+    except Exception:  # noqa: BLE001 - private API: unknown is not "lost"
+        return None
+    names = sorted({str(kind) for kind, _ in dead})
+    return ", ".join(names) or None
+

@@ -26,8 +26,10 @@ import time
 from collections import deque
 from typing import Any
 
+from autotune.errors import AutotuneError
 from autotune.outcome import FailureKind
 from autotune.study import ray_capacity, ray_cluster
+from autotune.study.disk_fault import as_disk_fault
 from autotune.study.executor import Executor, ReporterFactory
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
 from autotune.trial.live import run_trial_body
@@ -202,11 +204,18 @@ class RayExecutor(Executor):
         try:
             result, files = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the body raised: a bug, not a trial outcome
+            disk = as_disk_fault(exc)
+            if disk is not None:  # unless the node's disk is full or read-only: stop, re-run on resume
+                raise disk from None
             log.error("trial %d: the trial body raised: %s", number, exc)
             return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.CRASHED,
                                evidence=f"trial body raised {type(getattr(exc, 'cause', None) or exc).__name__}: "
                                         f"{_first_lines(exc)}")
         except ray.exceptions.RayError as exc:  # worker killed, node died, OOM kill, cancelled
+            lost = ray_cluster.local_instance_lost() if self._owned else None
+            if lost:  # the instance itself died: stop cleanly, the trial re-runs on resume
+                raise RayInstanceLost(f"ray: the local Ray instance lost its {lost} during trial {number}; "
+                                      "run the study again to resume (the trial in flight runs again)") from None
             log.warning("trial %d: Ray worker died: %s", number, _first_lines(exc, 1))
             return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.WORKER_DIED,
                                evidence=f"{type(exc).__name__}: {_first_lines(exc)}")
@@ -256,6 +265,10 @@ class RayExecutor(Executor):
             ray.cancel(ref, force=True)  # kills the worker; the server's watchdog ends its group
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=10.0)
+
+
+class RayInstanceLost(AutotuneError):
+    """The local Ray instance this driver started died (its raylet or GCS was killed)."""
 
 
 def _never_fits(need: dict[str, float], nodes: list[dict[str, float]]) -> TrialResult:

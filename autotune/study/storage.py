@@ -15,6 +15,11 @@ from autotune.errors import ConfigError
 from autotune.spec import StudySpec
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.samplers import GridSampler, choose_sampler
+from autotune.study.storage_retry import (
+    RetryingRDBStorage,
+    StorageUnavailable,
+    engine_kwargs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +64,9 @@ def open_storage(spec: StudySpec) -> optuna.storages.RDBStorage:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
+            return RetryingRDBStorage(url, engine_kwargs=engine_kwargs(url))
+        except StorageUnavailable:
+            raise
         except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
             # Two processes opening a new SQLite study at once race on creating its schema
             # (alembic_version UNIQUE): the loser just opens what the winner created.

@@ -1,0 +1,84 @@
+"""`autotune doctor`: one line per check, exit 1 if any fails (fake NVML, no GPU needed)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_nvml import node_of
+
+from autotune.cli import main
+from autotune.node.doctor import run_checks
+from autotune.sglang.installed import InstalledSglang
+from autotune.spec import load_study_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = ("NVIDIA H100 80GB HBM3", 81559, (9, 0))
+
+
+def _study(tmp_path: Path, **over: object) -> Path:
+    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
+    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    for key, value in over.items():
+        data[key] = value
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _real(tmp_path: Path, **over: object) -> Path:
+    server = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())["server"]
+    server.update(backend="sglang", model_path=str(ROOT / "studies" / "models" / "kimi-k2-class"))
+    return _study(tmp_path, server=server, hardware={"gpu": "h100", "num_gpus": 8, "interconnect": "nvlink"},
+                  executor={"kind": "inline"}, **over)
+
+
+def _by_name(checks):  # type: ignore[no-untyped-def]
+    return {c.name: c for c in checks}
+
+
+def test_simulated_study_passes_here_and_says_what_it_skipped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["doctor", str(_study(tmp_path))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("skip gpus: simulated backend")
+    assert any(line.startswith("ok   sglang: simulated SGLang 0.5.9 (flag dialect classic") for line in out)
+    assert any(line.startswith("ok   model: ") and "GiB per GPU at TP 8" in line for line in out)
+    assert out[-1] == "6 passed, 2 skipped, 0 failed"
+
+
+def test_real_node_all_good(tmp_path: Path) -> None:
+    spec = load_study_spec(_real(tmp_path))
+    checks = _by_name(run_checks(spec, nvml=node_of(*H100), probe=lambda py: InstalledSglang(py, "0.5.9")))
+    assert checks["gpus"].ok and "driver 580.82.07, 8 x NVIDIA H100 80GB HBM3" in checks["gpus"].detail
+    assert checks["gpus free"].ok and checks["sglang"].ok
+
+
+def test_busy_gpu_wrong_gpu_wrong_dialect_fail(tmp_path: Path) -> None:
+    spec = load_study_spec(_real(tmp_path))
+    busy = node_of(*H100, busy={3: [4242]})
+    checks = _by_name(run_checks(spec, nvml=busy, probe=lambda py: InstalledSglang(py, "0.5.23")))
+    assert checks["gpus free"].ok is False and "GPU3 pids [4242]" in checks["gpus free"].detail
+    assert checks["sglang"].ok is False and "dialect modern" in checks["sglang"].detail
+    few = node_of("NVIDIA L4", 23034, (8, 9), n=2)
+    checks = _by_name(run_checks(spec, nvml=few, probe=lambda py: None))
+    assert checks["gpus"].ok is False and "needs 8 x h100" in checks["gpus"].detail
+    assert checks["sglang"].ok is False and "cannot import SGLang" in checks["sglang"].detail
+    nodriver = node_of(*H100, fail_init=True)
+    assert _by_name(run_checks(spec, nvml=nodriver, probe=lambda py: None))["gpus"].ok is False
+
+
+def test_missing_model_unreachable_ray_unwritable_run_dir_fail(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed on exit: nothing listens there
+    path = _study(tmp_path, executor={"kind": "ray", "address": f"127.0.0.1:{dead}"})
+    data = yaml.safe_load(path.read_text())
+    data["server"]["model_path"] = str(tmp_path / "no-such-model")
+    path.write_text(yaml.safe_dump(data))
+    checks = _by_name(run_checks(load_study_spec(path)))
+    assert checks["model"].ok is False and "no-such-model" in checks["model"].detail
+    assert checks["ray"].ok is False and "not reachable" in checks["ray"].detail
+    assert main(["doctor", str(path)]) == 1

@@ -1,0 +1,92 @@
+"""A trial failed by the node (worker died, port taken, server killed or hung mid-load) runs
+once more; a second failure stands. Offline evaluator: the driver's logic, fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autotune.outcome import FailureKind
+from autotune.spec import load_study_spec
+from autotune.study.driver import budget_used, run_study
+from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.rerun import run_once_more
+from autotune.trial.contract import TrialResult, TrialState
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(tmp_path: Path):  # type: ignore[no-untyped-def]
+    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
+    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data.update({"n_trials": 6, "search": {"confirm_top": 0}})
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_study_spec(path)
+
+
+def test_policy() -> None:
+    assert run_once_more("port_in_use", "", {})
+    assert run_once_more("load_failed", "server stalled", {})
+    assert run_once_more("crashed", "exited: killed by SIGKILL", {})
+    assert not run_once_more("crashed", "exited with code 1", {})
+    assert not run_once_more("kv_oom", "", {})
+    assert not run_once_more("load_failed", "", {"after_death": True})
+
+
+def test_node_failure_runs_again_once_and_a_repeat_failure_stands(tmp_path: Path) -> None:
+    from autotune.trial.offline import evaluate
+
+    seen: list[int] = []
+
+    def flaky(req):  # type: ignore[no-untyped-def]
+        seen.append(req.trial_number)
+        if len(seen) == 2:  # the second launch: its server hung mid-load
+            return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.LOAD_FAILED, evidence="server stalled")
+        if len(seen) in (4, 5):  # the fourth and its re-run: port taken both times
+            return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.PORT_IN_USE,
+                               evidence="address already in use")
+        return evaluate(req)
+
+    spec = _spec(tmp_path)
+    run_study(spec, executor=OfflineExecutor(flaky))
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    by_n = {t.number: t for t in study.trials}
+    hung, taken = by_n[seen[1]], by_n[seen[3]]
+    rerun = [t for t in study.trials if t.user_attrs.get("retry_of") == hung.number]
+    assert len(rerun) == 1 and rerun[0].params == hung.params and rerun[0].state.name == "COMPLETE"
+    again = [t for t in study.trials if t.user_attrs.get("retry_of") == taken.number]
+    assert len(again) == 1 and again[0].state.name == "FAIL"  # the second failure stands
+    assert not [t for t in study.trials if t.user_attrs.get("retry_of") == again[0].number]
+    assert budget_used(study) == 6
+
+
+def test_a_full_disk_stops_the_study_cleanly_and_the_trial_runs_again(tmp_path: Path) -> None:
+    import errno
+
+    import pytest
+
+    from autotune.study.disk_fault import DiskUnwritable
+    from autotune.trial.offline import evaluate
+
+    calls: list[int] = []
+
+    def full(req):  # type: ignore[no-untyped-def]
+        calls.append(req.trial_number)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", req.artifact_dir)
+        return evaluate(req)
+
+    spec = _spec(tmp_path)
+    with pytest.raises(DiskUnwritable, match=r"^disk: cannot write \(.*\): No space left on device; make room"):
+        run_study(spec, executor=OfflineExecutor(full))
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert study.trials[calls[-1]].state.name == "RUNNING"  # not condemned: resume re-runs it
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    rerun = [t for t in study.trials if t.user_attrs.get("retry_of") == calls[-1]]
+    assert len(rerun) == 1 and rerun[0].state.name in ("COMPLETE", "PRUNED", "FAIL")
+    assert budget_used(study) == 6
