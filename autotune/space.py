@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
 import optuna
 
@@ -122,7 +123,7 @@ def iter_grid(spec: StudySpec) -> Iterator[dict[str, Any]]:
     names = [a[0] for a in axes]
     for combo in itertools.product(*(a[1] for a in axes)):
         for sv in spec_variants:
-            yield {**dict(zip(names, combo)), **sv}
+            yield {**dict(zip(names, combo, strict=True)), **sv}
 
 
 def _spec_variants(sp: Any) -> Iterator[dict[str, Any]]:

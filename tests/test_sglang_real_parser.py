@@ -231,13 +231,13 @@ def test_every_demo_candidate_is_accepted_by_the_real_parser(real: RealSglang, s
     argvs = _study_argvs(spec, version)
     assert len(argvs) > 100  # the demo grid, not just the baseline
     answers = real.parse(argvs)
-    refused = [f"{shell_line(a)}\n    -> {r['error']}" for a, r in zip(argvs, answers) if not r["ok"]]
+    refused = [f"{shell_line(a)}\n    -> {r['error']}" for a, r in zip(argvs, answers, strict=False) if not r["ok"]]
     assert not refused, f"SGLang {real.version} refuses {len(refused)} of {len(argvs)} argv:\n" + "\n".join(refused[:10])
     # and each argv means to SGLang what it means to autotune's dialect (same flags, same values)
     ours = build_parser(version)
     to_our_dest = _dest_map(real, version)
     differ = []
-    for argv, answer in zip(argvs, answers):
+    for argv, answer in zip(argvs, answers, strict=False):
         ns = ours.parse_args(argv)
         our_set = {k: v for k, v in vars(ns).items() if v != ours.get_default(k)}
         their_set = {to_our_dest.get(k, k): v for k, v in answer["set"].items()}
@@ -295,7 +295,7 @@ def test_our_dialect_refuses_exactly_what_sglang_refuses(real: RealSglang, versi
     cases = [(["--model-path", "m", *argv], ok) for v, argv, ok in KNOWN_CASES if v == version]
     cases.append((["--tp-size", "2"], False))  # --model-path is required
     answers = real.parse([argv for argv, _ in cases])
-    for (argv, expected), answer in zip(cases, answers):
+    for (argv, expected), answer in zip(cases, answers, strict=False):
         assert answer["ok"] == expected, f"SGLang {real.version} on {shell_line(argv)}: {answer}"
         # the same verdict, and the same words (the simulated server prints them as SGLang would)
         assert _our_error(version, argv) == answer["error"], f"autotune's {version} dialect disagrees on {argv}"
@@ -312,7 +312,7 @@ def test_our_flag_table_matches_the_real_parser(real: RealSglang) -> None:
     for flag in flags_for(real.version):
         theirs = [by_name.get(n) for n in flag.names]
         if any(t is None for t in theirs):
-            missing = [n for n, t in zip(flag.names, theirs) if t is None]
+            missing = [n for n, t in zip(flag.names, theirs, strict=False) if t is None]
             problems.append(f"{flag.name}: SGLang {real.version} has no {', '.join(missing)}")
             continue
         t = theirs[0]

@@ -65,7 +65,7 @@ class ServerConfig:
         """GPUs one launch occupies (plain DP = independent replicas of tp_size GPUs)."""
         return self.tp_size * self.dp_size
 
-    def with_port(self, port: int) -> "ServerConfig":
+    def with_port(self, port: int) -> ServerConfig:
         return replace(self, port=port)
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,7 +74,7 @@ class ServerConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ServerConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
         d = dict(d)
         d["speculative"] = SpeculativeConfig(**(d.get("speculative") or {}))
         d["extra_args"] = tuple(d.get("extra_args") or ())

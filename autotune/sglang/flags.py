@@ -15,13 +15,14 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from autotune.errors import ConfigError
 from autotune.sglang._flag_table import FLAGS, Flag, human_readable_int
-from autotune.sglang.flag_tables import table_for
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.flag_tables import table_for
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
@@ -46,7 +47,7 @@ def _in_range(flag: Flag, v: SglangVersion) -> bool:
     return True
 
 
-def flags_for(version: "str | SglangVersion") -> list[Flag]:
+def flags_for(version: str | SglangVersion) -> list[Flag]:
     """The modelled flags (typed, see ``_flag_table``) that ``version`` of ``sglang.launch_server`` accepts.
 
     A modelled flag counts only where the release's own table (read from its
@@ -63,12 +64,12 @@ def flags_for(version: "str | SglangVersion") -> list[Flag]:
     return out
 
 
-def flag_names(version: "str | SglangVersion") -> set[str]:
+def flag_names(version: str | SglangVersion) -> set[str]:
     """Every spelling (aliases included) ``version`` accepts: all of its real parser's flags."""
     return set(table_for(version).by_name)
 
 
-def has_flag(version: "str | SglangVersion", name: str, *, current: bool = False) -> bool:
+def has_flag(version: str | SglangVersion, name: str, *, current: bool = False) -> bool:
     """Whether ``version`` declares ``name`` (``current``: and not as a deprecated alias)."""
     table = table_for(version)
     return table.has(name) and not (current and table.deprecated(name))
@@ -91,7 +92,7 @@ _DEST_RENAME = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_siz
 
 
 def build_parser(
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     *,
     prog: str = "launch_server.py",
     parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
@@ -174,7 +175,7 @@ def _check_positive(cfg: ServerConfig) -> None:
 
 def render_argv(
     cfg: ServerConfig,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     *,
     python: str = sys.executable,
     module: str = "sglang.launch_server",
@@ -273,7 +274,7 @@ def _parser(v: SglangVersion) -> argparse.ArgumentParser:
     return _PARSERS[key]
 
 
-def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion") -> ServerConfig:
+def config_from_namespace(ns: argparse.Namespace, version: str | SglangVersion) -> ServerConfig:
     """The canonical knobs of a parsed launch (for the simulated server, and round-trip tests).
 
     Deprecated spellings are folded in: ``--cuda-graph-max-bs`` (0.5.19-0.5.22)
@@ -331,7 +332,7 @@ def config_from_namespace(ns: argparse.Namespace, version: "str | SglangVersion"
     )
 
 
-def effective_config(cfg: ServerConfig, version: "str | SglangVersion") -> ServerConfig:
+def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerConfig:
     """The knobs the server will really run with: the knobs, then ``extra_args``, as the release parses them.
 
     The memory model predicts from this, so a memory-relevant flag counts

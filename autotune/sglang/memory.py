@@ -20,7 +20,6 @@ from autotune.errors import ConfigError
 from autotune.sglang import _slack as S
 from autotune.sglang import releases as R
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.flags import effective_config
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
@@ -29,6 +28,7 @@ from autotune.sglang.defaults import (
     default_max_running_requests,
     req_to_token_pool_size,
 )
+from autotune.sglang.flags import effective_config
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
 from autotune.sglang.speculative import validate_speculative

@@ -124,7 +124,7 @@ def _pcie_measured_s(size_bytes: float) -> float:
     """The measured TP 8 PCIe NCCL curve at ``size_bytes`` <= its last point (log-log interpolation)."""
     pts = PCIE_NCCL_TP8_MEASURED
     size = max(size_bytes, 1.0)
-    for (s0, t0), (s1, t1) in zip(pts, pts[1:]):
+    for (s0, t0), (s1, t1) in zip(pts, pts[1:], strict=False):
         if size <= s1 or (s1, t1) == pts[-1]:
             slope = math.log(t1 / t0) / math.log(s1 / s0)
             return t0 * (size / s0) ** slope
