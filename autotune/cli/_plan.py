@@ -24,17 +24,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.plan import plan_rows
+    from autotune.study.plan import plan_rows, plan_space
 
-    rows = plan_rows(load_study_spec(args.study), args.set)
+    spec = load_study_spec(args.study)
+    rows = plan_rows(spec, args.set)
+    space = plan_space(spec)
     if args.json:
         print_json(rows)
         return 0
+    for r in space["removed"]:
+        print(r["line"])
+    print("space: " + "; ".join(space["space"]))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     knobs = [k for k in rows[0] if k not in ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib",
-                                                "slack_gib", "min_viable_mem_fraction", "uncertain", "command")] if rows else []
+                                                "slack_gib", "min_viable_mem_fraction", "uncertain", "command", "notes")] if rows else []
     for r in rows:
         vals = " ".join(f"{k}={r[k]}" for k in knobs)
         tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"

@@ -28,6 +28,7 @@ from autotune.sglang.defaults import (
     default_max_running_requests,
     req_to_token_pool_size,
 )
+from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
 from autotune.sglang.speculative import validate_speculative
@@ -122,6 +123,7 @@ class Calibration:
     num_draft_tokens: int | None = None
     comm_gib: float | None = None
     draft_w_gib: float | None = None
+    attn_dp_size: int = 1  # DP attention at the calibration launch (its replicated weights are in A)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,6 +144,7 @@ class Calibration:
             f_is_auto=cfg.mem_fraction_static is None, cuda_graph_max_bs=cfg.cuda_graph_max_bs,
             custom_allreduce=cfg.custom_allreduce, enable_torch_symm_mem=cfg.enable_torch_symm_mem,
             speculative_algorithm=cfg.speculative.algorithm, num_draft_tokens=cfg.speculative.num_draft_tokens,
+            attn_dp_size=cfg.attn_dp_size,
         )
 
 
@@ -171,6 +174,7 @@ class Prediction:
     chunked_prefill_size: int = 0
     graph_batch_sizes: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    server_kv_tokens: int = 0  # KV tokens of the whole server: kv_tokens x the DP-attention ranks
 
     @property
     def should_prune(self) -> bool:
@@ -258,6 +262,14 @@ def predict(
         p = cap_gib - S.base_overhead_gib(tp) - comm
         a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
         notes.append("P and A estimated from capacity and weight size (no calibration)")
+    dp_attn = cfg.attn_dp_size
+    if dp_attn > 1 or (cal is not None and cal.attn_dp_size > 1):
+        cal_rep = replicated_weight_gib(model, cal.tp_size or tp, cal.attn_dp_size) if cal is not None else 0.0
+        a -= replicated_weight_gib(model, tp, dp_attn) - cal_rep
+        if dp_attn > 1:
+            notes.append(f"DP attention {dp_attn}: attention and embedding weights whole on each of "
+                         f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{replicated_weight_gib(model, tp, dp_attn):.2f}"
+                         f" GiB per GPU); the server holds {dp_attn} KV pools")
     w = p - a
 
     chunk = cfg.chunked_prefill_size or auto_chunked_prefill_size(g.memory_mib, v)
@@ -267,7 +279,8 @@ def predict(
     f_is_auto = cfg.mem_fraction_static is None
     if f_is_auto:
         f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
-                                     cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla)
+                                     cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
+                                     dp_attention_size=dp_attn)
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
             cal_f = auto_mem_fraction_static(g.memory_mib, tp_size=cal.tp_size or tp, version=v,
                                              cuda_graph_max_bs=cal.cuda_graph_max_bs,
@@ -278,7 +291,8 @@ def predict(
     else:
         f = float(cfg.mem_fraction_static)  # type: ignore[arg-type]
 
-    cell = cell_size_bytes(model, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft, spec_algorithm=algo)
+    cell = cell_size_bytes(model, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
+                           spec_algorithm=algo, attn_dp_size=dp_attn)
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
@@ -297,7 +311,8 @@ def predict(
                   kv_gib=round(rest, 4), kv_tokens=tokens, cell_bytes=cell, slack_gib=round(slack, 4),
                   cuda_graph_max_bs=max_bs, min_viable_mem_fraction=shown_min,
                   min_launchable_mem_fraction=launchable_min, max_running_requests=mrr,
-                  chunked_prefill_size=chunk, notes=notes, pa_estimated=cal is None)
+                  chunked_prefill_size=chunk, notes=notes, pa_estimated=cal is None,
+                  server_kv_tokens=tokens * dp_attn)
     # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
     margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0
     if rest <= 0 or tokens <= 0:

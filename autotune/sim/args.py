@@ -33,11 +33,13 @@ class SimOptions:
     time_scale: float
     seed: int
     faults: Faults = field(default_factory=Faults)
+    #: The server's SGLANG_* / NCCL_* environment (knobs searched under search_space.env act through it).
+    env: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sglang_version": str(self.version), "gpu": self.gpu.name, "num_gpus": self.num_gpus,
                 "interconnect": self.interconnect, "time_scale": self.time_scale, "seed": self.seed,
-                "faults": self.faults.to_dict()}
+                "faults": self.faults.to_dict(), "env": dict(self.env)}
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Launch:
     skip_server_warmup: bool
     stream_interval: int
     raw: dict[str, Any]  # every parsed SGLang arg, for /server_info
+    attn_dp_size: int = 1  # DP attention ranks (--enable-dp-attention --dp-size N, or --attn-dp-size N)
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -142,13 +145,16 @@ def launch_from_namespace(ns: argparse.Namespace) -> Launch:
         disable_graph = True
     model_path = str(ns.model_path)
     chunk = _get(ns, "chunked_prefill_size")
+    dp_size, attn_dp = int(_get(ns, "dp_size", default=1)), int(_get(ns, "attn_dp_size", default=1) or 1)
+    if _get(ns, "enable_dp_attention", default=False) and attn_dp == 1 and dp_size > 1:
+        dp_size, attn_dp = 1, dp_size  # the spelling before 0.5.22: the DP ranks are attention-DP ranks
     return Launch(
         model_path=model_path,
         served_model_name=str(_get(ns, "served_model_name", default=model_path)),
         host=str(_get(ns, "host", default="127.0.0.1")),
         port=int(_get(ns, "port", default=30000)),
         tp_size=int(_get(ns, "tp_size", default=1)),
-        dp_size=int(_get(ns, "dp_size", default=1)),
+        dp_size=dp_size,
         pp_size=int(_get(ns, "pp_size", default=1)),
         mem_fraction_static=_get(ns, "mem_fraction_static"),
         cuda_graph_max_bs=_get(ns, "cuda_graph_max_bs", "cuda_graph_max_bs_decode"),
@@ -174,11 +180,13 @@ def launch_from_namespace(ns: argparse.Namespace) -> Launch:
         skip_server_warmup=bool(_get(ns, "skip_server_warmup", default=False)),
         stream_interval=int(_get(ns, "stream_interval", default=1) or 1),
         raw=raw,
+        attn_dp_size=attn_dp,
     )
 
 
-def parse_args(argv: list[str]) -> tuple[Launch, SimOptions]:
-    """Parse the command line; argparse exits 2 on a bad flag, ConfigError on a bad sim value."""
+def parse_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[Launch, SimOptions]:
+    """Parse the command line; argparse exits 2 on a bad flag, ConfigError on a bad sim value.
+    ``env``: the server's environment (default: this process's)."""
     version = _version_of(argv)
     parser = build_sim_parser(version)
     ns = parser.parse_args(argv)
@@ -201,5 +209,6 @@ def parse_args(argv: list[str]) -> tuple[Launch, SimOptions]:
         time_scale=float(ns.sim_time_scale),
         seed=int(ns.sim_seed),
         faults=parse_faults(ns.sim_fault),
+        env={k: v for k, v in (os.environ if env is None else env).items() if k.startswith(("SGLANG_", "NCCL_"))},
     )
     return launch, sim

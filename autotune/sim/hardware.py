@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from autotune.sglang import defaults
 from autotune.sglang.config import SpeculativeConfig
+from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
 from autotune.sglang.memory import cell_size_bytes
 from autotune.sglang.models import ModelProfile
@@ -114,6 +115,7 @@ class MemoryPlan:
     draft: ModelProfile | None
     warnings: list[str] = field(default_factory=list)
     fails_at: str | None = None  # None | "kv_rest" | "kv_tokens" | "graph" | "draft" | "symm_mem"
+    attn_dp_size: int = 1  # DP attention: kv_tokens and max_running_requests are per attention-DP rank
 
     @property
     def slack_gib(self) -> float:
@@ -211,6 +213,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
 
     # -- weights (regime B loads the draft before A is measured)
     w = model.weight_bytes / tp / GIB + LOADER_RESIDUE_GIB
+    w += replicated_weight_gib(model, tp, launch.attn_dp_size)  # DP attention: attention weights whole per rank
     draft_w = _draft_weight_bytes(model, draft) / tp / GIB if draft is not None else 0.0
     if v.regime == "B":
         w += draft_w
@@ -228,11 +231,13 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     if f is None:
         f = defaults.auto_mem_fraction_static(gpu.memory_mib, tp_size=tp, pp_size=launch.pp_size, version=v,
                                               chunked_prefill_size=chunk, cuda_graph_max_bs=max_bs,
-                                              speculative_algorithm=spec.algorithm, is_mla=model.is_mla)
+                                              speculative_algorithm=spec.algorithm, is_mla=model.is_mla,
+                                              dp_attention_size=launch.attn_dp_size)
     rest = a - p * (1.0 - f)
     cell = cell_size_bytes(model, tp_size=tp, kv_cache_dtype=launch.kv_cache_dtype, version=v,
                            draft=draft if v.regime == "B" else None,
-                           spec_algorithm=spec.algorithm if v.regime == "B" else None)
+                           spec_algorithm=spec.algorithm if v.regime == "B" else None,
+                           attn_dp_size=launch.attn_dp_size)
     profiled = int(rest * GIB // cell)
     n = profiled
     if launch.max_total_tokens:
@@ -247,7 +252,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     kv_gib = (n_pos + launch.page_size) * cell / GIB if n_pos else 0.0
 
     # -- request table, running requests, graphs
-    dp_div = launch.dp_size if v.dialect == "classic" else 1  # 0.5.23 divides by the attention-DP size
+    # a user --max-running-requests is per scheduler: 0.5.9 divides it by dp, 0.5.23 by the attention-DP size
+    dp_div = launch.dp_size * launch.attn_dp_size if v.dialect == "classic" else launch.attn_dp_size
     mrr = defaults.default_max_running_requests(n_pos, context_len, v, spec.enabled,
                                                 user=launch.max_running_requests, dp_size=dp_div)
     pool = defaults.req_to_token_pool_size(n_pos, context_len, v, spec.enabled, user=launch.max_running_requests)
@@ -300,7 +306,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         fi_fusion_gib=fi_gib, symm_prealloc_gib=symm, draft_weights_gib=draft_weights, draft_kv_gib=draft_kv,
         prefill_bytes_per_token=per_token, prefill_oom_tokens=None, custom_ar_active=custom_ar,
         torch_symm_active=torch_symm, fi_fusion_active=fi_active, speculative=spec, draft=draft,
-        warnings=warnings, fails_at=fails_at,
+        warnings=warnings, fails_at=fails_at, attn_dp_size=launch.attn_dp_size,
     )
     if fails_at is None:
         if plan.after_graph_gib < 0:

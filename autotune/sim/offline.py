@@ -116,14 +116,14 @@ def _fail(result: TrialResult, kind: FailureKind | str, evidence: str) -> TrialR
     return result
 
 
-def _parse(argv: list[str]) -> tuple[Any, Any] | tuple[None, str]:
+def _parse(argv: list[str], env: dict[str, str]) -> tuple[Any, Any] | tuple[None, str]:
     """The simulated server's own argument handling; on refusal, the line its stderr would show."""
     from autotune.sim.args import parse_args
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return parse_args(argv)
+            return parse_args(argv, env)
     except SystemExit:
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         return None, (lines[-1] if lines else "argument parsing failed")
@@ -144,7 +144,7 @@ def evaluate(request: TrialRequest) -> TrialResult:
     cfg = ServerConfig.from_dict(request.config)
     argv = build_argv(request, cfg)
     result = TrialResult(state="failed", command=argv, time_scale=1.0)
-    launch, sim = _parse(argv[3:])  # [python, -m, autotune.sim, flags...]
+    launch, sim = _parse(argv[3:], dict(request.env))  # [python, -m, autotune.sim, flags...]
     if launch is None:
         kind, evidence = classify([str(sim)], 2)
         return _fail(result, kind, evidence)

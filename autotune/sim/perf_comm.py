@@ -53,6 +53,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.sim.perf_knobs import (
+    NCCL_NO_P2P_BW_FACTOR,
+    NCCL_TREE_BW_FACTOR,
+    ipc_allreduce_s,
+    tree_hops,
+)
+
 NCCL_BASE_LATENCY_S = 5e-6
 PCIE_HOP_LATENCY_S = 1.5e-6
 NVLINK_HOP_LATENCY_S = 0.5e-6
@@ -86,6 +93,9 @@ class CommSetup:
     custom_allreduce_active: bool
     flashinfer_allreduce_fusion: bool
     torch_symm_mem_active: bool
+    pcie_ipc_max_bytes: float = 0.0  # > 0: the FlashInfer PCIe-IPC allreduce serves messages up to this size
+    nccl_tree: bool = False
+    nccl_no_p2p: bool = False
 
     @property
     def nvlink(self) -> bool:
@@ -101,8 +111,12 @@ def nccl_allreduce_s(setup: CommSetup, size_bytes: float, *, captured: bool) -> 
     """Ring allreduce time; ``captured`` applies the PCIe CUDA-graph penalty."""
     tp = setup.tp_size
     hop = NVLINK_HOP_LATENCY_S if setup.nvlink else PCIE_HOP_LATENCY_S
-    latency = NCCL_BASE_LATENCY_S + hop * 2 * (tp - 1)
-    bw_term = size_bytes * 2 * (tp - 1) / tp / (setup.link_bytes_s * NCCL_BUS_EFFICIENCY)
+    hops = tree_hops(tp) if setup.nccl_tree else 2 * (tp - 1)
+    bus = setup.link_bytes_s * NCCL_BUS_EFFICIENCY * (NCCL_TREE_BW_FACTOR if setup.nccl_tree else 1.0)
+    if setup.nccl_no_p2p and not setup.nvlink:
+        hop, bus = hop * 2, bus * NCCL_NO_P2P_BW_FACTOR
+    latency = NCCL_BASE_LATENCY_S + hop * hops
+    bw_term = size_bytes * 2 * (tp - 1) / tp / bus
     if captured and not setup.nvlink:
         ratio = GRAPH_PCIE_PENALTY_SIZE / max(size_bytes, 1.0)
         bw_term *= 1.0 + GRAPH_PCIE_PENALTY_MAX / (1.0 + ratio**GRAPH_PCIE_PENALTY_STEEPNESS)
@@ -121,6 +135,8 @@ def allreduce_s(setup: CommSetup, tokens: int, hidden: int, *, captured: bool) -
         eff = IPC_LINK_EFFICIENCY if setup.nvlink else FUSION_PCIE_LINK_EFFICIENCY
         factor = (tp - 1) if size <= FUSION_ONESHOT_MAX_BYTES else 2 * (tp - 1) / tp
         return max(lat + size * factor / (link * eff) - FUSION_SAVED_S, 1e-6), "flashinfer_fusion"
+    if setup.pcie_ipc_max_bytes and not setup.nvlink and size <= setup.pcie_ipc_max_bytes:
+        return ipc_allreduce_s(size), "pcie_ipc"
     if setup.custom_allreduce_active and size <= CUSTOM_AR_MAX_BYTES:
         lat = CUSTOM_AR_LATENCY_NVLINK_S if setup.nvlink else CUSTOM_AR_LATENCY_PCIE_S
         # two-shot (reduce-scatter + all-gather) moves 2 (tp-1)/tp of the message per rank

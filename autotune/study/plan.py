@@ -39,21 +39,36 @@ def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, An
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
+def plan_space(spec: StudySpec) -> dict[str, Any]:
+    """The knobs removed from the space before the study starts (each with its reason) and what remains."""
+    from autotune.space_prune import space_summary
+    from autotune.study.space_bridge import SpaceBridge
+
+    bridge = SpaceBridge(spec, None)
+    return {"removed": [{"name": r.name, "value": r.value, "reason": r.reason, "line": r.line()}
+                        for r in bridge.removed],
+            "space": space_summary(bridge.spec)}
+
+
 def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
     """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
     from autotune.sglang.flags import render_argv
     from autotune.study.space_bridge import SpaceBridge
 
     bridge = SpaceBridge(spec, None)  # the driver's own prediction path, without a study
+    spec = bridge.spec  # dead knobs removed (bridge.removed says why)
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
     for params in cands:
-        cfg = space.to_config(spec, params)
-        p = bridge.predict(cfg)
+        cfg, notes, invalid = bridge.vet(space.to_config(spec, params))
+        p = bridge.predict(cfg) if invalid is None else {"verdict": "invalid_args", "reason": invalid}
         row = dict(params)
         for key in ROW_KEYS:
             row[key] = p.get(key)
         row["uncertain"] = p.get("uncertain")
-        row["command"] = render_argv(cfg, spec.server.sglang_version, python="python3", module="sglang.launch_server")
+        if notes:
+            row["notes"] = notes
+        row["command"] = render_argv(cfg, spec.server.sglang_version, python="python3", module="sglang.launch_server",
+                                     check=False)
         rows.append(row)
     return rows

@@ -51,9 +51,18 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return dict(obj)
 
 
+def _prunable(spec: StudySpec) -> bool:
+    sp = spec.search_space
+    return bool(sp.flags or sp.env or sp.custom_allreduce or sp.flashinfer_allreduce_fusion
+                or sp.enable_torch_symm_mem)
+
+
 class SpaceBridge:
     def __init__(self, spec: StudySpec, study: optuna.Study | None) -> None:
-        """``study`` None: predictions only (``plan``), calibrated from the study file or storage."""
+        """``study`` None: predictions only (``plan``), calibrated from the study file or storage.
+
+        Knobs that cannot matter on this node and release leave the space here
+        (:mod:`autotune.space_prune`); ``removed`` says which and why."""
         self.study = study
         self.spec = spec
         self._model = None
@@ -61,6 +70,14 @@ class SpaceBridge:
         self._gpu = None
         self._widened: StudySpec | None = None
         self.installed: Any = None  # the real SGLang's parser, when the launching python has one
+        self.removed: list[Any] = []
+        if _prunable(spec):
+            from autotune.space_prune import prune_space
+
+            model, gpu, _ = self._profiles()
+            self.spec, self.removed = prune_space(spec, model, gpu)
+            for r in self.removed:
+                log.debug("%s", r.line())
 
     def preflight(self) -> None:
         """Before any launch of real SGLang: the installed version must speak the study's dialect,
@@ -160,31 +177,44 @@ class SpaceBridge:
         params = space.suggest(trial, spec)
         baseline = bool(trial.user_attrs.get("baseline"))
         cfg = space.to_config(spec, params, baseline=baseline)
-        invalid, notes = None, []
-        if cfg.speculative.enabled:
-            from dataclasses import replace
+        cfg, notes, invalid = self.vet(cfg)
+        prediction = self.predict(cfg) if invalid is None else {"verdict": "invalid_args", "reason": invalid}
+        return Candidate(params=params, config=cfg, prediction=prediction, baseline=baseline,
+                         invalid=invalid, notes=notes)
 
-            from autotune.errors import ConfigError
-            from autotune.sglang.speculative import validate_speculative
+    def vet(self, cfg: ServerConfig) -> tuple[ServerConfig, list[str], str | None]:
+        """Before launch: SGLang's overrides applied up front (notes) and what it would refuse
+        (``invalid``, quoting its rule or its parser): knob rules, speculative rules, then the
+        parser (the installed SGLang's when there is one, else the release's flag table)."""
+        from dataclasses import replace
 
+        from autotune.errors import ConfigError
+        from autotune.sglang.flags import render_argv
+        from autotune.sglang.knob_rules import resolve
+        from autotune.sglang.speculative import validate_speculative
+
+        version = self.spec.server.sglang_version
+        cfg, notes, invalid = resolve(cfg, version)
+        if invalid is None and cfg.speculative.enabled:
             model, _, _ = self._profiles()
             try:
-                resolved, notes = validate_speculative(
-                    cfg.speculative, model.architecture, spec.server.sglang_version,
-                    attention_backend=cfg.attention_backend,
-                )
+                resolved, spec_notes = validate_speculative(cfg.speculative, model.architecture, version,
+                                                            attention_backend=cfg.attention_backend)
                 cfg = replace(cfg, speculative=resolved)
+                notes += spec_notes
             except ConfigError as exc:
                 invalid = str(exc)
+        if invalid is None:
+            try:  # the release's own parser (its flag table), as the simulated server parses
+                argv = render_argv(cfg, version, python="python", module="sglang.launch_server",
+                                   check=self.installed is None)[3:]
+            except ConfigError as exc:
+                invalid = f"SGLang {version} refuses this launch: {exc}"
         if invalid is None and self.installed is not None:
-            from autotune.sglang.flags import render_argv
-
-            argv = render_argv(cfg, spec.server.sglang_version, python="python", module="sglang.launch_server")[3:]
             refusal = self.installed.refusals([argv])[0]
             if refusal:
                 invalid = f"SGLang {self.installed.version} refuses this launch: {refusal}"
-        return Candidate(params=params, config=cfg, prediction=self.predict(cfg), baseline=baseline,
-                         invalid=invalid, notes=notes)
+        return cfg, notes, invalid
 
     def request(self, trial: optuna.Trial, cand: Candidate) -> TrialRequest:
         spec = self.spec
@@ -207,7 +237,7 @@ class SpaceBridge:
             artifact_dir=str(tdir),
             run_dir=str(spec.run_path),
             startup_timeout_s=spec.server.startup_timeout_s,
-            env=dict(spec.server.env),
+            env={**spec.server.env, **dict(cand.config.env)},
             python=spec.server.python,
             sim=spec.server.sim.model_dump(),
             prediction=cand.prediction,
