@@ -131,3 +131,27 @@ def test_plan_refuses_extra_args_that_contradict_a_knob(tmp_path: Path, capsys):
                  "--set", "kv_cache_dtype=fp8_e5m2"]) == 2
     err = capsys.readouterr().err
     assert "server.extra_args" in err and "kv_cache_dtype" in err and "fp8_e5m2" in err
+
+
+LOGS = ROOT / "tests" / "data" / "logs"
+
+
+@pytest.mark.parametrize(("log", "wording", "kv_tokens"), [
+    ("eagle-0.5.9.log", "0.5.9", 159_277), ("eagle-0.5.23.log", "0.5.23", 141_056),
+])
+def test_calibrate_an_eagle_log_takes_the_targets_lines(tmp_path: Path, capsys, log: str, wording: str,
+                                                        kv_tokens: int):
+    """The draft runner prints the same Load weight / KV lines after the target's: they must not be taken for P, A."""
+    study = _study(tmp_path)
+    assert main(["calibrate", str(study), "--from-log", str(LOGS / log), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["p_gib"] == pytest.approx(94.00) and cal["a_gib"] == pytest.approx(21.71)
+    assert cal["kv_tokens"] == kv_tokens and cal["log_wording"] == wording
+
+
+def test_calibrate_a_partial_excerpt_gives_what_it_shows(tmp_path: Path, capsys):
+    study = _study(tmp_path)
+    assert main(["calibrate", str(study), "--from-log", str(LOGS / "excerpt-load-begin-kv.log"), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["p_gib"] == pytest.approx(94.00) and cal["kv_tokens"] == 159_277
+    assert cal["a_gib"] is None and cal["graph_gib"] is None and cal["log_wording"] == "0.5.9"

@@ -133,3 +133,32 @@ def test_auto_speculative_triple(algo: str, arch: str, expected: tuple[int, int,
     assert (steps, topk, draft) == expected
     if topk == 1:
         assert draft == steps + 1
+
+
+# RTX PRO 6000 (97,887 MiB) at TP 8 with an MLA model: SGLang's automatic mem_fraction_static, release by release.
+@pytest.mark.parametrize(("version", "plain", "eagle"), [
+    ("0.5.9", 0.848, 0.827),    # prefill graphs opt-in; EAGLE +2 GiB
+    ("0.5.10", 0.833, 0.806),   # prefill graphs on (MLA: flat 1.5 GiB); EAGLE +4 GiB and prefill graphs off
+    ("0.5.12", 0.833, 0.791),   # 0.5.11 on: speculative decoding keeps prefill graphs; EAGLE still +4 GiB
+    ("0.5.13.post1", 0.833, 0.791),
+    ("0.5.14", 0.833, 0.833),   # draft memory inside the budget: no speculative reserve
+    ("0.5.23", 0.833, 0.833),
+])
+def test_auto_mem_fraction_release_by_release(version: str, plain: float, eagle: float) -> None:
+    from autotune.sglang.defaults import auto_mem_fraction_static
+
+    assert auto_mem_fraction_static(97887, tp_size=8, version=version, is_mla=True) == plain
+    assert auto_mem_fraction_static(97887, tp_size=8, version=version, is_mla=True,
+                                    speculative_algorithm="EAGLE") == eagle
+
+
+def test_bracket_and_fallback_move_at_0_5_20_and_the_max_bs_cap_at_0_5_22() -> None:
+    from autotune.sglang.defaults import auto_chunked_prefill_size, auto_cuda_graph_max_bs, auto_mem_fraction_static
+
+    card_24g = 24 * 1024
+    assert (auto_cuda_graph_max_bs(card_24g, 1, "0.5.19"), auto_chunked_prefill_size(card_24g, "0.5.19")) == (24, 2048)
+    assert (auto_cuda_graph_max_bs(card_24g, 1, "0.5.20"), auto_chunked_prefill_size(card_24g, "0.5.20")) == (48, 4096)
+    assert auto_mem_fraction_static(None, tp_size=1, version="0.5.19") == 0.88
+    assert auto_mem_fraction_static(None, tp_size=1, version="0.5.20") == 0.95
+    assert auto_cuda_graph_max_bs(97887, 8, "0.5.21", max_running_requests=64) == 512
+    assert auto_cuda_graph_max_bs(97887, 8, "0.5.22", max_running_requests=64) == 64

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.outcome import FailureKind
@@ -198,3 +200,27 @@ def test_summary_of_kv_oom_at_seed_values() -> None:
     s = summarize(parse_log(_tp8_log([94.0] * 8, [21.71] * 8, tail)))
     assert (s["p_gib"], s["a_gib"], s["failure_kind"]) == (94.0, 21.71, "kv_oom")
     assert summarize([])["p_gib"] is None and summarize([])["failure_kind"] is None
+
+
+_LOGS = Path(__file__).resolve().parent / "data" / "logs"
+
+
+def test_eagle_log_roles_per_rank() -> None:
+
+
+    events = parse_log((_LOGS / "eagle-0.5.9.log").read_text())
+    loads = [e for e in events if e.kind == "weights_loaded" and e.rank == 3]
+    assert [e.values["role"] for e in loads] == ["target", "draft"]
+    assert loads[1].values["avail_gib"] == pytest.approx(7.53)
+    s = summarize(events)
+    assert (s["p_gib"], s["a_gib"], s["kv_gib"]) == (pytest.approx(94.0), pytest.approx(21.71), pytest.approx(10.42))
+    assert s["draft_seen"] and s["log_wording"] == "0.5.9"
+
+
+def test_min_over_all_lines_would_take_the_drafts() -> None:
+    """What the old summary did: the draft's 9.0 / 7.5 are the minimum over all Load weight lines."""
+
+
+    events = parse_log((_LOGS / "eagle-0.5.9.log").read_text())
+    begins = [e.values["avail_gib"] for e in events if e.values.get("source") == "load_weight_begin"]
+    assert min(begins) == pytest.approx(9.0)

@@ -185,3 +185,19 @@ def test_flashinfer_fusion_workspace_auto_on_hopper_only() -> None:
     forced = predict(KIMI, "rtx-pro-6000", _seed(0.88, flashinfer_allreduce_fusion=True), version="0.5.9",
                      calibration=SEED_CAL)
     assert forced.slack_parts["allreduce_fusion"] > 0 and forced.slack_needed_gib > pro.slack_needed_gib
+
+
+def test_dp_attention_in_the_memory_model() -> None:
+    """DP attention: a bigger MHA cell per rank (attention at TP tp/dp), chunk split, the reserve term in auto f."""
+    plain = predict(LLAMA70, "h100", ServerConfig(model_path=LLAMA70.path, tp_size=8), version="0.5.9")
+    dp = predict(LLAMA70, "h100", ServerConfig(model_path=LLAMA70.path, tp_size=8, attn_dp_size=8), version="0.5.9")
+    assert dp.cell_bytes == 8 * plain.cell_bytes  # 8 KV heads: one per rank at attention TP 8, all 8 at TP 1
+    assert dp.chunked_prefill_size == plain.chunked_prefill_size // 8
+    assert dp.f < plain.f  # cuda_graph_max_bs x dp x 3 MiB more reserved
+    assert any("DP attention 8" in n for n in dp.notes)
+    mla_plain = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", calibration=SEED_CAL)
+    mla_dp = predict(KIMI, "rtx-pro-6000", _seed(0.88, attn_dp_size=8), version="0.5.9", calibration=SEED_CAL)
+    assert mla_dp.cell_bytes == mla_plain.cell_bytes  # latent per rank
+    # attention (bf16 in this int4 checkpoint) and embedding whole on every rank: 11.97 GiB more weights per GPU
+    assert mla_dp.a_gib == pytest.approx(mla_plain.a_gib - 11.97, abs=0.01)
+    assert mla_dp.verdict == "kv_oom"  # 21.71 - 11.97 - 94 x 0.12 < 0: the seed's 0.88 no longer fits

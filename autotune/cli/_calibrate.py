@@ -26,8 +26,9 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     cal = calibrate_from_log(load_study_spec(args.study), args.from_log)
     if args.json:
-        print_json({k: cal.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib")} | {"source": cal["source"]})
+        print_json({k: cal.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
+                   | {"source": cal["source"]})
         return 0
     print(f"calibration stored: P={cal['p_gib']} GiB, A={cal['a_gib']} GiB, KV tokens={cal['kv_tokens']}, "
-          f"graphs={cal['graph_gib']} GiB (from {cal['source']})")
+          f"graphs={cal['graph_gib']} GiB (from {cal['source']}, {cal.get('log_wording') or 'unknown'} wording)")
     return 0

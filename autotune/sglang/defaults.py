@@ -7,6 +7,7 @@ numbers to predict a launch. All sizes are MiB unless a name says otherwise.
 
 from __future__ import annotations
 
+from autotune.sglang import releases as R
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
@@ -30,8 +31,8 @@ _V = as_version
 
 
 def _new_brackets(version: SglangVersion) -> bool:
-    """0.5.23 changed the 20-35 GiB bracket and the unknown-capacity fallback."""
-    return version.at_least("0.5.23")
+    """0.5.20 changed the 20-35 GiB bracket and the unknown-capacity fallback (releases.NEW_BRACKETS)."""
+    return R.new_memory_brackets(version)
 
 
 def auto_chunked_prefill_size(gpu_mem_mib: int | None, version: "str | SglangVersion") -> int:
@@ -50,9 +51,20 @@ def auto_chunked_prefill_size(gpu_mem_mib: int | None, version: "str | SglangVer
     return 16384
 
 
-def auto_cuda_graph_max_bs(gpu_mem_mib: int | None, tp_size: int, version: "str | SglangVersion") -> int:
-    """Default decode ``cuda_graph_max_bs`` (section 2.1; the column depends on tp < 4)."""
+def auto_cuda_graph_max_bs(gpu_mem_mib: int | None, tp_size: int, version: "str | SglangVersion",
+                           max_running_requests: int | None = None) -> int:
+    """Default decode ``cuda_graph_max_bs`` (section 2.1; the column depends on tp < 4).
+
+    From 0.5.22 a smaller ``--max-running-requests`` caps it (memory_hook.py:184).
+    """
     v = _V(version)
+    value = _bracket_max_bs(gpu_mem_mib, tp_size, v)
+    if max_running_requests is not None and R.max_bs_capped_by_max_running_requests(v):
+        value = min(value, max(max_running_requests, 1))
+    return value
+
+
+def _bracket_max_bs(gpu_mem_mib: int | None, tp_size: int, v: SglangVersion) -> int:
     small_tp = tp_size < 4
     if gpu_mem_mib is None:
         return 160
@@ -79,9 +91,11 @@ def prefill_graph_token_sizes(max_tokens: int) -> list[int]:
     return [s for s in sizes if s <= max_tokens]
 
 
-def _prefill_graph_on_by_default(version: SglangVersion) -> bool:
-    """Prefill (piecewise) graphs: opt-in in 0.5.9, on by default from ~0.5.12 [approx. boundary]."""
-    return version.at_least("0.5.12")
+def _prefill_graph_on_by_default(version: SglangVersion, speculative: bool = False, dp_attention: bool = False) -> bool:
+    """Prefill (piecewise) graphs: opt-in in 0.5.9, on by default from 0.5.10 unless the release turns them off."""
+    if not R.prefill_graphs_default_on(version):
+        return False
+    return R.prefill_graphs_off_reason(version, speculative=speculative, dp_attention=dp_attention) is None
 
 
 def reserved_mib(
@@ -107,10 +121,10 @@ def reserved_mib(
         if cuda_graph_max_bs > 300:
             reserved += cuda_graph_max_bs * dp_attention_size * 1.5
     if prefill_graph is None:
-        prefill_graph = _prefill_graph_on_by_default(v)
+        prefill_graph = _prefill_graph_on_by_default(v, bool(speculative_algorithm), dp_attention_size > 1)
     if prefill_graph:
-        if is_mla and v.regime == "B":
-            reserved += 1.5 * 1024  # memory_hook: MLA prefill graph reserve
+        if is_mla and R.mla_flat_prefill_reserve(v):
+            reserved += 1.5 * 1024  # server_args / memory_hook: MLA prefill graph reserve (0.5.10 on)
         else:
             cap = 2048 if is_mla else chunked_prefill_size
             if max_total_tokens is not None:
@@ -119,11 +133,10 @@ def reserved_mib(
     if gpu_mem_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     algo = (speculative_algorithm or "").upper()
-    if algo and v.regime == "A":  # removed in 0.5.14: draft memory is inside the budget there
-        if algo == "STANDALONE":
-            reserved += 6 * 1024
-        elif algo != "NGRAM":
-            reserved += 2 * 1024
+    if algo == "STANDALONE":  # removed in 0.5.14: draft memory is inside the budget there
+        reserved += R.standalone_reserve_mib(v)
+    elif algo and algo != "NGRAM":  # EAGLE family: +2 GiB in 0.5.9, +4 GiB in 0.5.10-0.5.13
+        reserved += R.eagle_reserve_mib(v)
     return reserved
 
 
@@ -144,7 +157,7 @@ def auto_mem_fraction_static(
     """SGLang's automatic ``mem_fraction_static`` (section 2.2), rounded to 3 decimals.
 
     ``chunked_prefill_size`` / ``cuda_graph_max_bs`` default to their automatic
-    values. Unknown capacity falls back to 0.88 (before 0.5.23) or 0.95.
+    values. Unknown capacity falls back to 0.88 (before 0.5.20) or 0.95.
     ``prefill_graph`` defaults to what the version does on CUDA (opt-in in 0.5.9).
     """
     v = _V(version)

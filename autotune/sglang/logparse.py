@@ -3,7 +3,9 @@
 Each recognised line becomes a :class:`LogEvent`; everything else is noise and
 is skipped. Sizes printed as "GB" by SGLang are GiB and are reported as
 ``*_gib``. :func:`summarize` reduces a run's events to the observed memory
-facts, taking P and A as the minimum over ranks as SGLang itself does.
+facts, taking P and A as the minimum over ranks as SGLang itself does, over
+the target's lines only (a speculative launch's draft runner prints the same
+lines again; see :func:`parse_log`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Iterable
 
 from autotune.outcome import FailureKind
 
-__all__ = ["LogEvent", "parse_line", "parse_log", "summarize", "EVENT_KINDS"]
+__all__ = ["LogEvent", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
 
 EVENT_KINDS = frozenset(
     {"baseline", "weights_loaded", "kv_allocated", "mamba_allocated", "memory_pool_end", "graph_begin",
@@ -131,7 +133,7 @@ def parse_line(line: str) -> LogEvent | None:
     if "Init torch distributed ends" in text or "Memory baseline taken" in text:
         return ev("baseline", {"mem_usage_gib": _f(_USAGE, text), "elapsed_s": _f(_ELAPSED, text)})
     if "Load weight begin" in text:
-        return ev("baseline", {"avail_gib": _f(_AVAIL, text)})
+        return ev("baseline", {"avail_gib": _f(_AVAIL, text), "source": "load_weight_begin"})
     if "Load weight end" in text:
         arch = re.search(r"type=(\w+)", text)
         dtype = re.search(r"dtype=(torch\.\w+)", text)
@@ -200,15 +202,39 @@ def parse_line(line: str) -> LogEvent | None:
     return None
 
 
+def _role_key(e: LogEvent) -> str | None:
+    """The lines a speculative launch prints twice per rank, unlabelled: once for the target, then the draft."""
+    if e.kind == "baseline" and e.values.get("source") == "load_weight_begin":
+        return "load_weight_begin"
+    if e.kind == "weights_loaded":
+        return "weights_loaded"
+    if e.kind == "kv_allocated" and not e.values.get("draft"):
+        return "kv_allocated"
+    return None
+
+
 def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
-    """Parse a whole log. A CUDA OOM seen while graphs are being captured becomes ``graph_capture_oom``."""
+    """Parse a whole log. A CUDA OOM seen while graphs are being captured becomes ``graph_capture_oom``.
+
+    "Load weight begin/end" and "KV Cache is allocated" get ``role``: the first
+    of each per rank is the target's, later ones the draft model runner's (it
+    logs the same unlabelled lines: 0.5.9 ``model_runner.py:897``, 0.5.23 ``:1274``).
+    """
     lines = text.splitlines() if isinstance(text, str) else list(text)
     events: list[LogEvent] = []
     capturing = False
+    seen: set[tuple[int | None, str]] = set()
     for line in lines:
         e = parse_line(line)
         if e is None:
             continue
+        key = _role_key(e)
+        if key is not None:
+            role = "draft" if (e.rank, key) in seen else "target"
+            seen.add((e.rank, key))
+            e = LogEvent(e.kind, e.rank, {**e.values, "role": role}, e.failure_kind, e.line)
+        elif e.kind == "kv_allocated":
+            e = LogEvent(e.kind, e.rank, {**e.values, "role": "draft"}, e.failure_kind, e.line)
         if e.kind == "graph_begin":
             capturing = True
         elif e.kind in ("graph_captured", "max_total_num_tokens", "ready"):
@@ -243,9 +269,10 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     """
     evs = list(events)
     by = lambda kind: [e for e in evs if e.kind == kind]  # noqa: E731
-    base = by("baseline")
-    loaded = by("weights_loaded")
-    kv = [e for e in by("kv_allocated") if not e.values.get("draft")]
+    target = lambda e: e.values.get("role", "target") == "target"
+    base = [e for e in by("baseline") if target(e)]
+    loaded = [e for e in by("weights_loaded") if target(e)]
+    kv = [e for e in by("kv_allocated") if not e.values.get("draft") and target(e)]
     mtt = by("max_total_num_tokens")
     graph_per_rank: dict[int | None, float] = {}
     for e in by("graph_captured"):
@@ -282,4 +309,23 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
         "failure_kind": first_failure.failure_kind if first_failure else None,
         "evidence": first_failure.line if first_failure else None,
         "ranks": sorted({e.rank for e in evs if e.rank is not None}),
+        "draft_seen": any(e.values.get("role") == "draft" for e in evs),
+        "log_wording": log_wording(evs),
     }
+
+
+#: Lines only one generation prints (reference sglang-startup.md section 6).
+_MODERN_MARKERS = re.compile(r"Memory baseline taken|Init parallel (?:begin|ends)|KV Cache is allocated\. dtype: "
+                             r"|Capture (?:target|draft) \w+ CUDA graph|Loaded weights leave no GPU memory")
+_CLASSIC_MARKERS = re.compile(r"Init torch distributed ends|Load weight end\. .*dtype=torch\.|Capture cuda graph end"
+                              r"|KV Cache is allocated\. #tokens|self\.server_args\.mem_fraction_static=")
+
+
+def log_wording(events: Iterable[LogEvent]) -> str | None:
+    """Which generation's wording the lines are in: ``"0.5.23"`` (0.5.14+ wording seen), ``"0.5.9"``, or None."""
+    lines = [e.line for e in events]
+    if any(_MODERN_MARKERS.search(ln) for ln in lines):
+        return "0.5.23"
+    if any(_CLASSIC_MARKERS.search(ln) for ln in lines):
+        return "0.5.9"
+    return None

@@ -18,6 +18,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.sglang import _slack as S
+from autotune.sglang import releases as R
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.flags import effective_config
 from autotune.sglang.defaults import (
@@ -269,18 +270,17 @@ def predict(
         if dp_attn > 1:
             notes.append(f"DP attention {dp_attn}: attention and embedding weights whole on each of "
                          f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{replicated_weight_gib(model, tp, dp_attn):.2f}"
-                         f" GiB per GPU); the server holds {dp_attn} KV pools")
+                         " GiB per GPU)")
     w = p - a
 
+    attn_dp = cfg.attn_dp_size
     chunk = cfg.chunked_prefill_size or auto_chunked_prefill_size(g.memory_mib, v)
-    max_bs = cfg.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, tp, v)
-    if cfg.cuda_graph_max_bs is None and v.at_least("0.5.23") and cfg.max_running_requests:
-        max_bs = min(max_bs, cfg.max_running_requests)
+    max_bs = cfg.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, tp, v, cfg.max_running_requests)
     f_is_auto = cfg.mem_fraction_static is None
     if f_is_auto:
         f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
                                      cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
-                                     dp_attention_size=dp_attn)
+                                     dp_attention_size=attn_dp)
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
             cal_f = auto_mem_fraction_static(g.memory_mib, tp_size=cal.tp_size or tp, version=v,
                                              cuda_graph_max_bs=cal.cuda_graph_max_bs,
@@ -290,9 +290,14 @@ def predict(
                 notes.append(f"auto mem_fraction_static taken as {f} (the calibration launch's value; heuristic gave {cal_f})")
     else:
         f = float(cfg.mem_fraction_static)  # type: ignore[arg-type]
+    if attn_dp > 1 and chunk > 0:
+        chunk = max(chunk // attn_dp, 1)  # _handle_data_parallelism: each attention-DP rank prefills its share
+        notes.append(f"DP attention {attn_dp}: KV for each attention-DP group's own requests "
+                     f"(node KV capacity x{attn_dp}), chunked prefill {chunk} per rank")
 
-    cell = cell_size_bytes(model, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo, attn_dp_size=dp_attn)
+    # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
+    cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
+                           spec_algorithm=algo)
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
@@ -305,7 +310,8 @@ def predict(
     context = cfg.context_length or model.context_len
     speculative = spec.enabled
     draft_tokens = _resolved_draft_tokens(spec, model, v, notes) if speculative else 0
-    mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests) if tokens else 0
+    mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests,
+                                       dp_size=attn_dp) if tokens else 0
 
     common = dict(p_gib=round(p, 4), w_gib=round(w, 4), a_gib=round(a, 4), f=f, f_is_auto=f_is_auto,
                   kv_gib=round(rest, 4), kv_tokens=tokens, cell_bytes=cell, slack_gib=round(slack, 4),
@@ -328,7 +334,8 @@ def predict(
 
     rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
     tpr = draft_tokens if speculative and draft_tokens else 1
-    prefill_on = not cfg.disable_cuda_graph and _prefill_graphs_on(cfg, v)
+    prefill_on = not cfg.disable_cuda_graph and _prefill_graphs_on(cfg, v, speculative=speculative,
+                                                                   dp_attention=attn_dp > 1)
     prefill_max = min(2048 if model.is_mla else chunk, cfg.max_total_tokens or chunk)
     ladder = [] if cfg.disable_cuda_graph else S.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)
     graphs = _graph_estimate(model, tp, ladder, speculative, tpr, prefill_on, prefill_max)
@@ -397,10 +404,15 @@ def _page_size(cfg: ServerConfig) -> int:
     return 1
 
 
-def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion) -> bool:
+def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool, dp_attention: bool) -> bool:
+    """Prefill (piecewise) graphs: opt-in before 0.5.10, then on unless turned off (by flag or by the release)."""
     args = set(cfg.extra_args)
-    if v.at_least("0.5.12"):
-        return not ({"--disable-piecewise-cuda-graph", "--disable-prefill-cuda-graph"} & args)
+    if R.prefill_graphs_default_on(v):
+        if {"--disable-piecewise-cuda-graph", "--disable-prefill-cuda-graph"} & args:
+            return False
+        if "--cuda-graph-backend-prefill" in args and "disabled" in args:
+            return False
+        return R.prefill_graphs_off_reason(v, speculative=speculative, dp_attention=dp_attention) is None
     return "--enable-piecewise-cuda-graph" in args
 
 

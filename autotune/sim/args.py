@@ -51,7 +51,7 @@ class Launch:
     host: str
     port: int
     tp_size: int
-    dp_size: int
+    dp_size: int  # plain DP replicas (1 under DP attention, which runs on the tp_size GPUs)
     pp_size: int
     mem_fraction_static: float | None
     cuda_graph_max_bs: int | None
@@ -77,7 +77,8 @@ class Launch:
     skip_server_warmup: bool
     stream_interval: int
     raw: dict[str, Any]  # every parsed SGLang arg, for /server_info
-    attn_dp_size: int = 1  # DP attention ranks (--enable-dp-attention --dp-size N, or --attn-dp-size N)
+    attn_dp_size: int = 1  # DP attention width (--attn-dp-size, or --enable-dp-attention --dp-size N before 0.5.22)
+    prefill_graphs: bool | None = None  # asked on (0.5.9 --enable-piecewise-cuda-graph) / off; None = the release's default
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -145,9 +146,16 @@ def launch_from_namespace(ns: argparse.Namespace) -> Launch:
         disable_graph = True
     model_path = str(ns.model_path)
     chunk = _get(ns, "chunked_prefill_size")
-    dp_size, attn_dp = int(_get(ns, "dp_size", default=1)), int(_get(ns, "attn_dp_size", default=1) or 1)
-    if _get(ns, "enable_dp_attention", default=False) and attn_dp == 1 and dp_size > 1:
-        dp_size, attn_dp = 1, dp_size  # the spelling before 0.5.22: the DP ranks are attention-DP ranks
+    dp_size = int(_get(ns, "dp_size", default=1))
+    attn_dp = int(_get(ns, "attn_dp_size", default=1) or 1)
+    if _get(ns, "enable_dp_attention", default=False) and attn_dp == 1:
+        attn_dp, dp_size = dp_size, 1
+    prefill_graphs: bool | None = None
+    if _get(ns, "enable_piecewise_cuda_graph", default=False):
+        prefill_graphs = True
+    if (_get(ns, "disable_piecewise_cuda_graph", default=False) or disable_graph
+            or str(_get(ns, "cuda_graph_backend_prefill", default="")).lower() == "disabled"):
+        prefill_graphs = False
     return Launch(
         model_path=model_path,
         served_model_name=str(_get(ns, "served_model_name", default=model_path)),
@@ -181,6 +189,7 @@ def launch_from_namespace(ns: argparse.Namespace) -> Launch:
         stream_interval=int(_get(ns, "stream_interval", default=1) or 1),
         raw=raw,
         attn_dp_size=attn_dp,
+        prefill_graphs=prefill_graphs,
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autotune.sglang import defaults
+from autotune.sglang import defaults, releases
 from autotune.sglang.config import SpeculativeConfig
 from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
@@ -224,7 +224,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     max_bs = launch.cuda_graph_max_bs
     if max_bs is None:
         max_bs = max(launch.cuda_graph_bs) if launch.cuda_graph_bs else defaults.auto_cuda_graph_max_bs(gpu.memory_mib, tp, v)
-        if v.dialect == "modern" and launch.max_running_requests and launch.max_running_requests < max_bs:
+        if (releases.max_bs_capped_by_max_running_requests(v) and launch.max_running_requests
+                and launch.max_running_requests < max_bs):
             max_bs = launch.max_running_requests
     f = launch.mem_fraction_static
     f_is_auto = f is None
@@ -233,11 +234,12 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
                                               chunked_prefill_size=chunk, cuda_graph_max_bs=max_bs,
                                               speculative_algorithm=spec.algorithm, is_mla=model.is_mla,
                                               dp_attention_size=launch.attn_dp_size)
+    if launch.attn_dp_size > 1:
+        chunk = max(chunk // launch.attn_dp_size, 1)  # _handle_data_parallelism
     rest = a - p * (1.0 - f)
-    cell = cell_size_bytes(model, tp_size=tp, kv_cache_dtype=launch.kv_cache_dtype, version=v,
+    cell = cell_size_bytes(model, tp_size=tp // max(launch.attn_dp_size, 1), kv_cache_dtype=launch.kv_cache_dtype, version=v,
                            draft=draft if v.regime == "B" else None,
-                           spec_algorithm=spec.algorithm if v.regime == "B" else None,
-                           attn_dp_size=launch.attn_dp_size)
+                           spec_algorithm=spec.algorithm if v.regime == "B" else None)
     profiled = int(rest * GIB // cell)
     n = profiled
     if launch.max_total_tokens:
@@ -252,8 +254,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     kv_gib = (n_pos + launch.page_size) * cell / GIB if n_pos else 0.0
 
     # -- request table, running requests, graphs
-    # a user --max-running-requests is per scheduler: 0.5.9 divides it by dp, 0.5.23 by the attention-DP size
-    dp_div = launch.dp_size * launch.attn_dp_size if v.dialect == "classic" else launch.attn_dp_size
+    dp_div = launch.attn_dp_size  # a user --max-running-requests is split over attention-DP ranks (0.5.9 model_runner.py:310)
     mrr = defaults.default_max_running_requests(n_pos, context_len, v, spec.enabled,
                                                 user=launch.max_running_requests, dp_size=dp_div)
     pool = defaults.req_to_token_pool_size(n_pos, context_len, v, spec.enabled, user=launch.max_running_requests)
@@ -272,7 +273,11 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     tpr = spec.num_draft_tokens if spec.enabled else 1
     graph = _graph_mib(model.hidden_size, len(graph_bs), top_bs, tpr or 1) * MIB / GIB if graph_bs else 0.0
     prefill_graph = 0.0
-    if v.dialect == "modern" and not launch.disable_cuda_graph:
+    prefill_on = launch.prefill_graphs
+    if prefill_on is None:
+        prefill_on = releases.prefill_graphs_default_on(v) and releases.prefill_graphs_off_reason(
+            v, speculative=spec.enabled, dp_attention=launch.attn_dp_size > 1) is None
+    if prefill_on and not launch.disable_cuda_graph:
         prefill_graph = PREFILL_GRAPH_MLA_GIB if model.is_mla else PREFILL_GRAPH_SIZES * PREFILL_GRAPH_PER_SIZE_MIB * MIB / GIB
     draft_graph = 0.0
     if draft is not None and graph_bs:

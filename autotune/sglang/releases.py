@@ -1,0 +1,87 @@
+"""What changes release by release in SGLang's automatic values (read from each wheel; file names are inside it).
+
+The flags themselves are in ``flag_tables/`` (extracted from the wheels); this
+module holds the behaviour boundaries the memory model and the simulator need.
+Each boundary names the first release that has it and where it was read.
+Adding a release: extract its flags, read its ``server_args.py`` /
+``arg_groups/memory_hook.py`` for these rules, and move a boundary if it moved.
+"""
+
+from __future__ import annotations
+
+from autotune.sglang.versions import SglangVersion, as_version
+
+__all__ = [
+    "prefill_graphs_default_on",
+    "prefill_graphs_off_reason",
+    "eagle_reserve_mib",
+    "standalone_reserve_mib",
+    "mla_flat_prefill_reserve",
+    "new_memory_brackets",
+    "max_bs_capped_by_max_running_requests",
+]
+
+#: Prefill (piecewise) CUDA graphs on by default ("enabled by default", 0.5.10 server_args.py --disable-piecewise-cuda-graph).
+PREFILL_GRAPHS_ON = "0.5.10"
+#: 0.5.10 _handle_piecewise_cuda_graph turns them off under speculative decoding; 0.5.11 no longer does.
+SPEC_DISABLES_PREFILL_GRAPHS = ("0.5.10", "0.5.10.post1")
+#: DP attention and torch.compile turn them off (0.5.10-0.5.13 _handle_piecewise_cuda_graph; 0.5.14 per the
+#: release-facts reading).
+DP_ATTN_DISABLES_PREFILL_GRAPHS = ("0.5.10", "0.5.14")
+#: EAGLE-family reserve in the automatic mem_fraction_static: +2 GiB in 0.5.9, +4 GiB in 0.5.10-0.5.13
+#: (server_args.py _handle_gpu_memory_settings), gone from 0.5.14 (draft memory inside the budget).
+EAGLE_RESERVE_4G = "0.5.10"
+SPEC_RESERVE_GONE = "0.5.14"
+#: MLA models reserve a flat 1.5 GiB for prefill graphs instead of 8 MiB per captured size (0.5.10 on).
+MLA_FLAT_RESERVE = "0.5.10"
+#: The 20-35 GiB bracket (max_bs 48/160, chunk 4096) and the 0.95 fallback when the capacity is unknown:
+#: 0.5.20 arg_groups/memory_hook.py (0.5.19 still 24/80, chunk 2048 and 0.88).
+NEW_BRACKETS = "0.5.20"
+#: decode max_bs := --max-running-requests when that is smaller: 0.5.22 memory_hook.py:184.
+MAX_BS_CAP = "0.5.22"
+
+
+def _v(version: "str | SglangVersion") -> SglangVersion:
+    return as_version(version)
+
+
+def _between(v: SglangVersion, lo: str, hi: str) -> bool:
+    return v.at_least(lo) and not as_version(hi) < v
+
+
+def prefill_graphs_default_on(version: "str | SglangVersion") -> bool:
+    return _v(version).at_least(PREFILL_GRAPHS_ON)
+
+
+def prefill_graphs_off_reason(version: "str | SglangVersion", *, speculative: bool, dp_attention: bool,
+                              torch_compile: bool = False) -> str | None:
+    """Why the release turns its default-on prefill graphs off for this launch (None: it does not)."""
+    v = _v(version)
+    if speculative and _between(v, *SPEC_DISABLES_PREFILL_GRAPHS):
+        return f"SGLang {v} turns prefill graphs off under speculative decoding"
+    if (dp_attention or torch_compile) and _between(v, *DP_ATTN_DISABLES_PREFILL_GRAPHS):
+        return f"SGLang {v} turns prefill graphs off under {'DP attention' if dp_attention else 'torch.compile'}"
+    return None
+
+
+def eagle_reserve_mib(version: "str | SglangVersion") -> int:
+    v = _v(version)
+    if v.at_least(SPEC_RESERVE_GONE):
+        return 0
+    return 4096 if v.at_least(EAGLE_RESERVE_4G) else 2048
+
+
+def standalone_reserve_mib(version: "str | SglangVersion") -> int:
+    return 0 if _v(version).at_least(SPEC_RESERVE_GONE) else 6144
+
+
+def mla_flat_prefill_reserve(version: "str | SglangVersion") -> bool:
+    return _v(version).at_least(MLA_FLAT_RESERVE)
+
+
+def new_memory_brackets(version: "str | SglangVersion") -> bool:
+    return _v(version).at_least(NEW_BRACKETS)
+
+
+def max_bs_capped_by_max_running_requests(version: "str | SglangVersion") -> bool:
+    return _v(version).at_least(MAX_BS_CAP)
