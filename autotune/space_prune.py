@@ -55,10 +55,25 @@ def prune_space(spec: StudySpec, model: Any, gpu: Any) -> tuple[StudySpec, list[
     for name in _TYPED:
         if getattr(space, name) is None:
             continue
-        why = dead_reason(lookup(name), name, ctx, tps)
+        knob = lookup(name)
+        why = dead_reason(knob, name, ctx, tps)
         if why:
             removed.append(Removed(name, why))
             updates[name] = None
+            continue
+        dom = getattr(space, name)
+        if hasattr(dom, "choices"):
+            keep = []
+            for value in dom.choices:
+                vwhy = dead_value_reason(knob, value, ctx, tps)
+                if vwhy:
+                    removed.append(Removed(name, vwhy, value))
+                else:
+                    keep.append(value)
+            if not keep:
+                updates[name] = None
+            elif len(keep) != len(dom.choices):
+                updates[name] = dom.model_copy(update={"choices": keep})
     for group in ("flags", "env"):
         kept: dict[str, Any] = {}
         for name, dom in getattr(space, group).items():

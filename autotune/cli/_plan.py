@@ -34,7 +34,9 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     for r in space["removed"]:
         print(r["line"])
-    print("space: " + "; ".join(space["space"]))
+    print("space that remains:")
+    for line in space["space"]:
+        print(f"  {line}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1

@@ -28,6 +28,8 @@ _FUSION_RULE = ("FlashInfer allreduce fusion runs on SM90/SM100 only "
                 "(communicator.apply_flashinfer_allreduce_fusion: _is_sm90_supported or _is_sm100_supported)")
 _MIXED_SPEC_RULE = "\"Mixed chunked prefill is disabled because of using eagle speculative decoding.\" (server_args.py)"
 _DP_RULE = "SGLang asserts tp_size % dp_size == 0 under DP attention (_handle_data_parallelism)"
+_SM_ATTENTION = {"fa3": (80, 86, 89, 90), "flashmla": (90, 100), "cutlass_mla": (100,), "trtllm_mla": (100,),
+                 "trtllm_mha": (100,), "fa4": (100,)}
 _NVLINK_A2A = {"deepep", "mooncake", "nixl", "mori", "deepep_v2", "pplx", "flashinfer", "megamoe", "flashinfer_megamoe"}
 
 
@@ -94,6 +96,10 @@ def dead_value_reason(knob: Knob | None, value: Any, ctx: NodeContext, tp_sizes:
         return f"{value} divides no TP size of the space ({'/'.join(map(str, tps))}): {_DP_RULE}"
     if knob.name == "--moe-a2a-backend" and value in _NVLINK_A2A and ctx.interconnect == "pcie":
         return f"{value} exchanges tokens over NVLink/RDMA buffers; a single PCIe node has neither"
+    if knob.name in ("--moe-runner-backend", "--fp8-gemm-backend") and value == "deep_gemm" and ctx.sm == 120:
+        return "DeepGEMM has no SM120 kernels: it crashed on RTX PRO 6000 where Triton worked (SGLang issue #18870)"
+    if knob.name == "attention_backend" and value in _SM_ATTENTION and ctx.sm not in _SM_ATTENTION[value]:
+        return f"{value} kernels exist for SM{'/SM'.join(map(str, _SM_ATTENTION[value]))} only, not SM{ctx.sm}"
     if knob.name == "--ep-size" and isinstance(value, int) and value > 1 and all(t % value for t in tps):
         return f"{value} divides no TP size of the space: experts are split over ep ranks inside the TP group"
     return None

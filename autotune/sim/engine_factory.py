@@ -47,8 +47,9 @@ def build_engine(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: Model
     time scale is the server's, slowed by the ``slow_tokens`` fault; the offline
     evaluator passes options with time scale 1 or steps the engine without sleeping.
     """
-    # DP attention: one KV pool and one scheduler per attention-DP rank; the engine holds them all
-    ranks = max(plan.attn_dp_size, 1)
+    # One KV pool and one scheduler per attention-DP rank and per plain DP replica (--dp-size replicas of
+    # one server, fed by its router): the engine holds them all; the speed model steps replicas in lockstep.
+    ranks = max(plan.attn_dp_size, 1) * max(launch.dp_size, 1)
     return Engine(PerfModel(perf_inputs(plan, launch, sim, model)), kv_tokens=plan.kv_tokens * ranks,
                   max_running_requests=plan.max_running_requests * ranks, chunked_prefill_size=plan.chunked_prefill_size,
                   time_scale=sim.time_scale / sim.faults.slow_tokens, seed=sim.seed,
