@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 import optuna
@@ -98,6 +99,8 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     from autotune.sglang.flags import shell_line
 
     cmd = sglang_command(spec, top)
+    env = dict(space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get("baseline"))).env)
+    env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())  # searched env vars (search_space.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
     return {
@@ -111,7 +114,8 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "slo_met": top.user_attrs.get("slo_met"),
         "metrics": top.user_attrs.get("metrics", {}),
         "command": cmd,
-        "shell": shell_line(cmd),
+        "env": env,
+        "shell": (env_prefix + " " if env_prefix else "") + shell_line(cmd),
         "launched_command": top.user_attrs.get("command"),
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,
