@@ -352,3 +352,17 @@ def test_a_study_runs_through_the_driver_on_ray(ray_owner: RayExecutor, tmp_path
     for t in study.trials:
         assert len(t.user_attrs["observed"]["gpu_ids"]) == 2
     assert ray.is_initialized()  # the driver's executor joined the shared instance and left it up
+
+
+def test_a_layout_reserves_tp_x_dp_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    """search_space.layout: each trial reserves its own layout's GPUs (tp x dp of one server)."""
+    from dataclasses import replace
+
+    def req(tp: int, dp: int) -> TrialRequest:
+        r = _request(0, tmp_path)
+        r.config = replace(ServerConfig(model_path="models/x"), tp_size=tp, dp_size=dp).to_dict()
+        return r
+
+    assert ray_owner.slots_free(req(2, 1)) == 4
+    assert ray_owner.slots_free(req(4, 2)) == 1 and ray_owner.slots_free(req(2, 4)) == 1
+    assert ray_owner.slots_free(req(8, 1)) == 1
