@@ -47,7 +47,7 @@ class NodeContext:
 
     @classmethod
     def of(cls, version: str | SglangVersion, gpu: Any, interconnect: str, tp_size: int, model: Any) -> NodeContext:
-        quant = str(getattr(model, "quantization", "") or "")
+        quant = str(getattr(model, "quant_method", "") or "")
         return cls(version=as_version(version), sm=int(getattr(gpu, "sm", 0)), interconnect=interconnect,
                    tp_size=tp_size, is_moe=bool(getattr(model, "num_experts", 0)), is_mla=bool(model.is_mla),
                    fp8="fp8" in quant.lower())
@@ -80,8 +80,6 @@ def dead_reason(knob: Knob | None, name: str, ctx: NodeContext, tp_sizes: tuple[
         return f"{name}: the model has no experts"
     if knob.name == "--attn-dp-size" and max(tps) <= 1:
         return "one GPU per server: nothing to split attention over"
-    if knob.name == "--torch-compile-max-bs":
-        return None
     if knob.name in ("NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE") and max(tps) <= 1:
         return "one GPU per server: NCCL moves nothing"
     return None
