@@ -355,6 +355,10 @@ class SearchSpec(_Model):
     # winner with median and spread.
     confirm_top: int = Field(default=2, ge=0, le=20)
     repeats: int = Field(default=1, ge=0, le=10)
+    # Named launch points run right after the baseline (SGLang's automatic values), so the report
+    # shows the gain against them too, e.g. the value a node was started with by hand:
+    # {"seed's start": {"mem_fraction_static": 0.88}}. Their params override the baseline's.
+    references: dict[str, dict[str, Any]] = Field(default_factory=dict)
     early_stopping: "EarlyStoppingSpec" = Field(default_factory=lambda: EarlyStoppingSpec())
 
 

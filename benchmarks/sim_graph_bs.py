@@ -28,6 +28,7 @@ from autotune.sglang.gpus import get_gpu
 from autotune.sglang.models import load_model_profile
 from autotune.sim.engine import Engine
 from autotune.sim.perf import PerfInputs, PerfModel
+from autotune.sim.perf_comm import PROVENANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE_SCALE = 1e7  # modelled seconds per wall second: the host's speed does not matter
@@ -103,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
               f"wall {r['wall_s']:.2f} s")
     if 128 in results and 512 in results:
         gain = results[128]["output_tok_s"] / results[512]["output_tok_s"] - 1
-        print(f"  128 vs 512: {gain * 100:+.1f} % output throughput (real node: +9 %)")
+        print(f"  128 vs 512: {gain * 100:+.1f} % output throughput (real node: +9 %; the fitted constants "
+              "below were chosen to reproduce it, so this is not a validation)")
+    print("allreduce constants (autotune/sim/perf_comm.py):")
+    for name, (kind, source) in PROVENANCE.items():
+        print(f"  {kind:9s} {name}: {source}")
 
     # the engine's own capacity: chunks (= tokens, stream_interval 1) per second of this process,
     # consumers included; CPU seconds too, since the host may be shared with other work

@@ -144,7 +144,7 @@ def test_poisson_arrivals_set_the_pace_like_the_load_generator() -> None:
     assert m["completed"] == 40
     # 40 arrivals at 2/s take ~20 s; the server is far from saturated, so requests rarely overlap
     assert m["request_throughput"] == pytest.approx(2.0, rel=0.35)
-    assert m["concurrency"] < 4
+    assert m["concurrency"] < 8  # decode at the measured PCIe allreduce latency: a request lasts ~3 s
 
 
 def test_a_duration_bound_point_stops_dispatching_at_its_deadline() -> None:

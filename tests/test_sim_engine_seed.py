@@ -55,7 +55,7 @@ def test_graph_max_bs_128_beats_512_by_5_to_15_percent_on_the_pcie_seed_case(kv_
     small = asyncio.run(demo_throughput(perf("rtx-pro-6000", "pcie", 128), kv_tokens))
     large = asyncio.run(demo_throughput(perf("rtx-pro-6000", "pcie", 512), kv_tokens))
     assert 0.05 <= small / large - 1 <= 0.15
-    assert 500 < small < 5000  # modelled output tokens/s: the right order for this node
+    assert 300 < small < 3000  # modelled tokens/s; decode pays the measured PCIe allreduce latency (perf_comm.py)
 
 
 def test_graph_max_bs_512_is_not_worse_on_nvlink():

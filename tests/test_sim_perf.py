@@ -62,14 +62,15 @@ def per_token(perf: PerfModel, batch: int, ctx_per_req: int = 640) -> float:
 
 @pytest.mark.parametrize("batch", [1, 4, 16])
 def test_graph_beats_eager_at_small_batch(kimi, llama, batch):
-    for make in (
-        lambda **kw: seed_case(kimi, **kw),
-        lambda **kw: PerfModel(PerfInputs(model=llama, gpu=get_gpu("h100"), tp_size=4, interconnect="nvlink",
-                                          cuda_graph_max_bs=256, **kw)),
-    ):
-        graph, eager = make(), make(cuda_graph_enabled=False)
-        assert step(eager, batch) > 1.1 * step(graph, batch)
-    assert step(seed_case(kimi, cuda_graph_enabled=False), 1) > 2 * step(seed_case(kimi), 1)
+    nvlink = PerfModel(PerfInputs(model=llama, gpu=get_gpu("h100"), tp_size=4, interconnect="nvlink",
+                                  cuda_graph_max_bs=256))
+    nvlink_eager = PerfModel(PerfInputs(model=llama, gpu=get_gpu("h100"), tp_size=4, interconnect="nvlink",
+                                        cuda_graph_max_bs=256, cuda_graph_enabled=False))
+    assert step(nvlink_eager, batch) > 1.1 * step(nvlink, batch)
+    # On the seed node the measured PCIe allreduce latency (205 us and up, 122 a step) dominates a decode
+    # step, so graphs still win but by less: ~10 % at batch 1, a few % at 16.
+    assert step(seed_case(kimi, cuda_graph_enabled=False), batch) > step(seed_case(kimi), batch)
+    assert step(seed_case(kimi, cuda_graph_enabled=False), 1) > 1.08 * step(seed_case(kimi), 1)
 
 
 def test_graph_max_bs_128_beats_512_on_pcie_tp8_at_batch_256(kimi):
@@ -166,7 +167,9 @@ def test_speculative_gain_shrinks_with_batch_on_the_seed_case(kimi, kimi_eagle3)
     eagle = seed_case(kimi, cuda_graph_max_bs=128, speculative=spec("EAGLE3", 3, 1, 4), draft=kimi_eagle3)
     speedups = [per_token(plain, b) / per_token(eagle, b) for b in (1, 4, 16, 48, 128)]
     assert speedups[0] > 1.3
-    assert all(later < earlier for earlier, later in zip(speedups, speedups[1:]))
+    # The measured PCIe allreduce grows like sqrt(size): verifying 4 tokens a request costs little more than 1,
+    # so speculation gains at every batch here, most in the middle, less again once the batch is large.
+    assert all(x > 1.0 for x in speedups) and speedups[-1] < max(speedups)
 
 
 def test_ngram_and_mtp_without_draft_profile_work(kimi):
@@ -181,7 +184,10 @@ def test_ngram_and_mtp_without_draft_profile_work(kimi):
 
 def test_absolute_throughput_is_in_the_right_range(kimi, llama):
     kimi_tps = 256 / step(seed_case(kimi, cuda_graph_max_bs=128), 256)
-    assert 1000 < kimi_tps < 6000
+    assert 500 < kimi_tps < 3000
+    # batch 1 against a measured TPOT: 21.14 ms with NCCL at TP 8 on SM120 (SGLang 0.5.23 pcie_ipc_ar.py; the
+    # model there is not named, so within a factor 1.6)
+    assert 21.14e-3 / 1.6 < step(seed_case(kimi), 1) < 21.14e-3 * 1.6
     llama_perf = PerfModel(PerfInputs(model=llama, gpu=get_gpu("h100"), tp_size=4, interconnect="nvlink",
                                       cuda_graph_max_bs=256))
     assert 3000 < 128 / step(llama_perf, 128, 1000) < 12000

@@ -139,6 +139,7 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
     shown = done[:top]
     if base is not None and base not in shown:
         shown.append(base)
+    shown += [t for t in done if t.user_attrs.get("reference") and t not in shown]
     rows = []
     for rank, t in enumerate(shown, 1):
         gain = ""
@@ -148,6 +149,8 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
         label = f"#{rank}" if rank <= top else ""
         if t.user_attrs.get("baseline"):
             label = f"{label} baseline (SGLang defaults)".strip()
+        if t.user_attrs.get("reference"):
+            label = f"{label} reference: {t.user_attrs['reference']}".strip()
         p99 = t.user_attrs.get("p99_ttft_ms")
         rows.append(
             f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]

@@ -170,6 +170,8 @@ class SpaceBridge:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.study.enqueue_trial(params, user_attrs={"baseline": True, "resolved": resolved})
+            for name, ref in self.spec.search.references.items():  # e.g. the seed's hand-passed 0.88
+                self.study.enqueue_trial({**params, **ref}, user_attrs={"reference": name})
         self.study.set_user_attr("spec", self.spec.model_dump(mode="json", exclude={"source_path"}))
 
     def candidate(self, trial: optuna.Trial) -> Candidate:

@@ -1,0 +1,39 @@
+"""search.references: named launch points (the seed's hand-passed 0.88) run beside SGLang's automatic baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.results.report import build_report
+from autotune.spec import load_study_spec
+from autotune.study.driver import run_study
+from autotune.study.offline_executor import OfflineExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_demo_runs_the_seeds_own_start_beside_the_automatic_baseline(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
+    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data["workload"].update({"num_prompts": 32, "output_len": 16})
+    data["n_trials"] = 3
+    data["search"]["confirm_top"] = 0
+    assert data["search"]["references"]  # the demo names the seed's start
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_study_spec(path)
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    base = next(t for t in study.trials if t.user_attrs.get("baseline"))
+    ref = next(t for t in study.trials if t.user_attrs.get("reference"))
+    # SGLang 0.5.9's own value on this node (the sampler's params hold it on the step grid)
+    assert base.user_attrs["resolved"]["mem_fraction_static"] == pytest.approx(0.848)
+    assert ref.params["mem_fraction_static"] == pytest.approx(0.88) and ref.number == base.number + 1
+    assert ref.state.name == "COMPLETE"
+    html = build_report(spec)
+    assert "reference: seed&#x27;s start" in html or "reference: seed's start" in html
