@@ -54,6 +54,16 @@ def test_probe_and_refusals(fake_sglang: Path):
     check_version(inst, "0.5.23")
 
 
+def test_check_version_reads_the_releases_spelling() -> None:
+    from autotune.sglang.installed import InstalledSglang
+
+    with pytest.raises(ConfigError, match="server.sglang_version: the study says '0.5.21'"):
+        check_version(InstalledSglang(python="python", version="0.5.22"), "0.5.21")  # --attn-dp-size from 0.5.22
+    with pytest.raises(ConfigError, match="the study says '0.5.13'"):
+        check_version(InstalledSglang(python="python", version="0.5.14"), "0.5.13")  # -decode spelling, regime B
+    check_version(InstalledSglang(python="python", version="0.5.19"), "0.5.14")  # same spelling and regime
+
+
 def test_probe_without_sglang_is_none(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # nothing called sglang there
     if probe(sys.executable) is not None:

@@ -364,7 +364,9 @@ def effective_config(cfg: ServerConfig, version: "str | SglangVersion") -> Serve
     an fp8 cache). A flag in ``extra_args`` that sets what a knob already sets,
     to another value, is refused: the launch would silently run the last one.
     ``extra_args`` are kept (the memory model reads ``--page-size`` and the
-    graph flags from them).
+    graph flags from them). SGLang has no environment spelling of these flags
+    (0.5.9 and 0.5.23 ``environ.py`` read), so knobs and ``extra_args`` are
+    every path a memory-relevant setting can take.
     """
     if not cfg.extra_args and not cfg.flags:
         return cfg

@@ -62,10 +62,24 @@ def probe(python: str, *, timeout_s: float = 120.0) -> InstalledSglang | None:
     return InstalledSglang(python=python, version=str(info.get("version")))
 
 
+#: The flags whose presence (or deprecation) decides how autotune spells a launch (flags.render_argv).
+_SPELLING_FLAGS = (("--cuda-graph-max-bs", True), ("--disable-cuda-graph", True),
+                   ("--flashinfer-allreduce-fusion-backend", False), ("--attn-dp-size", False))
+
+
+def _spelling(version: str) -> tuple[bool, ...]:
+    from autotune.sglang.flags import has_flag
+
+    return tuple(has_flag(version, name, current=current) for name, current in _SPELLING_FLAGS)
+
+
 def check_version(installed: InstalledSglang, wanted: str) -> None:
-    """Refuse a study whose flag dialect or memory regime differs from the installed SGLang's."""
+    """Refuse a study whose flag spelling or memory regime differs from the installed SGLang's.
+
+    The spelling is read from both releases' flag tables (e.g. 0.5.21 and 0.5.22 differ: --attn-dp-size).
+    """
     have, want = parse_version(installed.version), parse_version(wanted)
-    if (have.dialect, have.regime) != (want.dialect, want.regime):
+    if (have.dialect, have.regime) != (want.dialect, want.regime) or _spelling(str(have)) != _spelling(str(want)):
         raise ConfigError(
             f"server.sglang_version: the study says {wanted!r} but {installed.python} runs SGLang "
             f"{installed.version} (flag dialect {have.dialect}, memory regime {have.regime}); set it to "

@@ -12,13 +12,13 @@ from __future__ import annotations
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
-    "prefill_graphs_default_on",
-    "prefill_graphs_off_reason",
     "eagle_reserve_mib",
-    "standalone_reserve_mib",
+    "max_bs_capped_by_max_running_requests",
     "mla_flat_prefill_reserve",
     "new_memory_brackets",
-    "max_bs_capped_by_max_running_requests",
+    "prefill_graphs_default_on",
+    "prefill_graphs_off_reason",
+    "standalone_reserve_mib",
 ]
 
 #: Prefill (piecewise) CUDA graphs on by default ("enabled by default", 0.5.10 server_args.py --disable-piecewise-cuda-graph).
@@ -41,7 +41,7 @@ NEW_BRACKETS = "0.5.20"
 MAX_BS_CAP = "0.5.22"
 
 
-def _v(version: "str | SglangVersion") -> SglangVersion:
+def _v(version: str | SglangVersion) -> SglangVersion:
     return as_version(version)
 
 
@@ -49,11 +49,11 @@ def _between(v: SglangVersion, lo: str, hi: str) -> bool:
     return v.at_least(lo) and not as_version(hi) < v
 
 
-def prefill_graphs_default_on(version: "str | SglangVersion") -> bool:
+def prefill_graphs_default_on(version: str | SglangVersion) -> bool:
     return _v(version).at_least(PREFILL_GRAPHS_ON)
 
 
-def prefill_graphs_off_reason(version: "str | SglangVersion", *, speculative: bool, dp_attention: bool,
+def prefill_graphs_off_reason(version: str | SglangVersion, *, speculative: bool, dp_attention: bool,
                               torch_compile: bool = False) -> str | None:
     """Why the release turns its default-on prefill graphs off for this launch (None: it does not)."""
     v = _v(version)
@@ -64,24 +64,24 @@ def prefill_graphs_off_reason(version: "str | SglangVersion", *, speculative: bo
     return None
 
 
-def eagle_reserve_mib(version: "str | SglangVersion") -> int:
+def eagle_reserve_mib(version: str | SglangVersion) -> int:
     v = _v(version)
     if v.at_least(SPEC_RESERVE_GONE):
         return 0
     return 4096 if v.at_least(EAGLE_RESERVE_4G) else 2048
 
 
-def standalone_reserve_mib(version: "str | SglangVersion") -> int:
+def standalone_reserve_mib(version: str | SglangVersion) -> int:
     return 0 if _v(version).at_least(SPEC_RESERVE_GONE) else 6144
 
 
-def mla_flat_prefill_reserve(version: "str | SglangVersion") -> bool:
+def mla_flat_prefill_reserve(version: str | SglangVersion) -> bool:
     return _v(version).at_least(MLA_FLAT_RESERVE)
 
 
-def new_memory_brackets(version: "str | SglangVersion") -> bool:
+def new_memory_brackets(version: str | SglangVersion) -> bool:
     return _v(version).at_least(NEW_BRACKETS)
 
 
-def max_bs_capped_by_max_running_requests(version: "str | SglangVersion") -> bool:
+def max_bs_capped_by_max_running_requests(version: str | SglangVersion) -> bool:
     return _v(version).at_least(MAX_BS_CAP)
