@@ -141,6 +141,11 @@ def test_an_unknown_flag_and_env_var_run_on_the_simulator(tmp_path: Path) -> Non
              and t.params["MY_TUNING_VAR"] == "a")
     assert "--enable-two-batch-overlap" in t.user_attrs["command"]
     assert t.user_attrs["command"][t.user_attrs["command"].index("--stream-interval") + 1] == "2"
+    from autotune.results.summary import best
+
+    top = best(spec)  # the winner's searched variables prefix its launch line
+    assert all(f"{k}={v} " in top["shell"] for k, v in top["env"].items())
+    assert set(top["env"]) <= {"MY_TUNING_VAR", "NCCL_ALGO"}
     tree = [u.value for u in study.trials if u.params["NCCL_ALGO"] == "Tree"]
     ring = [u.value for u in study.trials if u.params["NCCL_ALGO"] is None]
     assert tree and ring and sorted(tree) != sorted(ring)  # the variable reached the simulated server
