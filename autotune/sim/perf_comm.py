@@ -68,7 +68,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from autotune.sim.perf_knobs import NCCL_NO_P2P_BW_FACTOR, NCCL_TREE_BW_FACTOR, PCIE_IPC_NCCL_RATIO, tree_hops
+from autotune.sim.perf_knobs import (
+    NCCL_NO_P2P_BW_FACTOR,
+    NCCL_TREE_BW_FACTOR,
+    PCIE_IPC_NCCL_RATIO,
+    tree_hops,
+)
 
 #: [measured] NCCL allreduce, 8 x SM120 over PCIe across NUMA nodes: (message bytes, seconds).
 #: Source: SGLang 0.5.23 sglang/srt/distributed/device_communicators/pcie_ipc_ar.py, module docstring.
@@ -200,7 +205,7 @@ PROVENANCE: dict[str, tuple[str, str]] = {
     "NCCL_BASE_LATENCY_S, NVLINK_HOP_LATENCY_S": ("modelled", "nccl-tests order of magnitude over NVLink"),
     "NCCL_BUS_EFFICIENCY": ("modelled", "share of the NVLink datasheet bandwidth"),
     "CUSTOM_AR_*, SYMM_MEM_*, IPC_LINK_EFFICIENCY": ("modelled", "no published figure on this node"),
-    "PCIE_IPC_NCCL_RATIO (perf_knobs)": ("derived", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: 143 / 205 us per decode "
-                                         "allreduce from TPOT 21.14 -> 13.62 ms (pcie_ipc_ar.py)"),
+    "PCIE_IPC_NCCL_RATIO (perf_knobs)": ("derived", ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: 143 / 205 us per decode "
+                                                     "allreduce from TPOT 21.14 -> 13.62 ms (pcie_ipc_ar.py)")),
     "NCCL_TREE_*, NCCL_NO_P2P_* (perf_knobs)": ("modelled", "NCCL_ALGO=Tree, NCCL_P2P_DISABLE / NCCL_P2P_LEVEL"),
 }
