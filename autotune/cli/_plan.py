@@ -41,10 +41,14 @@ def _plan(args: argparse.Namespace) -> int:
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     knobs = [k for k in rows[0] if k not in ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib",
-                                                "slack_gib", "min_viable_mem_fraction", "uncertain", "command", "notes")] if rows else []
+                                                "slack_gib", "min_viable_mem_fraction", "uncertain", "command", "notes",
+                                                "server_kv_tokens")] if rows else []
     for r in rows:
         vals = " ".join(f"{k}={r[k]}" for k in knobs)
         tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"
+        server = r.get("server_kv_tokens")
+        if isinstance(server, int) and r.get("kv_tokens") and server != r["kv_tokens"]:  # DP attention: per rank
+            tokens += f" tok/rank, {server:,}"
         print(f"{r['verdict']:<17} {tokens} tok  {vals}  | {r['reason']}")
     print(f"{len(rows)} candidates: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0

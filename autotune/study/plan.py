@@ -10,7 +10,8 @@ from autotune import space
 from autotune.errors import ConfigError
 from autotune.spec import StudySpec
 
-ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction")
+ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
+            "server_kv_tokens")
 
 
 def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
