@@ -47,8 +47,8 @@ def _plan(args: argparse.Namespace) -> int:
         vals = " ".join(f"{k}={r[k]}" for k in knobs)
         tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"
         server = r.get("server_kv_tokens")
-        if isinstance(server, int) and r.get("kv_tokens") and server != r["kv_tokens"]:  # DP attention: per rank
-            tokens += f" tok/rank, {server:,}"
+        if isinstance(server, int) and r.get("kv_tokens") and server != r["kv_tokens"]:  # per pool, then the server
+            tokens += f" tok each (DP ranks / replicas), {server:,}"
         print(f"{r['verdict']:<17} {tokens} tok  {vals}  | {r['reason']}")
     print(f"{len(rows)} candidates: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0

@@ -175,7 +175,7 @@ class Prediction:
     chunked_prefill_size: int = 0
     graph_batch_sizes: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    server_kv_tokens: int = 0  # KV tokens of the whole server: kv_tokens x the DP-attention ranks
+    server_kv_tokens: int = 0  # KV tokens of the whole server: kv_tokens x DP-attention ranks x --dp-size replicas
 
     @property
     def should_prune(self) -> bool:
@@ -318,7 +318,7 @@ def predict(
                   cuda_graph_max_bs=max_bs, min_viable_mem_fraction=shown_min,
                   min_launchable_mem_fraction=launchable_min, max_running_requests=mrr,
                   chunked_prefill_size=chunk, notes=notes, pa_estimated=cal is None,
-                  server_kv_tokens=tokens * dp_attn)
+                  server_kv_tokens=tokens * dp_attn * max(cfg.dp_size, 1))
     # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
     margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0
     if rest <= 0 or tokens <= 0:
