@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class FailureKind(str, enum.Enum):
+class FailureKind(enum.StrEnum):
     """Why a trial did not complete. Stored as the string value in ``user_attrs['failure_kind']``."""
 
     PREDICTED_OOM = "predicted_oom"  # the memory model condemned it before launch (PRUNED)
@@ -25,5 +25,3 @@ class FailureKind(str, enum.Enum):
     INTERRUPTED = "interrupted"  # the orchestrator died or was stopped during the trial
     WORKER_DIED = "worker_died"  # the Ray worker running the trial body died
 
-    def __str__(self) -> str:  # so f"{kind}" prints the value
-        return self.value

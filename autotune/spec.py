@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import yaml
 from pydantic import (
@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from autotune.errors import ConfigError
+from autotune.objective import Direction, Objective, check_slo_key
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -125,7 +126,7 @@ class FloatRange(_Model):
     step: float | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "FloatRange":
+    def _check(self) -> FloatRange:
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
             raise ValueError("low and high must be finite")
         if self.low > self.high:
@@ -141,7 +142,7 @@ class IntRange(_Model):
     step: int = 1
 
     @model_validator(mode="after")
-    def _check(self) -> "IntRange":
+    def _check(self) -> IntRange:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
         if self.step <= 0:
@@ -171,7 +172,7 @@ class StrChoices(_Model):
 
 class MemFractionRange(FloatRange):
     @model_validator(mode="after")
-    def _unit(self) -> "MemFractionRange":
+    def _unit(self) -> MemFractionRange:
         if not (0.0 < self.low <= 1.0 and 0.0 < self.high <= 1.0):
             raise ValueError(f"must lie in (0, 1], got low={self.low} high={self.high}")
         return self
@@ -193,7 +194,7 @@ class SpeculativeSpace(_Model):
         return v
 
     @model_validator(mode="after")
-    def _draft(self) -> "SpeculativeSpace":
+    def _draft(self) -> SpeculativeSpace:
         needs = {"EAGLE", "EAGLE3", "STANDALONE"} & set(self.algorithm.choices)
         if needs and not self.draft_model_path:
             raise ValueError(f"draft_model_path is required for {sorted(needs)[0]}")
@@ -278,7 +279,7 @@ class RateSearchSpec(_Model):
     steps: int = Field(default=4, ge=1, le=12)
 
     @model_validator(mode="after")
-    def _order(self) -> "RateSearchSpec":
+    def _order(self) -> RateSearchSpec:
         if self.low >= self.high:
             raise ValueError(f"low ({self.low}) must be < high ({self.high})")
         return self
@@ -308,7 +309,7 @@ class WorkloadSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _bounded(self) -> "WorkloadSpec":
+    def _bounded(self) -> WorkloadSpec:
         if self.num_prompts is None and self.duration_s is None:
             raise ValueError("set num_prompts or duration_s (or both)")
         return self
@@ -324,8 +325,6 @@ class ObjectiveSpec(_Model):
     @field_validator("slo")
     @classmethod
     def _slo(cls, v: dict[str, float]) -> dict[str, float]:
-        from autotune.study.slo import check_slo_key
-
         for key, ceiling in v.items():
             check_slo_key(key)
             if not ceiling > 0:
@@ -343,6 +342,10 @@ class ObjectiveSpec(_Model):
     def resolved_direction(self) -> str:
         return self.direction or OBJECTIVE_METRICS[self.metric]
 
+    def as_objective(self) -> Objective:
+        """What a trial is measured against (:class:`autotune.objective.Objective`)."""
+        return Objective(self.metric, Direction(self.resolved_direction), dict(self.slo))
+
 
 class SearchSpec(_Model):
     """How the budget is spent (see docs: staged search, confirmation of the winner)."""
@@ -359,7 +362,7 @@ class SearchSpec(_Model):
     # shows the gain against them too, e.g. the value a node was started with by hand:
     # {"seed's start": {"mem_fraction_static": 0.88}}. Their params override the baseline's.
     references: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    early_stopping: "EarlyStoppingSpec" = Field(default_factory=lambda: EarlyStoppingSpec())
+    early_stopping: EarlyStoppingSpec = Field(default_factory=lambda: EarlyStoppingSpec())
 
 
 class EarlyStoppingSpec(_Model):
@@ -415,13 +418,13 @@ class StudySpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _rate_search_needs_slo(self) -> "StudySpec":
+    def _rate_search_needs_slo(self) -> StudySpec:
         if self.workload.rate_search is not None and not self.objective.slo:
             raise ValueError("workload.rate_search needs objective.slo: the rate it finds is the highest that meets it")
         return self
 
     @model_validator(mode="after")
-    def _fits(self) -> "StudySpec":
+    def _fits(self) -> StudySpec:
         need = self.server.tp_size * self.server.dp_size
         if self.search_space.layout is not None:
             for item in self.search_space.layout.choices:
@@ -440,7 +443,13 @@ class StudySpec(_Model):
     def base_dir(self) -> Path:
         return Path(self.source_path).resolve().parent if self.source_path else Path.cwd()
 
+    @overload
+    def resolve_path(self, p: str) -> str: ...
+    @overload
+    def resolve_path(self, p: None) -> None: ...
+
     def resolve_path(self, p: str | None) -> str | None:
+        """``p`` against the study file's directory (None stays None)."""
         if p is None:
             return None
         path = Path(p).expanduser()

@@ -39,12 +39,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from autotune.objective import Direction, Objective
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.gpus import get_gpu
 from autotune.sglang.memory import predict
 from autotune.sglang.models import load_model_profile
-from autotune.sim import offline
-from autotune.study.trial import TrialRequest
+from autotune.spec import SimSpec, WorkloadSpec
+from autotune.trial import offline
+from autotune.trial.contract import TrialRequest, TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "studies" / "models" / "kimi-k2-class"
@@ -56,10 +58,10 @@ DP_SOURCE = "reference (sglang-release-facts.md): DP attention multiplies MLA KV
 
 def _request(cfg: ServerConfig, workload: dict[str, Any], *, env: dict[str, str], seed: int) -> TrialRequest:
     return TrialRequest(
-        study_name="knob-effects", trial_number=0, config=cfg.to_dict(), backend="sim", sglang_version=VERSION,
-        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=workload, objective_metric="median_tpot_ms",
-        objective_direction="minimize", artifact_dir="/nonexistent/a", run_dir="/nonexistent/r",
-        sim={"time_scale": 20.0, "seed": seed}, env=env,
+        study_name="knob-effects", trial_number=0, config=cfg, backend="sim", sglang_version=VERSION,
+        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=WorkloadSpec(**workload),
+        objective=Objective("median_tpot_ms", Direction.MINIMIZE), artifact_dir="/nonexistent/a",
+        run_dir="/nonexistent/r", sim=SimSpec(time_scale=20.0, seed=seed), env=env,
     )
 
 
@@ -73,7 +75,7 @@ def tpot(env: dict[str, str], workload: dict[str, Any], seeds: int) -> list[floa
     out = []
     for seed in range(seeds):
         res = offline.evaluate(_request(cfg, workload, env=env, seed=seed))
-        if res.state != "complete":
+        if res.state != TrialState.COMPLETE:
             raise SystemExit(f"evaluation failed: {res.failure_kind}: {res.evidence}")
         point = next(iter(res.metrics_by_point.values()))
         out.append(float(point["median_tpot_ms"]))
@@ -102,7 +104,7 @@ def _capacity(cfg: ServerConfig) -> tuple[str, int, int]:
     model, gpu = load_model_profile(MODEL), get_gpu("rtx-pro-6000")
     pred = predict(model, gpu, cfg, version=VERSION, num_gpus=8, interconnect="pcie")
     observed = int(res.observed.get("kv_tokens") or 0) * cfg.attn_dp_size
-    verdict = res.state if res.state == "complete" else f"{res.failure_kind}"
+    verdict = "complete" if res.state == TrialState.COMPLETE else str(res.failure_kind)
     return verdict, observed, pred.server_kv_tokens
 
 

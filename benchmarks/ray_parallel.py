@@ -30,10 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.objective import Objective
 from autotune.sglang.config import ServerConfig
-from autotune.spec import StudySpec
+from autotune.spec import SimSpec, StudySpec, WorkloadSpec
 from autotune.study.ray_executor import RayExecutor
-from autotune.study.trial import TrialRequest, TrialResult
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "studies" / "models" / "qwen3-32b-class"
@@ -41,9 +42,9 @@ GOAL = 3.0
 
 
 def sleep_body(req: TrialRequest, report: Any) -> TrialResult:
-    """Hold the trial's GPUs for ``sim['sleep_s']`` seconds; nothing else."""
-    time.sleep(float(req.sim["sleep_s"]))
-    return TrialResult(state="complete", value=1.0, observed={"cvd": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    """Hold the trial's GPUs for ``env['BENCH_SLEEP_S']`` seconds; nothing else."""
+    time.sleep(float(req.env["BENCH_SLEEP_S"]))
+    return TrialResult(state=TrialState.COMPLETE, value=1.0, observed={"cvd": os.environ.get("CUDA_VISIBLE_DEVICES")})
 
 
 def _spec(args: argparse.Namespace, max_parallel: int | None) -> StudySpec:
@@ -56,18 +57,18 @@ def _spec(args: argparse.Namespace, max_parallel: int | None) -> StudySpec:
 
 
 def _requests(args: argparse.Namespace, run_dir: Path, tag: str) -> list[TrialRequest]:
-    workload = {"backend": "sglang", "input_len": 256, "output_len": 64, "range_ratio": 1.0,
-                "num_prompts": args.num_prompts, "concurrency": [16], "warmup_requests": 2, "flush_cache": True,
-                "seed": 0}
+    workload = WorkloadSpec(backend="sglang", input_len=256, output_len=64, range_ratio=1.0,
+                            num_prompts=args.num_prompts, concurrency=[16], warmup_requests=2, flush_cache=True,
+                            seed=0)
     out = []
     for n in range(args.trials):
         out.append(TrialRequest(
             study_name="ray-bench", trial_number=n,
-            config=ServerConfig(model_path=str(MODEL), tp_size=args.tp).to_dict(),
+            config=ServerConfig(model_path=str(MODEL), tp_size=args.tp),
             backend="sim", sglang_version="0.5.9", gpu=args.gpu, num_gpus=args.num_gpus, interconnect="nvlink",
-            workload=workload, objective_metric="output_throughput", objective_direction="maximize",
+            workload=workload, objective=Objective(),
             artifact_dir=str(run_dir / tag / f"trial-{n}"), run_dir=str(run_dir / tag), startup_timeout_s=120,
-            sim={"time_scale": args.time_scale, "seed": 0, "sleep_s": args.sleep_s},
+            sim=SimSpec(time_scale=args.time_scale, seed=0), env={"BENCH_SLEEP_S": str(args.sleep_s)},
         ))
     return out
 

@@ -5,7 +5,7 @@ Usage::
     python benchmarks/search_efficiency.py [--study studies/demo.yaml] [--seeds 5] [--budget 150]
 
 1. **Exhaustive optimum.** Every candidate of the study's grid (``autotune.space.iter_grid``)
-   is evaluated once, offline (:func:`autotune.sim.offline.evaluate`: the simulated
+   is evaluated once, offline (:func:`autotune.trial.offline.evaluate`: the simulated
    server's memory truth, startup and engine in modelled time, no processes). Results
    are cached in ``benchmarks/out/search_efficiency_<study>.json`` (keyed by the study
    file and the simulator's source, so an edit of either re-evaluates). The target is
@@ -55,14 +55,16 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
 from autotune import space  # noqa: E402
-from autotune.sim import offline  # noqa: E402
+from autotune.trial import offline  # noqa: E402
 from autotune.spec import StudySpec, load_study_spec  # noqa: E402
-from autotune.study.trial import TrialRequest, TrialResult  # noqa: E402
+from autotune.outcome import FailureKind  # noqa: E402
+from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 log = logging.getLogger("search_efficiency")
 OUT = ROOT / "benchmarks" / "out"
 #: Sources whose change invalidates the cached exhaustive evaluation.
-_FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load")
+_FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load", "autotune/trial")
 
 
 class _Found(Exception):
@@ -84,13 +86,11 @@ def _fingerprint(spec_path: Path) -> str:
 
 
 def _request(spec: StudySpec, config: dict[str, Any]) -> TrialRequest:
-    wl = spec.workload.model_dump()
     return TrialRequest(
-        study_name=spec.name, trial_number=0, config=config, backend="sim",
+        study_name=spec.name, trial_number=0, config=ServerConfig.from_dict(config), backend="sim",
         sglang_version=spec.server.sglang_version, gpu=spec.hardware.gpu, num_gpus=spec.hardware.num_gpus,
-        interconnect=spec.hardware.interconnect, workload=wl, objective_metric=spec.objective.metric,
-        objective_direction=spec.objective.resolved_direction, artifact_dir="", run_dir="",
-        startup_timeout_s=spec.server.startup_timeout_s, sim=spec.server.sim.model_dump(),
+        interconnect=spec.hardware.interconnect, workload=spec.workload, objective=spec.objective.as_objective(),
+        artifact_dir="", run_dir="", startup_timeout_s=spec.server.startup_timeout_s, sim=spec.server.sim,
     )
 
 
@@ -135,10 +135,12 @@ class Table:
                 m.pop("errors", None)
             self.results[key] = d
             self.dirty = True
-        return TrialResult(**self.results[key])
+        d = self.results[key]
+        kind = FailureKind(d["failure_kind"]) if d["failure_kind"] else None
+        return TrialResult(**{**d, "state": TrialState(d["state"]), "failure_kind": kind})
 
     def lookup(self, request: TrialRequest) -> TrialResult:
-        return self.result(request.config)
+        return self.result(request.config.to_dict())
 
 
 def exhaustive(table: Table) -> tuple[list[dict[str, Any]], float]:
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study.driver", "autotune.sim.offline")]
+    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study.driver", "autotune.trial.offline")]
     levels = [lg.level for lg in noisy]
     logging.getLogger("search_efficiency").setLevel(logging.INFO)
     for lg in noisy:

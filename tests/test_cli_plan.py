@@ -68,7 +68,10 @@ def test_plan_grid_covers_every_candidate(tmp_path: Path, capsys):
     assert len(rows) == 10 * 2  # 0.50..0.95 step 0.05 x two graph sizes
     verdicts = {r["mem_fraction_static"]: r["verdict"] for r in rows}
     assert verdicts[0.75] == "kv_oom" and verdicts[0.8] == "fits"
-    assert {tuple(r["command"][r["command"].index("--cuda-graph-max-bs") + 1:][:1]) for r in rows} == {("128",), ("512",)}
+    assert {tuple(r["command"][r["command"].index("--cuda-graph-max-bs") + 1 :][:1]) for r in rows} == {
+        ("128",),
+        ("512",),
+    }
 
 
 def test_plan_bad_set_is_one_line_exit_2(tmp_path: Path, capsys):

@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 
 from autotune import space
-from autotune.sim import offline
-from autotune.sim.offline import evaluate
-from autotune.spec import load_study_spec
+from autotune.objective import Objective
+from autotune.spec import SimSpec, load_study_spec
+from autotune.study import attrs
 from autotune.study.driver import run_study
 from autotune.study.offline_executor import OfflineExecutor
-from autotune.study.trial import TrialRequest
+from autotune.study.storage import open_study
+from autotune.trial import offline
+from autotune.trial.contract import TrialRequest
+from autotune.trial.offline import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "studies" / "demo.yaml"
@@ -26,12 +29,12 @@ SMALL = {"num_prompts": 48, "concurrency": [8, 24], "output_len": 32, "warmup_re
 
 def _request(params: dict, *, trial: int = 0, seed: int = 0, **workload: object) -> TrialRequest:
     spec = load_study_spec(DEMO)
-    wl = dict(spec.workload.model_dump(), **(workload or SMALL))
+    wl = spec.workload.model_copy(update=workload or SMALL)
     return TrialRequest(
-        study_name="offline", trial_number=trial, config=space.to_config(spec, params).to_dict(), backend="sim",
+        study_name="offline", trial_number=trial, config=space.to_config(spec, params), backend="sim",
         sglang_version="0.5.9", gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=wl,
-        objective_metric="output_throughput", objective_direction="maximize", artifact_dir="/nonexistent/a",
-        run_dir="/nonexistent/r", sim={"time_scale": 20.0, "seed": seed},
+        objective=Objective(), artifact_dir="/nonexistent/a",
+        run_dir="/nonexistent/r", sim=SimSpec(time_scale=20.0, seed=seed),
     )
 
 
@@ -132,9 +135,12 @@ def test_a_whole_study_runs_offline_through_the_driver(tmp_path: Path) -> None:
     launched = [n for n, _ in seen]
     assert 0 in launched  # the baseline ran
     assert summary.states.get("COMPLETE", 0) >= 1
-    # every trial the driver did not prune before launch went through the evaluator
+    # every trial the driver did not prune before launch, nor answer from a stored launch of the
+    # same argv, went through the evaluator
+    study = open_study(spec, create=False)
+    reused = sum(1 for t in study.trials if t.user_attrs.get(attrs.REUSED_FROM) is not None)
     told = summary.states.get("COMPLETE", 0) + summary.states.get("FAIL", 0)
-    assert len(seen) == told + sum(1 for _, s in seen if s == "pruned")
+    assert len(seen) == told - reused + sum(1 for _, s in seen if s == "pruned")
 
 
 def test_poisson_arrivals_set_the_pace_like_the_load_generator() -> None:

@@ -6,15 +6,17 @@ from pathlib import Path
 from typing import Any
 
 from autotune import space
+from autotune.objective import Objective
+from autotune.outcome import FailureKind
+from autotune.sglang.models import load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative
-from autotune.sglang.models import load_model_profile
-from autotune.spec import load_study_spec
+from autotune.spec import SimSpec, load_study_spec
 from autotune.study.executor import InlineExecutor
 from autotune.study.offline_executor import OfflineExecutor
-from autotune.study.trial import TrialRequest, TrialResult, build_argv
-from autotune.sglang.config import ServerConfig
+from autotune.trial.argv import build_argv
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "studies" / "demo.yaml"
@@ -25,10 +27,10 @@ PLAIN = {"mem_fraction_static": 0.9, "cuda_graph_max_bs": 256, "custom_allreduce
 def _request(trial: int = 0, **sim: Any) -> TrialRequest:
     spec = load_study_spec(DEMO)
     return TrialRequest(
-        study_name="offline-exec", trial_number=trial, config=space.to_config(spec, PLAIN).to_dict(), backend="sim",
+        study_name="offline-exec", trial_number=trial, config=space.to_config(spec, PLAIN), backend="sim",
         sglang_version="0.5.9", gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie",
-        workload=spec.workload.model_dump(), objective_metric="output_throughput", objective_direction="maximize",
-        artifact_dir="/nonexistent/a", run_dir="/nonexistent/r", sim={"time_scale": 20.0, "seed": 0, **sim},
+        workload=spec.workload, objective=Objective(),
+        artifact_dir="/nonexistent/a", run_dir="/nonexistent/r", sim=SimSpec(**{"time_scale": 20.0, "seed": 0, **sim}),
     )
 
 
@@ -38,7 +40,7 @@ def test_inline_executor_runs_its_body_with_the_trials_reporter() -> None:
 
     def body(request: TrialRequest, reporter: Any) -> TrialResult:
         calls.append((request.trial_number, reporter))
-        return TrialResult(state="complete", value=float(request.trial_number))
+        return TrialResult(state=TrialState.COMPLETE, value=float(request.trial_number))
 
     ex = InlineExecutor(lambda n: f"reporter-{n}", body=body,
                         on_result=lambda n, _rq, r: results.append((n, r.state)))
@@ -57,7 +59,7 @@ def test_offline_executor_is_an_inline_executor_over_the_evaluator() -> None:
 
     def evaluate(request: TrialRequest) -> TrialResult:
         seen.append(request)
-        return TrialResult(state="failed", failure_kind="kv_oom")
+        return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.KV_OOM)
 
     ex = OfflineExecutor(evaluate=evaluate, on_result=lambda n, _rq, _r: accounted.append(n))
     assert isinstance(ex, InlineExecutor)
@@ -73,7 +75,7 @@ def test_offline_executor_is_an_inline_executor_over_the_evaluator() -> None:
 
 def test_build_engine_models_the_launch_as_the_server_does() -> None:
     req = _request(time_scale=8.0, seed=5)
-    cfg = ServerConfig.from_dict(req.config)
+    cfg = req.config
     launch, sim = parse_args(build_argv(req, cfg)[3:] + ["--stream-interval", "3"])
     model = load_model_profile(launch.model_path)
     draft = load_draft(resolve_speculative(launch, model, sim.version), model)

@@ -11,18 +11,25 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
 
+from autotune.objective import Objective  # noqa: E402
+from autotune.outcome import FailureKind  # noqa: E402
 from autotune.sglang.config import ServerConfig  # noqa: E402
-from autotune.spec import StudySpec  # noqa: E402
+from autotune.spec import (  # noqa: E402
+    SimSpec,
+    StudySpec,  # noqa: E402
+    WorkloadSpec,
+)
 from autotune.study.ray_executor import RayExecutor  # noqa: E402
-from autotune.study.trial import TrialRequest, TrialResult  # noqa: E402
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -40,12 +47,15 @@ def _spec(**executor: Any) -> StudySpec:
     })
 
 
-def _request(number: int, tmp: Path, *, tp: int = 2, **sim: Any) -> TrialRequest:
+def _request(number: int, tmp: Path, *, tp: int = 2, time_scale: float = 10.0, seed: int = 0,
+             **fixture: Any) -> TrialRequest:
+    """``fixture`` (dir, want, barrier_s) reaches the test bodies as TEST_* environment entries."""
     return TrialRequest(
-        study_name="raytest", trial_number=number, config=ServerConfig(model_path="models/x", tp_size=tp).to_dict(),
+        study_name="raytest", trial_number=number, config=ServerConfig(model_path="models/x", tp_size=tp),
         backend="sim", sglang_version="0.5.9", gpu="h100", num_gpus=8, interconnect="nvlink",
-        workload={}, objective_metric="output_throughput", objective_direction="maximize",
-        artifact_dir=str(tmp / f"t{number}"), run_dir=str(tmp), sim=dict(sim),
+        workload=WorkloadSpec(), objective=Objective(),
+        artifact_dir=str(tmp / f"t{number}"), run_dir=str(tmp), sim=SimSpec(time_scale=time_scale, seed=seed),
+        env={f"TEST_{k.upper()}": str(v) for k, v in fixture.items()},
     )
 
 
@@ -85,20 +95,20 @@ def _drive(ex: RayExecutor, requests: list[TrialRequest], timeout_s: float = 90)
 
 def _hold_body(req: TrialRequest, report: Any) -> TrialResult:
     """Hold 'GPUs' until ``want`` trials are in at once (or ``barrier_s`` passed); record what it saw."""
-    d = Path(req.sim["dir"])
+    d = Path(req.env["TEST_DIR"])
     active = d / "active"
     me = active / str(req.trial_number)
     start = time.time()
     me.write_text(str(os.getpid()))
-    deadline = start + req.sim["barrier_s"]
-    while len(list(active.iterdir())) < req.sim["want"] and time.time() < deadline:
+    deadline = start + float(req.env["TEST_BARRIER_S"])
+    while len(list(active.iterdir())) < int(req.env["TEST_WANT"]) and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     end = time.time()
     me.unlink()
     record = {"start": start, "end": end, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": req.gpu_ids}
     (d / f"{req.trial_number}.json").write_text(json.dumps(record))
-    return TrialResult(state="complete", value=float(req.trial_number))
+    return TrialResult(state=TrialState.COMPLETE, value=float(req.trial_number))
 
 
 def _server_body(req: TrialRequest, report: Any) -> TrialResult:
@@ -116,23 +126,27 @@ def _server_body(req: TrialRequest, report: Any) -> TrialResult:
         time.sleep(0.5)  # let the grandchild appear
         pids = [server.pid] + [c.pid for c in psutil.Process(server.pid).children(recursive=True)]
         info = {"worker_pid": os.getpid(), "server_pids": pids}
-        (Path(req.sim["dir"]) / f"{req.trial_number}.json").write_text(json.dumps(info))
+        (Path(req.env["TEST_DIR"]) / f"{req.trial_number}.json").write_text(json.dumps(info))
         for _ in range(1200):
             time.sleep(0.1)
     finally:
         server.stop(grace_s=2)
-        (Path(req.sim["dir"]) / f"{req.trial_number}.stopped").write_text("")
-    return TrialResult(state="complete", value=1.0)
+        (Path(req.env["TEST_DIR"]) / f"{req.trial_number}.stopped").write_text("")
+    return TrialResult(state=TrialState.COMPLETE, value=1.0)
 
 
 def _report_body(req: TrialRequest, report: Any) -> TrialResult:
     """Report steps 1..50 until told to stop."""
     for step in range(1, 51):
         if not report(step, float(step) * 10):
-            return TrialResult(state="pruned", failure_kind="early_stopped", evidence=f"stopped at {step}",
-                               observed={"stopped_at": step})
+            return TrialResult(
+                state=TrialState.PRUNED,
+                failure_kind=FailureKind.EARLY_STOPPED,
+                evidence=f"stopped at {step}",
+                observed={"stopped_at": step},
+            )
         time.sleep(0.1)
-    return TrialResult(state="complete", value=500.0)
+    return TrialResult(state=TrialState.COMPLETE, value=500.0)
 
 
 def _raising_body(req: TrialRequest, report: Any) -> TrialResult:
@@ -140,6 +154,7 @@ def _raising_body(req: TrialRequest, report: Any) -> TrialResult:
 
 
 # ---- tests -----------------------------------------------------------------------------------
+
 
 def test_tp2_trials_run_four_at_a_time_on_disjoint_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
     (tmp_path / "active").mkdir()
@@ -208,6 +223,7 @@ def test_reports_reach_the_reporter_and_false_stops_the_body(ray_owner: RayExecu
         def report(step: int, value: float) -> bool:
             seen.append((number, step, value))
             return step < 3
+
         return report
 
     ex = RayExecutor(_spec(), reporter_factory=factory, body=_report_body)
@@ -297,10 +313,19 @@ def test_real_trial_body_runs_the_sim_on_rays_gpus(ray_owner: RayExecutor, tmp_p
     """The default body: a simulated SGLang server launched on the GPUs Ray assigned, load run, torn down."""
     model = Path(__file__).resolve().parent.parent / "studies" / "models" / "qwen3-32b-class"
     req = _request(0, tmp_path, time_scale=20.0, seed=0)
-    req.config = ServerConfig(model_path=str(model), tp_size=2).to_dict()
+    req.config = ServerConfig(model_path=str(model), tp_size=2)
     req.startup_timeout_s = 60
-    req.workload = {"backend": "sglang", "input_len": 128, "output_len": 32, "range_ratio": 1.0, "num_prompts": 16,
-                    "concurrency": [4], "warmup_requests": 1, "flush_cache": True, "seed": 0}
+    req.workload = WorkloadSpec(
+        backend="sglang",
+        input_len=128,
+        output_len=32,
+        range_ratio=1.0,
+        num_prompts=16,
+        concurrency=[4],
+        warmup_requests=1,
+        flush_cache=True,
+        seed=0,
+    )
     ex = RayExecutor(_spec())
     try:
         results = _drive(ex, [req], timeout_s=120)
@@ -333,17 +358,32 @@ def test_a_study_runs_through_the_driver_on_ray(ray_owner: RayExecutor, tmp_path
     from autotune.study.driver import run_study
 
     model = Path(__file__).resolve().parent.parent / "studies" / "models" / "qwen3-32b-class"
-    spec = StudySpec.model_validate({
-        "name": "ray-e2e", "n_trials": 3, "storage": str(tmp_path / "study.db"), "run_dir": str(tmp_path / "runs"),
-        "sampler": {"kind": "tpe", "seed": 0},
-        "executor": {"kind": "ray"},
-        "server": {"backend": "sim", "model_path": str(model), "tp_size": 2, "startup_timeout_s": 60,
-                   "sim": {"time_scale": 20, "seed": 0}},
-        "hardware": {"gpu": "h100", "num_gpus": 8},
-        "search_space": {"cuda_graph_max_bs": {"choices": [16, 32]}},
-        "workload": {"input_len": 128, "output_len": 32, "num_prompts": 16, "concurrency": [4],
-                     "warmup_requests": 1},
-    })
+    spec = StudySpec.model_validate(
+        {
+            "name": "ray-e2e",
+            "n_trials": 3,
+            "storage": str(tmp_path / "study.db"),
+            "run_dir": str(tmp_path / "runs"),
+            "sampler": {"kind": "tpe", "seed": 0},
+            "executor": {"kind": "ray"},
+            "server": {
+                "backend": "sim",
+                "model_path": str(model),
+                "tp_size": 2,
+                "startup_timeout_s": 60,
+                "sim": {"time_scale": 20, "seed": 0},
+            },
+            "hardware": {"gpu": "h100", "num_gpus": 8},
+            "search_space": {"cuda_graph_max_bs": {"choices": [16, 32]}},
+            "workload": {
+                "input_len": 128,
+                "output_len": 32,
+                "num_prompts": 16,
+                "concurrency": [4],
+                "warmup_requests": 1,
+            },
+        }
+    )
     summary = run_study(spec)
     assert summary.finished == 3 and set(summary.states) == {"COMPLETE"}, summary.states
     import optuna

@@ -18,7 +18,8 @@ from autotune.study import ray_cluster, ray_guard
 # A "worker" that starts a server tree in its own session (like ServerProcess) and then idles.
 _WORKER = """
 import os, subprocess, sys, time
-tree = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+tree = ("import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
 server = subprocess.Popen([sys.executable, '-c', tree], start_new_session=True)
 from autotune.study import ray_guard
 ray_guard.spawn(os.environ[ray_guard.MARKER_ENV], poll_s=0.2, grace_s=1.0)
@@ -68,8 +69,9 @@ def test_guard_ends_marked_processes_once_the_worker_is_killed() -> None:
 
 
 def test_sweep_leaves_unmarked_processes_alone() -> None:
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                             env={**os.environ, ray_guard.MARKER_ENV: "someone-else"})
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, ray_guard.MARKER_ENV: "someone-else"}
+    )
     try:
         assert ray_guard.sweep(uuid.uuid4().hex, grace_s=0.5) == []
         assert other.poll() is None
@@ -134,12 +136,14 @@ def test_explicit_address_turns_token_mode_on_when_a_token_exists(monkeypatch: p
 def test_artifacts_written_on_another_host_are_shipped_back(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     from autotune.study.ray_task import MAX_SHIPPED_BYTES, _ship_artifacts, write_shipped
-    from autotune.study.trial import TrialResult
+    from autotune.trial.contract import TrialResult, TrialState
 
     log = tmp_path / "trial-3" / "server.log"
     log.parent.mkdir()
     log.write_bytes(b"line 1\nline 2\n")
-    result = TrialResult(state="complete", artifacts={"server.log": str(log), "gone": str(tmp_path / "missing")})
+    result = TrialResult(
+        state=TrialState.COMPLETE, artifacts={"server.log": str(log), "gone": str(tmp_path / "missing")}
+    )
     files = _ship_artifacts(result)
     assert set(files) == {str(log)}
     log.unlink()

@@ -10,17 +10,19 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
+from autotune.objective import Objective  # noqa: E402
 from autotune.sglang.config import ServerConfig  # noqa: E402
-from autotune.spec import StudySpec  # noqa: E402
+from autotune.spec import StudySpec, WorkloadSpec  # noqa: E402
 from autotune.study.ray_executor import RayExecutor  # noqa: E402
-from autotune.study.trial import TrialRequest, TrialResult  # noqa: E402
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -65,16 +67,16 @@ def _spec(address: str, **executor: Any) -> StudySpec:
 
 def _request(number: int, tmp: Path, tp: int = 4) -> TrialRequest:
     return TrialRequest(
-        study_name="nodes", trial_number=number, config=ServerConfig(model_path="models/x", tp_size=tp).to_dict(),
-        backend="sim", sglang_version="0.5.9", gpu="h100", num_gpus=8, interconnect="nvlink", workload={},
-        objective_metric="output_throughput", objective_direction="maximize",
-        artifact_dir=str(tmp / f"t{number}"), run_dir=str(tmp), sim={"dir": str(tmp)},
+        study_name="nodes", trial_number=number, config=ServerConfig(model_path="models/x", tp_size=tp),
+        backend="sim", sglang_version="0.5.9", gpu="h100", num_gpus=8, interconnect="nvlink",
+        workload=WorkloadSpec(), objective=Objective(),
+        artifact_dir=str(tmp / f"t{number}"), run_dir=str(tmp), env={"TEST_DIR": str(tmp)},
     )
 
 
 def _node_body(req: TrialRequest, report: Any) -> TrialResult:
     """Record the node and GPUs; wait (bounded) until two trials are in at once."""
-    d = Path(req.sim["dir"])
+    d = Path(req.env["TEST_DIR"])
     (d / f"{req.trial_number}.in").write_text("")
     deadline = time.time() + 20
     while len(list(d.glob("*.in"))) < 2 and time.time() < deadline:
@@ -82,7 +84,7 @@ def _node_body(req: TrialRequest, report: Any) -> TrialResult:
     rec = {"node": ray.get_runtime_context().get_node_id(), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
            "together": len(list(d.glob("*.in"))) >= 2}
     (d / f"{req.trial_number}.json").write_text(json.dumps(rec))
-    return TrialResult(state="complete", value=1.0)
+    return TrialResult(state=TrialState.COMPLETE, value=1.0)
 
 
 def _drive(ex: RayExecutor, requests: list[TrialRequest]) -> dict[int, TrialResult]:

@@ -31,15 +31,34 @@ def artifacts_dir(tmp_path: Path) -> Path:
     return out
 
 
-def chromium(url: str, tmp_path: Path, *, screenshot: Path | None = None, dump_dom: bool = False,
-             window: str = "1280,1600", budget_ms: int = 8000, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
+def chromium(
+    url: str,
+    tmp_path: Path,
+    *,
+    screenshot: Path | None = None,
+    dump_dom: bool = False,
+    window: str = "1280,1600",
+    budget_ms: int = 8000,
+    timeout_s: float = 90,
+) -> subprocess.CompletedProcess[str]:
     """Run headless Chromium once on ``url``; the console goes to stderr (--enable-logging)."""
     profile = tmp_path / f"chromium-profile-{os.getpid()}"
     argv = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--enable-logging=stderr", "--v=0",
-        f"--user-data-dir={profile}", f"--window-size={window}", f"--virtual-time-budget={budget_ms}",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={profile}",
+        f"--window-size={window}",
+        f"--virtual-time-budget={budget_ms}",
     ]
     if screenshot is not None:
         argv.append(f"--screenshot={screenshot}")
@@ -47,8 +66,9 @@ def chromium(url: str, tmp_path: Path, *, screenshot: Path | None = None, dump_d
         argv.append("--dump-dom")
     argv.append(url)
     # A new session, so that a timeout (or a leftover helper) is killed with its whole group.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

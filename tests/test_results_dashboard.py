@@ -10,15 +10,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
+from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
+from test_results_fixture import make_finished_study
 
 from autotune.results.dashboard import serve_in_thread, url_of
 from autotune.study.storage import open_study
-from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
-from test_results_fixture import finished_spec, make_finished_study  # noqa: F401  (fixture)
 
 
 @contextmanager
@@ -61,7 +61,9 @@ def test_trials_show_constraints_notes_and_artifacts(finished_spec):
         arts = {a["filename"]: a for a in by_number[0]["artifacts"]}
         assert {"server.log", "command.sh", "load_c64.json", "requests_c64.jsonl"} <= set(arts)
         tid = by_number[0]["trial_id"]
-        status, ctype, body = _get(f"{base}/artifacts/{detail['trials'][0]['study_id']}/{tid}/{arts['server.log']['artifact_id']}")
+        status, ctype, body = _get(
+            f"{base}/artifacts/{detail['trials'][0]['study_id']}/{tid}/{arts['server.log']['artifact_id']}"
+        )
         assert status == 200 and ctype.startswith("text/plain") and b"Load weight end" in body
 
 
@@ -74,7 +76,8 @@ def test_viewing_writes_nothing_and_a_ui_note_replaces_the_generated_one(tmp_pat
         assert dict(study._storage.get_study_system_attrs(study._study_id)) == before
         t0 = detail["trials"][0]
         req = urllib.request.Request(
-            f"{base}/api/studies/{t0['study_id']}/{t0['trial_id']}/note", method="PUT",
+            f"{base}/api/studies/{t0['study_id']}/{t0['trial_id']}/note",
+            method="PUT",
             data=json.dumps({"version": t0["note"]["version"] + 1, "body": "checked by hand"}).encode(),
             headers={"Content-Type": "application/json"},
         )
@@ -89,7 +92,10 @@ def test_viewing_writes_nothing_and_a_ui_note_replaces_the_generated_one(tmp_pat
 def test_cli_prints_url_and_stops_cleanly_on_ctrl_c(finished_spec):
     proc = subprocess.Popen(
         [sys.executable, "-m", "autotune", "dashboard", finished_spec.source_path, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         line = proc.stdout.readline()
@@ -112,8 +118,12 @@ def test_unknown_study_and_busy_port_are_config_errors(finished_spec, tmp_path):
     from autotune.cli import main
 
     other = tmp_path / "other.yaml"
-    other.write_text(open(finished_spec.source_path).read().replace("name: results-test", "name: never-run")
-                     .replace("storage: study.db", f"storage: {tmp_path / 'none.db'}"))
+    other.write_text(
+        open(finished_spec.source_path)
+        .read()
+        .replace("name: results-test", "name: never-run")
+        .replace("storage: study.db", f"storage: {tmp_path / 'none.db'}")
+    )
     assert main(["dashboard", str(other), "--port", "0"]) == 2
     with dashboard(finished_spec) as base:
         port = base.rsplit(":", 1)[1]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_results_fixture import POINTS
 
 from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.results import trials as _trials
 from autotune.results.export import check_output, export, trials_frame
-from test_results_fixture import POINTS, finished_spec  # noqa: F401  (fixture)
 
 README = Path(__file__).resolve().parents[1] / "dashboards" / "README.md"
 

@@ -72,7 +72,9 @@ def _upload(store: FileSystemArtifactStore, trial: optuna.Trial, tdir: Path, thr
         "server.log": f"[2026-11-29 10:00:00] Load weight end. avail mem=33.60 GB\nThe server is fired up. thr={thr}\n",
         "command.sh": "#!/bin/sh\npython3 -m sglang.launch_server --model-path m --tp-size 8\n",
         "load_c64.json": json.dumps({"output_throughput": thr, "completed": 64}),
-        "requests_c64.jsonl": "".join(json.dumps({"i": i, "ttft_ms": 40 + i, "output_len": 256}) + "\n" for i in range(5)),
+        "requests_c64.jsonl": "".join(
+            json.dumps({"i": i, "ttft_ms": 40 + i, "output_len": 256}) + "\n" for i in range(5)
+        ),
     }
     for name, text in files.items():
         path = tdir / name
@@ -91,8 +93,9 @@ def make_finished_study(tmp_path: Path, *, n_complete: int = 6, seed: int = 0) -
     study = optuna.create_study(study_name=spec.name, storage=spec.storage_url, direction="maximize")
     (spec.run_path / "artifacts").mkdir(parents=True, exist_ok=True)
     store = FileSystemArtifactStore(str(spec.run_path / "artifacts"))
-    study.set_user_attr("calibration", {"p_gib": 94.97, "a_gib": 33.6, "kv_tokens": 400000, "graph_gib": 1.2,
-                                        "source": "trial 0"})
+    study.set_user_attr(
+        "calibration", {"p_gib": 94.97, "a_gib": 33.6, "kv_tokens": 400000, "graph_gib": 1.2, "source": "trial 0"}
+    )
     dists = {
         "mem_fraction_static": optuna.distributions.FloatDistribution(0.5, 0.95, step=0.01),
         "cuda_graph_max_bs": optuna.distributions.CategoricalDistribution([64, 128, 256, 512]),
@@ -150,16 +153,37 @@ def make_finished_study(tmp_path: Path, *, n_complete: int = 6, seed: int = 0) -
         study.tell(t, state=state)
 
     complete({"mem_fraction_static": 0.83, "cuda_graph_max_bs": 256, "custom_allreduce": True}, 3000.0, baseline=True)
-    not_complete({"mem_fraction_static": 0.55, "cuda_graph_max_bs": 512, "custom_allreduce": True}, TrialState.PRUNED,
-                 "predicted_oom", "KV budget -1.2 GiB < 0 at f=0.55", "kv_oom")
-    not_complete({"mem_fraction_static": 0.60, "cuda_graph_max_bs": 128, "custom_allreduce": False}, TrialState.FAIL,
-                 "kv_oom", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "fits")
-    not_complete({"mem_fraction_static": 0.94, "cuda_graph_max_bs": 512, "custom_allreduce": True}, TrialState.FAIL,
-                 "graph_capture_oom", "Capture cuda graph failed: CUDA out of memory", "fits")
-    for i in range(n_complete - 1):
+    not_complete(
+        {"mem_fraction_static": 0.55, "cuda_graph_max_bs": 512, "custom_allreduce": True},
+        TrialState.PRUNED,
+        "predicted_oom",
+        "KV budget -1.2 GiB < 0 at f=0.55",
+        "kv_oom",
+    )
+    not_complete(
+        {"mem_fraction_static": 0.60, "cuda_graph_max_bs": 128, "custom_allreduce": False},
+        TrialState.FAIL,
+        "kv_oom",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        "fits",
+    )
+    not_complete(
+        {"mem_fraction_static": 0.94, "cuda_graph_max_bs": 512, "custom_allreduce": True},
+        TrialState.FAIL,
+        "graph_capture_oom",
+        "Capture cuda graph failed: CUDA out of memory",
+        "fits",
+    )
+    for _ in range(n_complete - 1):
         f = round(rng.uniform(0.65, 0.92), 2)
-        complete({"mem_fraction_static": f, "cuda_graph_max_bs": rng.choice([64, 128, 256, 512]),
-                  "custom_allreduce": rng.choice([True, False])}, 2500 + 1500 * (f - 0.65) + rng.uniform(0, 400))
+        complete(
+            {
+                "mem_fraction_static": f,
+                "cuda_graph_max_bs": rng.choice([64, 128, 256, 512]),
+                "custom_allreduce": rng.choice([True, False]),
+            },
+            2500 + 1500 * (f - 0.65) + rng.uniform(0, 400),
+        )
     return spec
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from autotune.results.progress import Tracker, fmt_duration, make_progress
 from autotune.study.storage import open_study
-from test_results_fixture import finished_spec  # noqa: F401  (fixture)
 
 
 def _replay(progress, study, n_trials):

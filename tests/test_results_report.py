@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
+from test_results_fixture import MIN_VIABLE_F, make_finished_study
 
 from autotune.cli import main
 from autotune.results import report_plots
 from autotune.results.report import build_report
-from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
-from test_results_fixture import MIN_VIABLE_F, finished_spec, make_finished_study  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="module")

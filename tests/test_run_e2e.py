@@ -164,18 +164,19 @@ def test_kill_9_then_resume(tmp_path: Path, capsys):
 def test_live_kill_when_the_weights_loaded_line_proves_the_formula_negative(tmp_path: Path):
     """A launch the estimate could not condemn (f just under the boundary, P and A only estimated)
     is killed at the weights-loaded line, with the formula as evidence, not at the pool's failure."""
-    from autotune.spec import load_study_spec
-    from autotune.study.trial import TrialRequest, run_trial_body
     from autotune import space
+    from autotune.spec import SimSpec, load_study_spec
+    from autotune.trial.contract import TrialRequest
+    from autotune.trial.live import run_trial_body
 
     spec = load_study_spec(_study(tmp_path))
     cfg = space.to_config(spec, {"mem_fraction_static": 0.765})
     req = TrialRequest(
-        study_name="e2e", trial_number=7, config=cfg.to_dict(), backend="sim", sglang_version="0.5.9",
-        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=spec.workload.model_dump(),
-        objective_metric="output_throughput", objective_direction="maximize",
+        study_name="e2e", trial_number=7, config=cfg, backend="sim", sglang_version="0.5.9",
+        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=spec.workload,
+        objective=spec.objective.as_objective(),
         artifact_dir=str(tmp_path / "t7"), run_dir=str(tmp_path / "runs"), startup_timeout_s=60,
-        sim={"time_scale": 2.0, "seed": 0},
+        sim=SimSpec(time_scale=2.0, seed=0),
     )
     result = run_trial_body(req)
     assert result.state == "failed" and result.failure_kind == "kv_oom"

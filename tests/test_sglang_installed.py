@@ -103,17 +103,19 @@ def test_run_without_sglang_is_refused(tmp_path: Path, monkeypatch, capsys):
 def test_a_knob_the_installed_parser_lacks_is_pruned_before_launch(fake_sglang: Path, tmp_path: Path):
     """The stand-in parser has no --disable-custom-all-reduce: that candidate never launches."""
     from autotune.spec import load_study_spec
-    from autotune.study.space_bridge import SpaceBridge
+    from autotune.study.candidates import Candidates
+    from autotune.study.prediction import Predictor
     from autotune.study.storage import open_study
 
     spec = load_study_spec(_study(tmp_path, "0.5.23", {"custom_allreduce": {"choices": [False]}}))
     # TP 2 on NVLink: custom allreduce matters there (at TP 1 the space would drop it before the study)
     spec = spec.model_copy(update={"server": spec.server.model_copy(update={"tp_size": 2}),
                                    "hardware": spec.hardware.model_copy(update={"num_gpus": 2})})
-    bridge = SpaceBridge(spec, open_study(spec))
-    bridge.preflight()
-    bridge.study.enqueue_trial({"custom_allreduce": False})
-    trial = bridge.study.ask()
-    cand = bridge.candidate(trial)
+    study = open_study(spec)
+    candidates = Candidates(spec, study, Predictor(spec, lambda: None))
+    candidates.preflight()
+    study.enqueue_trial({"custom_allreduce": False})
+    trial = study.ask()
+    cand = candidates.candidate(trial)
     assert cand.params == {"custom_allreduce": False}
     assert cand.invalid and "refuses this launch" in cand.invalid and "--disable-custom-all-reduce" in cand.invalid

@@ -23,7 +23,9 @@ SEED_CAL = Calibration(p_gib=94.0, a_gib=21.71, source="seed-case")
 
 def _llama8b() -> ModelProfile:
     cfg = json.loads((MODELS / "llama-3.1-70b-class" / "config.json").read_text())
-    cfg.update(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336)
+    cfg.update(
+        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336
+    )
     return profile_from_config(cfg, path="llama-8b")
 
 
@@ -33,9 +35,17 @@ def _seed(f: float | None, **kw: object) -> ServerConfig:
 
 @pytest.mark.parametrize(
     "model,tp,dtype,expected",
-    [("llama70", 8, "auto", 40960), ("llama70", 4, "auto", 81920), ("llama70", 16, "auto", 40960),
-     ("qwen32", 1, "auto", 262144), ("llama8", 1, "auto", 131072), ("kimi", 8, "auto", 70272),
-     ("kimi", 1, "auto", 70272), ("kimi", 8, "fp8_e4m3", 35136), ("llama70", 8, "fp8_e5m2", 20480)],
+    [
+        ("llama70", 8, "auto", 40960),
+        ("llama70", 4, "auto", 81920),
+        ("llama70", 16, "auto", 40960),
+        ("qwen32", 1, "auto", 262144),
+        ("llama8", 1, "auto", 131072),
+        ("kimi", 8, "auto", 70272),
+        ("kimi", 1, "auto", 70272),
+        ("kimi", 8, "fp8_e4m3", 35136),
+        ("llama70", 8, "fp8_e5m2", 20480),
+    ],
 )
 def test_cell_sizes(model: str, tp: int, dtype: str, expected: int) -> None:
     m = {"llama70": LLAMA70, "qwen32": QWEN32, "llama8": _llama8b(), "kimi": KIMI}[model]
@@ -50,7 +60,9 @@ def test_regime_b_folds_draft_layers_into_cell() -> None:
 
 
 def test_seed_baseline_fits_with_159368_tokens() -> None:
-    p = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", num_gpus=8, interconnect="pcie", calibration=SEED_CAL)
+    p = predict(
+        KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", num_gpus=8, interconnect="pcie", calibration=SEED_CAL
+    )
     assert p.kv_tokens == 159368 == math.floor((21.71 - 94.0 * 0.12) * 2**30 / 70272)
     assert p.verdict == "fits" and not p.should_prune
     assert p.kv_gib == pytest.approx(10.43, abs=1e-6) and p.slack_gib == pytest.approx(11.28, abs=1e-6)
@@ -58,7 +70,9 @@ def test_seed_baseline_fits_with_159368_tokens() -> None:
 
 
 def test_seed_055_is_kv_oom_with_the_exact_reason() -> None:
-    p = predict(KIMI, "rtx-pro-6000", _seed(0.55), version="0.5.9", num_gpus=8, interconnect="pcie", calibration=SEED_CAL)
+    p = predict(
+        KIMI, "rtx-pro-6000", _seed(0.55), version="0.5.9", num_gpus=8, interconnect="pcie", calibration=SEED_CAL
+    )
     assert p.verdict == "kv_oom" and p.should_prune and p.kv_tokens == 0
     assert p.reason == "rest = 21.71 - 94.00 x (1 - 0.55) = -20.59 GiB < 0; minimum viable mem_fraction_static = 0.769"
     assert p.min_viable_mem_fraction == 0.769
@@ -69,21 +83,35 @@ def test_seed_055_is_kv_oom_with_the_exact_reason() -> None:
 
 def test_custom_allreduce_does_not_change_a_on_pcie_tp8() -> None:
     on = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", interconnect="pcie", calibration=SEED_CAL)
-    off = predict(KIMI, "rtx-pro-6000", _seed(0.88, custom_allreduce=False), version="0.5.9", interconnect="pcie",
-                  calibration=SEED_CAL)
+    off = predict(
+        KIMI,
+        "rtx-pro-6000",
+        _seed(0.88, custom_allreduce=False),
+        version="0.5.9",
+        interconnect="pcie",
+        calibration=SEED_CAL,
+    )
     assert on.a_gib == off.a_gib == 21.71
 
 
 def test_calibrated_a_moves_with_buffers_between_launches() -> None:
     cal = Calibration(p_gib=70.0, a_gib=40.0, tp_size=2, custom_allreduce=False)
-    on = predict(QWEN32, "h100", ServerConfig(model_path="q", tp_size=2, mem_fraction_static=0.85), version="0.5.9",
-                 interconnect="nvlink", calibration=cal)
+    on = predict(
+        QWEN32,
+        "h100",
+        ServerConfig(model_path="q", tp_size=2, mem_fraction_static=0.85),
+        version="0.5.9",
+        interconnect="nvlink",
+        calibration=cal,
+    )
     assert on.p_gib == pytest.approx(70.0 - 24 / 1024) and on.a_gib == pytest.approx(40.0 - 24 / 1024)
 
 
 def test_regime_b_draft_weights_reduce_a_and_regime_a_puts_them_in_slack() -> None:
     spec = SpeculativeConfig("EAGLE3", DRAFT.path, 3, 1, 4)
-    b = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=spec), version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
+    b = predict(
+        KIMI, "rtx-pro-6000", _seed(0.88, speculative=spec), version="0.5.23", calibration=SEED_CAL, draft=DRAFT
+    )
     a = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=spec), version="0.5.9", calibration=SEED_CAL, draft=DRAFT)
     draft_gib = DRAFT.weight_bytes / 8 / 2**30
     assert b.a_gib == pytest.approx(21.71 - draft_gib, abs=1e-4) and "draft_weights" not in b.slack_parts
@@ -94,9 +122,11 @@ def test_regime_b_draft_weights_reduce_a_and_regime_a_puts_them_in_slack() -> No
 
 def test_symm_mem_takes_four_gib_of_slack_and_can_break_startup() -> None:
     cfg = _seed(0.95, enable_symm_mem=True)
-    p = predict(KIMI, "rtx-pro-6000", cfg, version="0.5.9", calibration=Calibration(p_gib=94.0, a_gib=21.71, graph_gib=1.0))
+    p = predict(
+        KIMI, "rtx-pro-6000", cfg, version="0.5.9", calibration=Calibration(p_gib=94.0, a_gib=21.71, graph_gib=1.0)
+    )
     assert p.slack_parts["symm_mem"] == 4.0
-    assert p.verdict == "graph_oom" and not p.uncertain and p.should_prune
+    assert p.verdict == "graph_capture_oom" and not p.uncertain and p.should_prune
     assert "slack 94.00 x (1 - 0.95) = 4.70 GiB <" in p.reason
 
 
@@ -124,8 +154,13 @@ def test_uncalibrated_prediction_is_uncertain_and_leans_to_launch() -> None:
 def test_calibration_at_another_tp_is_rescaled() -> None:
     per_gpu8 = LLAMA70.weight_bytes / 8 / 2**30
     cal = Calibration(p_gib=94.0, a_gib=94.0 - per_gpu8 - 0.3, tp_size=8)
-    p = predict(LLAMA70, "rtx-pro-6000", ServerConfig(model_path="l", tp_size=4, mem_fraction_static=0.9),
-                version="0.5.9", calibration=cal)
+    p = predict(
+        LLAMA70,
+        "rtx-pro-6000",
+        ServerConfig(model_path="l", tp_size=4, mem_fraction_static=0.9),
+        version="0.5.9",
+        calibration=cal,
+    )
     assert p.uncertain and any("rescaled" in n for n in p.notes)
     assert p.w_gib == pytest.approx(2 * per_gpu8 + 0.3, abs=1e-3)  # residue learned at TP 8 carried over
 
@@ -137,8 +172,13 @@ def test_auto_f_follows_a_calibration_that_used_the_fallback() -> None:
 
 
 def test_max_total_tokens_and_page_size_floor() -> None:
-    p = predict(KIMI, "rtx-pro-6000", _seed(0.88, max_total_tokens=100001, extra_args=("--page-size", "64")),
-                version="0.5.9", calibration=SEED_CAL)
+    p = predict(
+        KIMI,
+        "rtx-pro-6000",
+        _seed(0.88, max_total_tokens=100001, extra_args=("--page-size", "64")),
+        version="0.5.9",
+        calibration=SEED_CAL,
+    )
     assert p.kv_tokens == 100001 // 64 * 64
 
 
@@ -153,8 +193,12 @@ def test_machine_too_small_is_config_error() -> None:
 
 
 def test_calibration_round_trip_and_from_summary() -> None:
-    cal = Calibration.at({"p_gib": 94.0, "a_gib": 21.71, "kv_tokens": 159277, "graph_gib": 1.1},
-                         _seed(None, cuda_graph_max_bs=512), source="trial 0", resolved_f=0.88)
+    cal = Calibration.at(
+        {"p_gib": 94.0, "a_gib": 21.71, "kv_tokens": 159277, "graph_gib": 1.1},
+        _seed(None, cuda_graph_max_bs=512),
+        source="trial 0",
+        resolved_f=0.88,
+    )
     assert cal.f_is_auto and cal.mem_fraction_static == 0.88 and cal.tp_size == 8
     assert Calibration.from_dict(cal.to_dict() | {"unknown": 1}) == cal
 
@@ -166,13 +210,31 @@ def test_prediction_to_dict_is_plain() -> None:
 
 
 def test_auto_speculative_params_drive_the_verify_graph_estimate() -> None:
-    auto = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path)),
-                   version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
-    explicit = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 3, 1, 4)),
-                       version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
+    auto = predict(
+        KIMI,
+        "rtx-pro-6000",
+        _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path)),
+        version="0.5.23",
+        calibration=SEED_CAL,
+        draft=DRAFT,
+    )
+    explicit = predict(
+        KIMI,
+        "rtx-pro-6000",
+        _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 3, 1, 4)),
+        version="0.5.23",
+        calibration=SEED_CAL,
+        draft=DRAFT,
+    )
     assert auto.slack_parts == explicit.slack_parts and auto.max_running_requests == 48
-    wide = predict(KIMI, "rtx-pro-6000", _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 7, 1, 8)),
-                   version="0.5.23", calibration=SEED_CAL, draft=DRAFT)
+    wide = predict(
+        KIMI,
+        "rtx-pro-6000",
+        _seed(0.88, speculative=SpeculativeConfig("EAGLE3", DRAFT.path, 7, 1, 8)),
+        version="0.5.23",
+        calibration=SEED_CAL,
+        draft=DRAFT,
+    )
     assert wide.slack_parts["graphs"] > explicit.slack_parts["graphs"]
 
 
@@ -182,8 +244,9 @@ def test_flashinfer_fusion_workspace_auto_on_hopper_only() -> None:
     assert h200.slack_parts["allreduce_fusion"] == pytest.approx(896 / 1024, abs=1e-3)
     pro = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", calibration=SEED_CAL)
     assert "allreduce_fusion" not in pro.slack_parts
-    forced = predict(KIMI, "rtx-pro-6000", _seed(0.88, flashinfer_allreduce_fusion=True), version="0.5.9",
-                     calibration=SEED_CAL)
+    forced = predict(
+        KIMI, "rtx-pro-6000", _seed(0.88, flashinfer_allreduce_fusion=True), version="0.5.9", calibration=SEED_CAL
+    )
     assert forced.slack_parts["allreduce_fusion"] > 0 and forced.slack_needed_gib > pro.slack_needed_gib
 
 

@@ -74,18 +74,18 @@ def test_one_driver_per_study(tmp_path: Path):
     import pytest
 
     from autotune.errors import ConfigError
-    from autotune.study.driver import _DriverLock
+    from autotune.study.lock import DriverLock
 
     lock = tmp_path / "driver.lock"
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         lock.write_text(f"{other.pid} {psutil.Process(other.pid).create_time()!r}\n")
         with pytest.raises(ConfigError, match=f"already being run by pid {other.pid}"):
-            with _DriverLock(lock):
+            with DriverLock(lock):
                 pass
         # The same pid with another start time is a recycled pid: the lock is stale.
         lock.write_text(f"{other.pid} 12345.0\n")
-        with _DriverLock(lock):
+        with DriverLock(lock):
             assert lock.read_text().split()[0] == str(__import__("os").getpid())
         assert not lock.exists()
     finally:
@@ -100,3 +100,38 @@ def test_a_wall_time_budget_stops_the_search_and_skips_confirmation(tmp_path: Pa
     assert 0 < budget_used(study) < 500
     assert not [t for t in study.trials if t.user_attrs.get("confirm_of") is not None]
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING))
+
+
+def test_a_search_never_launches_the_same_argv_twice_before_confirmation(tmp_path: Path):
+    """A space of 4 launches and a budget of 12: the sampler repeats itself, the driver answers a
+    repeat from the stored result of the same resolved argv instead of launching it again."""
+    from collections import Counter
+
+    from autotune.study import attrs
+    from autotune.trial.argv import build_argv
+    from autotune.trial.contract import TrialRequest
+
+    spec = _spec(tmp_path, search={"confirm_top": 1, "repeats": 1, "stages": "off"}, search_space={
+        "mem_fraction_static": {"low": 0.9, "high": 0.92, "step": 0.02},
+        "cuda_graph_max_bs": {"choices": [128, 256]},
+    })
+    launches: list[tuple[int, str]] = []
+
+    def server_argv(rq: TrialRequest) -> str:  # the launch, less the simulator's per-trial seed
+        argv = build_argv(rq)
+        i = argv.index("--sim-seed")
+        return " ".join(argv[:i] + argv[i + 2:])
+
+    run_study(spec, executor=OfflineExecutor(on_result=lambda n, rq, _r: launches.append((n, server_argv(rq)))))
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    confirm = {t.number for t in study.trials if t.user_attrs.get(attrs.CONFIRM_OF) is not None}
+    per_argv = Counter(argv for n, argv in launches if n not in confirm)
+    assert per_argv and max(per_argv.values()) == 1, per_argv.most_common(2)
+    reused = [t for t in study.trials if t.user_attrs.get(attrs.REUSED_FROM) is not None]
+    assert reused, "the sampler never repeated a launch: the test proves nothing"
+    for t in reused:
+        src = study.trials[t.user_attrs[attrs.REUSED_FROM]]
+        assert (t.state, t.value, t.user_attrs[attrs.COMMAND]) == (src.state, src.value, src.user_attrs[attrs.COMMAND])
+        assert t.user_attrs[attrs.GPU_SECONDS] == 0.0
+    assert budget_used(study) == 12
+    assert confirm and any(Counter(a for _, a in launches)[a] == 2 for n, a in launches if n in confirm)

@@ -47,13 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"autotune.cli._{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"autotune.cli._{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"autotune.cli._{name}").register(sub)
     return parser
 
 

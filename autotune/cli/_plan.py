@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="predict, without launching, which candidates fit in GPU memory",
-        description="The memory verdict (fits, kv_oom, graph_oom, runtime_oom_risk, too_few_tokens) for every "
+        description="The memory verdict (fits, kv_oom, graph_capture_oom, runtime_oom_risk, too_few_tokens) for every "
         "candidate on the search-space grid, or for the candidates fixed by --set (other knobs at SGLang's "
         "defaults). Uses the study's calibration when it has one.",
     )
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.plan import plan_rows, plan_space
+    from autotune.study.plan import ROW_KEYS, plan_rows, plan_space
 
     spec = load_study_spec(args.study)
     rows = plan_rows(spec, args.set)
@@ -40,9 +40,8 @@ def _plan(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    knobs = [k for k in rows[0] if k not in ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib",
-                                                "slack_gib", "min_viable_mem_fraction", "uncertain", "command", "notes",
-                                                "server_kv_tokens")] if rows else []
+    shown = {*ROW_KEYS, "uncertain", "command", "notes"}  # the verdict's columns; the rest are the candidate's knobs
+    knobs = [k for k in rows[0] if k not in shown] if rows else []
     for r in rows:
         vals = " ".join(f"{k}={r[k]}" for k in knobs)
         tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"

@@ -37,13 +37,9 @@ def _run(args: argparse.Namespace) -> int:
         updates["executor"] = spec.executor.model_copy(update={"kind": args.executor})
     if updates:
         spec = spec.model_copy(update=updates)
-    progress = None
-    try:
-        from autotune.results.progress import make_progress
+    from autotune.results.progress import make_progress
 
-        progress = make_progress(enabled=not args.no_progress)
-    except ImportError:
-        progress = None
+    progress = make_progress(enabled=not args.no_progress)
     from autotune.launch import install_signal_handlers
 
     install_signal_handlers()  # Ctrl-C / SIGTERM tear every live server down within seconds

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from autotune.outcome import FailureKind
+from autotune.sglang.logparse import parse_line
 
 KIND_PRIORITY: tuple[FailureKind, ...] = (
     FailureKind.KV_OOM,
@@ -71,13 +72,9 @@ _Parse = Callable[[str], Any]
 
 
 def _logparse() -> _Parse | None:
-    """``autotune.sglang.logparse.parse_line`` when that module exists, else None."""
-    try:
-        from autotune.sglang import logparse  # noqa: PLC0415 - optional, written by another layer
-    except ImportError:
-        return None
-    parse = getattr(logparse, "parse_line", None)
-    return parse if callable(parse) else None
+    """The startup-log parser's line reader (its failure verdicts come first; a seam for the
+    tests of the fallback patterns, which replace it with None)."""
+    return parse_line
 
 
 def _as_kind(value: object) -> FailureKind:
@@ -110,7 +107,7 @@ def line_failure(line: str, parse: _Parse | None = None) -> tuple[FailureKind, i
             event = None
         if event is not None and getattr(event, "kind", None) == "failure":
             kind = _as_kind(getattr(event, "failure_kind", None))
-            rank = pattern_rank if pattern_kind is kind else len(_PATTERNS)
+            rank = pattern_rank if pattern_kind is kind and pattern_rank is not None else len(_PATTERNS)
             return kind, rank
     if pattern_kind is None:
         return None
@@ -153,7 +150,8 @@ def classify(log_tail_lines: Iterable[str], returncode: int | None) -> tuple[Fai
         key = (_rank(kind), prank, idx)
         if best is None or key < best:
             best, best_kind = key, kind
-    if graph_failed is not None and saw_cuda_oom and (best is None or _rank(best_kind) > _rank(FailureKind.GRAPH_CAPTURE_OOM)):
+    graph_first = best is None or _rank(best_kind) > _rank(FailureKind.GRAPH_CAPTURE_OOM)
+    if graph_failed is not None and saw_cuda_oom and graph_first:
         return FailureKind.GRAPH_CAPTURE_OOM, graph_failed
     if best is not None and best_kind is not FailureKind.CRASHED:
         return best_kind, lines[best[2]].strip()

@@ -47,7 +47,7 @@ def wait_gpu_released(pids: Iterable[int], env: Mapping[str, str], *, timeout_s:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         deadline = time.monotonic() + timeout_s
         while True:
-            held = set()
+            held: set[int] = set()
             for h in handles:
                 try:
                     held.update(p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h))

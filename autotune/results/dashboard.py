@@ -22,10 +22,12 @@ generated one. Everything else is the stored study, unchanged.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
-from typing import Any, Callable, Container
+from collections.abc import Callable, Container
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
@@ -36,6 +38,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import ConfigError
 from autotune.results import trials as _trials
 from autotune.spec import StudySpec
+from autotune.study import attrs
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +80,8 @@ def _view_trial(t: FrozenTrial) -> FrozenTrial:
     attrs = view_system_attrs(t.system_attrs)
     if attrs == t.system_attrs:
         return t
-    v = FrozenTrial(
-        number=t.number, state=t.state, value=None, datetime_start=t.datetime_start,
-        datetime_complete=t.datetime_complete, params=t.params, distributions=t.distributions,
-        user_attrs=t.user_attrs, system_attrs=attrs, intermediate_values=t.intermediate_values,
-        trial_id=t._trial_id, values=t.values,
-    )
+    v = copy.copy(t)  # a shallow copy: the stored trial is not changed
+    v.system_attrs = attrs
     return v
 
 
@@ -90,27 +89,28 @@ def trial_note(t: FrozenTrial) -> str:
     """The generated Markdown note of a trial: what happened, why, and how it was launched."""
     ua = t.user_attrs
     head = f"**{_trials.outcome(t)}**"
-    if ua.get("baseline"):
+    if ua.get(attrs.BASELINE):
         head += " · baseline (SGLang defaults)"
     if t.state == TrialState.COMPLETE and t.value is not None:
         head += f" · value {t.value:.2f}"
-        if ua.get("best_point"):
-            head += f" at {ua['best_point']}"
+        if ua.get(attrs.BEST_POINT):
+            head += f" at {ua[attrs.BEST_POINT]}"
     lines = [head, ""]
-    if ua.get("note"):
-        lines += [str(ua["note"]), ""]
-    if ua.get("reason") and t.state != TrialState.COMPLETE and ua.get("reason") not in str(ua.get("note", "")):
-        lines += [f"Reason: {ua['reason']}", ""]
-    pred, obs = ua.get("prediction") or {}, ua.get("observed") or {}
+    if ua.get(attrs.NOTE):
+        lines += [str(ua[attrs.NOTE]), ""]
+    reason = ua.get(attrs.REASON)
+    if reason and t.state != TrialState.COMPLETE and str(reason) not in str(ua.get(attrs.NOTE, "")):
+        lines += [f"Reason: {ua[attrs.REASON]}", ""]
+    pred, obs = ua.get(attrs.PREDICTION) or {}, ua.get(attrs.OBSERVED) or {}
     if pred:
         lines.append(f"- Memory model: verdict {pred.get('verdict')}, KV tokens {pred.get('kv_tokens')}, "
                      f"min viable mem_fraction_static {pred.get('min_viable_mem_fraction')}")
     if obs.get("kv_tokens") is not None:
-        err = ua.get("kv_tokens_error_pct")
+        err = ua.get(attrs.KV_TOKENS_ERROR_PCT)
         lines.append(f"- Observed: KV tokens {obs.get('kv_tokens')}"
                      + (f" (prediction off by {err:+.2f} %)" if isinstance(err, (int, float)) else ""))
-    if ua.get("shell"):
-        lines += ["", "Launched with:", "", "```", str(ua["shell"]), "```"]
+    if ua.get(attrs.SHELL):
+        lines += ["", "Launched with:", "", "```", str(ua[attrs.SHELL]), "```"]
     if any(k.startswith(_ARTIFACT_PREFIX) for k in t.system_attrs):
         lines += ["", "Server log, launch command, load summary and per-request records: see Artifacts below."]
     body = "\n".join(lines).strip()
@@ -127,10 +127,11 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
     lines = ["**autotune study** · " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
     if best is not None:
         lines.append(f"Best: trial {best.number}, value {best.value:.2f}, params `{best.params}`")
-        if base is not None and base.value:
+        if base is not None and base.value and best.value is not None:
             sign = 1 if _trials.is_maximize(study) else -1
+            gain = sign * (best.value - base.value) / abs(base.value) * 100
             lines.append(f"Baseline (SGLang defaults): trial {base.number}, value {base.value:.2f}, "
-                         f"gain {sign * (best.value - base.value) / abs(base.value) * 100:+.2f} %")
+                         f"gain {gain:+.2f} %")
         if spec is not None:
             try:
                 from autotune.results.summary import sglang_command
@@ -176,8 +177,9 @@ class DashboardStorage(RDBStorage):
     def get_all_studies(self) -> list[FrozenStudy]:
         out = []
         for s in super().get_all_studies():
-            attrs = self._with_notes(s._study_id, s.system_attrs)
-            out.append(FrozenStudy(s.study_name, None, s.user_attrs, attrs, s._study_id, directions=s.directions))
+            v = copy.copy(s)  # a shallow copy: the stored study is not changed
+            v.system_attrs = self._with_notes(self.get_study_id_from_name(s.study_name), s.system_attrs)
+            out.append(v)
         return out
 
     def _with_notes(self, study_id: int, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -185,8 +187,11 @@ class DashboardStorage(RDBStorage):
         out = dict(attrs)
         trials = super().get_all_trials(study_id, deepcopy=False)
         for t in trials:
-            if _note_ver_key(t._trial_id) not in attrs and t.state != TrialState.RUNNING:
-                out.update(_note_attrs(t._trial_id, trial_note(t)))
+            if t.state == TrialState.RUNNING:
+                continue
+            trial_id = self.get_trial_id_from_study_id_trial_number(study_id, t.number)
+            if _note_ver_key(trial_id) not in attrs:
+                out.update(_note_attrs(trial_id, trial_note(t)))
         if _note_ver_key(None) not in attrs and trials:
             name = self.get_study_name_from_id(study_id)
             study = optuna.load_study(study_name=name, storage=self)
@@ -236,6 +241,7 @@ def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 
 
 def url_of(httpd: WSGIServer) -> str:
     host, port = httpd.server_address[:2]
+    host = host.decode() if isinstance(host, bytes) else host
     return f"http://{host}:{port}/dashboard/"
 
 

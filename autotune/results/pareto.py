@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from autotune.study import attrs
+
 T = TypeVar("T")
 
 
@@ -21,7 +23,7 @@ def trial_front(trials: list[Any], latency: str, throughput: str = "output_throu
     """The front over every load point of completed trials (their ``metrics`` user attribute)."""
     items = []
     for t in trials:
-        for point, m in (t.user_attrs.get("metrics") or {}).items():
+        for point, m in (t.user_attrs.get(attrs.METRICS) or {}).items():
             x, y = m.get(latency), m.get(throughput)
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 items.append((float(x), float(y), (t.number, point)))

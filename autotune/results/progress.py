@@ -21,6 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results import trials as _trials
+from autotune.study import attrs
 from autotune.study.driver import Progress, budget_used
 
 log = logging.getLogger("autotune.progress")
@@ -79,7 +80,7 @@ class Tracker:
             (t.datetime_complete - t.datetime_start).total_seconds()
             for t in trials
             if t.datetime_start and t.datetime_complete and t.state != TrialState.RUNNING
-            and t.user_attrs.get("failure_kind") not in _NOT_LAUNCHED
+            and t.user_attrs.get(attrs.FAILURE_KIND) not in _NOT_LAUNCHED
         ]
         left = max(0, self.n_trials - finished)
         if left == 0:
@@ -119,7 +120,7 @@ def _plain(tracker: Tracker) -> Progress:
 
     def on_trial_end(study: optuna.Study, t: FrozenTrial) -> None:
         tracker.end(t.number)
-        what = f"value {t.value:.2f}" if t.value is not None else str(t.user_attrs.get("reason", ""))[:160]
+        what = f"value {t.value:.2f}" if t.value is not None else str(t.user_attrs.get(attrs.REASON, ""))[:160]
         log.info("trial %d %s %s | %s", t.number, _trials.outcome(t), what, status_line(tracker.snapshot()))
 
     return Progress(on_start=on_start, on_trial_end=on_trial_end, on_launch=on_launch)
@@ -222,10 +223,8 @@ def make_progress(enabled: bool, *, console: Any = None) -> Progress:
     terminal (or a ``console`` is given), plain log lines otherwise."""
     tracker = Tracker()
     if enabled and (console is not None or _isatty(sys.stderr)):
-        try:
-            from rich.console import Console
-        except ImportError:  # pragma: no cover - rich is a dependency
-            return _plain(tracker)
+        from rich.console import Console
+
         return _LiveView(tracker, console or Console(stderr=True)).progress()
     return _plain(tracker)
 

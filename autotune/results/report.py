@@ -12,7 +12,7 @@ import html
 import logging
 import math
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
 from autotune.results.summary import clean_params
 from autotune.spec import StudySpec
+from autotune.study import attrs
 from autotune.study.storage import open_study
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def build_report(spec: StudySpec, *, top: int = 5) -> str:
         f"<h1>autotune report: {_e(spec.name)}</h1>",
         f"<p class='sub'>{_e(metric)} ({_e(spec.objective.resolved_direction)}) · SGLang "
         f"{_e(spec.server.sglang_version)} · {spec.hardware.num_gpus} x {_e(spec.hardware.gpu)} "
-        f"({_e(spec.hardware.interconnect)}) · generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC</p>",
+        f"({_e(spec.hardware.interconnect)}) · generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC</p>",
         _outcomes_table(study),
         "<h2>Top configurations against the baseline</h2>",
         _top_table(spec, study, top),
@@ -100,10 +101,11 @@ def _outcomes_table(study: optuna.Study) -> str:
     if not counts:
         return "<p>No trials yet.</p>"
     cells = "".join(
-        f"<tr><td><span style='color:{plots.outcome_colour(k)}'>&#9679;</span> {_e(k)}</td><td class='num'>{v}</td></tr>"
+        f"<tr><td><span style='color:{plots.outcome_colour(k)}'>&#9679;</span> {_e(k)}</td>"
+        f"<td class='num'>{v}</td></tr>"
         for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", -kv[1]))
     )
-    cal = study.user_attrs.get("calibration") or {}
+    cal = study.user_attrs.get(attrs.CALIBRATION) or {}
     cal_line = ""
     if cal:
         cal_line = (f"<p>Memory calibration: P = {_e(cal.get('p_gib'))} GiB, A = {_e(cal.get('a_gib'))} GiB, "
@@ -120,7 +122,7 @@ def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:
         return shell_line(sglang_command(spec, t))
     except Exception as exc:  # noqa: BLE001 - the report must still render; say what was used
         log.info("trial %d: no SGLang command from its params (%s); using the launched one", t.number, exc)
-        return str(t.user_attrs.get("shell") or " ".join(t.user_attrs.get("command") or []))
+        return str(t.user_attrs.get(attrs.SHELL) or " ".join(t.user_attrs.get(attrs.COMMAND) or []))
 
 
 def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
@@ -132,14 +134,14 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
     if not done:
         return "<p>No completed trial yet.</p>"
     sign = 1.0 if _trials.is_maximize(study) else -1.0
-    met = [t for t in done if t.user_attrs.get("slo_met") is not False]
+    met = [t for t in done if t.user_attrs.get(attrs.SLO_MET) is not False]
     done = met + [t for t in done if t not in met]
     base = next((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                 if t.user_attrs.get("baseline") and not is_extra(t)), None)
+                 if t.user_attrs.get(attrs.BASELINE) and not is_extra(t)), None)
     shown = done[:top]
     if base is not None and base not in shown:
         shown.append(base)
-    shown += [t for t in done if t.user_attrs.get("reference") and t not in shown]
+    shown += [t for t in done if t.user_attrs.get(attrs.REFERENCE) and t not in shown]
     rows = []
     for rank, t in enumerate(shown, 1):
         gain = ""
@@ -147,10 +149,10 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
             g = sign * (float(t.value) - base.value) / abs(base.value) * 100  # type: ignore[arg-type]
             gain = f"<span class='{'gain' if g >= 0 else 'neg'}'>{g:+.2f} %</span>"
         label = f"#{rank}" if rank <= top else ""
-        if t.user_attrs.get("baseline"):
+        if t.user_attrs.get(attrs.BASELINE):
             label = f"{label} baseline (SGLang defaults)".strip()
-        if t.user_attrs.get("reference"):
-            label = f"{label} reference: {t.user_attrs['reference']}".strip()
+        if t.user_attrs.get(attrs.REFERENCE):
+            label = f"{label} reference: {t.user_attrs[attrs.REFERENCE]}".strip()
         p99 = t.user_attrs.get("p99_ttft_ms")
         rows.append(
             f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
 from autotune.results import trials as _trials
+from autotune.study import attrs
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def history(study: optuna.Study, metric: str) -> go.Figure:
     ))
     fig.add_trace(go.Scatter(x=[t.number for t in done], y=best, mode="lines", name="best so far",
                              line={"shape": "hv", "color": "#1f77b4"}))
-    base = next((t for t in done if t.user_attrs.get("baseline")), None)
+    base = next((t for t in done if t.user_attrs.get(attrs.BASELINE)), None)
     if base is not None:
         fig.add_hline(y=base.value, line_dash="dash", line_color="#555",
                       annotation_text=f"baseline (SGLang defaults, trial {base.number})")
@@ -119,7 +120,7 @@ def min_viable_band(study: optuna.Study) -> tuple[float, float] | None:
     ``min_viable_mem_fraction`` (one value when they agree)."""
     vals = []
     for t in _trials.finished(study):
-        v = (t.user_attrs.get("prediction") or {}).get("min_viable_mem_fraction")
+        v = (t.user_attrs.get(attrs.PREDICTION) or {}).get("min_viable_mem_fraction")
         if isinstance(v, (int, float)) and math.isfinite(v):
             vals.append(float(v))
     if not vals:
@@ -247,9 +248,9 @@ def _params(t: FrozenTrial) -> str:
 
 def _hover(t: FrozenTrial) -> str:
     head = f"trial {t.number} ({_trials.outcome(t)})"
-    if t.user_attrs.get("baseline"):
+    if t.user_attrs.get(attrs.BASELINE):
         head += " baseline"
     val = f"<br>value {t.value:.2f}" if t.value is not None else ""
-    reason = t.user_attrs.get("reason")
+    reason = t.user_attrs.get(attrs.REASON)
     why = f"<br>{str(reason)[:120]}" if reason and t.state != TrialState.COMPLETE else ""
     return f"{head}{val}<br>{_params(t)}{why}"

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 import shlex
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
-from autotune.spec import StudySpec
-from autotune.study.driver import budget_used, count_states
 from autotune.results import pareto
-from autotune.study import phases
+from autotune.spec import StudySpec
+from autotune.study import attrs, phases
+from autotune.study.driver import budget_used, count_states
 from autotune.study.storage import open_study
 
 
@@ -28,7 +28,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     ranked = phases.ranked(study)
     if not ranked:
         return None
-    conf = study.user_attrs.get("confirmation") or {}
+    conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     if conf:
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
         confirmed = [t for t in ranked if str(t.number) in conf]
@@ -40,15 +40,15 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     """The completed run of SGLang's defaults (trial 0, or its re-run after an interruption)."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("baseline") and not phases.is_extra(t):
+        if t.user_attrs.get(attrs.BASELINE) and not phases.is_extra(t):
             return t
     return None
 
 
 def _value(study: optuna.Study, t: FrozenTrial) -> float:
     """A trial's value for comparisons: its confirmed median when it was re-run."""
-    conf = (study.user_attrs.get("confirmation") or {}).get(str(t.number))
-    return conf["median"] if conf else t.value
+    conf = (study.user_attrs.get(attrs.CONFIRMATION) or {}).get(str(t.number))
+    return float(conf["median"]) if conf else cast(float, t.value)  # ranked trials are COMPLETE
 
 
 def status(spec: StudySpec) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def status(spec: StudySpec) -> dict[str, Any]:
     best = best_trial(study)
     failure_kinds: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL)):
-        k = t.user_attrs.get("failure_kind", "unknown")
+        k = t.user_attrs.get(attrs.FAILURE_KIND, "unknown")
         failure_kinds[k] = failure_kinds.get(k, 0) + 1
     return {
         "study": spec.name,
@@ -69,7 +69,7 @@ def status(spec: StudySpec) -> dict[str, Any]:
         "failure_kinds": failure_kinds,
         "best": None if best is None else {"number": best.number, "params": clean_params(best.params),
                                            "value": best.value},
-        "calibration": study.user_attrs.get("calibration"),
+        "calibration": study.user_attrs.get(attrs.CALIBRATION),
     }
 
 
@@ -77,7 +77,7 @@ def sglang_command(spec: StudySpec, trial: FrozenTrial, *, python: str = "python
     """The plain ``python -m sglang.launch_server ...`` argv for this trial's settings."""
     from autotune.sglang.flags import render_argv
 
-    cfg = space.to_config(spec, dict(trial.params), baseline=bool(trial.user_attrs.get("baseline")))
+    cfg = space.to_config(spec, dict(trial.params), baseline=bool(trial.user_attrs.get(attrs.BASELINE)))
     return render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server")
 
 
@@ -95,11 +95,11 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     if base_value and top_value is not None and not math.isclose(base_value, 0.0):
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
         gain = round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
-    conf = study.user_attrs.get("confirmation") or {}
+    conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     from autotune.sglang.flags import shell_line
 
     cmd = sglang_command(spec, top)
-    env = dict(space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get("baseline"))).env)
+    env = dict(space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get(attrs.BASELINE))).env)
     env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())  # searched env vars (search_space.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
@@ -111,12 +111,12 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "first_value": top.value,
         "metric": spec.objective.metric,
         "slo": spec.objective.slo or None,
-        "slo_met": top.user_attrs.get("slo_met"),
-        "metrics": top.user_attrs.get("metrics", {}),
+        "slo_met": top.user_attrs.get(attrs.SLO_MET),
+        "metrics": top.user_attrs.get(attrs.METRICS, {}),
         "command": cmd,
         "env": env,
         "shell": (env_prefix + " " if env_prefix else "") + shell_line(cmd),
-        "launched_command": top.user_attrs.get("command"),
+        "launched_command": top.user_attrs.get(attrs.COMMAND),
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,
         "gain_pct": gain,

@@ -9,17 +9,20 @@ writes to the study.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-# Keys of user_attrs["prediction"] exported as pred_<key>, in this order.
+from autotune.study import attrs
+
+# Keys of user_attrs[attrs.PREDICTION] exported as pred_<key>, in this order.
 PREDICTION_KEYS = (
     "verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "f", "slack_gib",
     "min_viable_mem_fraction", "cuda_graph_max_bs", "uncertain",
 )
-# Keys of user_attrs["observed"] exported as obs_<key>, in this order.
+# Keys of user_attrs[attrs.OBSERVED] exported as obs_<key>, in this order.
 OBSERVED_KEYS = ("p_gib", "a_gib", "kv_tokens", "graph_gib", "max_running_requests")
 
 # The columns every export has, whatever the study (documented in dashboards/README.md).
@@ -44,7 +47,7 @@ def outcome(t: FrozenTrial) -> str:
         return "complete"
     if t.state in (TrialState.RUNNING, TrialState.WAITING):
         return t.state.name.lower()
-    kind = t.user_attrs.get("failure_kind")
+    kind = t.user_attrs.get(attrs.FAILURE_KIND)
     return str(kind) if kind else t.state.name.lower()
 
 
@@ -69,9 +72,9 @@ def _duration_s(t: FrozenTrial) -> float | None:
 
 
 def metric_points(t: FrozenTrial) -> dict[str, dict[str, Any]]:
-    """``user_attrs["metrics"]`` as {point: {key: scalar}} (non-scalars such as
+    """``user_attrs[attrs.METRICS]`` as {point: {key: scalar}} (non-scalars such as
     percentile lists are left out of the flat views)."""
-    raw = t.user_attrs.get("metrics") or {}
+    raw = t.user_attrs.get(attrs.METRICS) or {}
     if not isinstance(raw, dict):
         return {}
     return {str(p): {k: v for k, v in m.items() if _scalar(v)} for p, m in raw.items() if isinstance(m, dict)}
@@ -80,32 +83,32 @@ def metric_points(t: FrozenTrial) -> dict[str, dict[str, Any]]:
 def row(t: FrozenTrial) -> dict[str, Any]:
     """One flat dict for one trial: the fixed columns, then param_<name>, then <point>_<metric>."""
     ua = t.user_attrs
-    pred = ua.get("prediction") or {}
-    obs = ua.get("observed") or {}
+    pred = ua.get(attrs.PREDICTION) or {}
+    obs = ua.get(attrs.OBSERVED) or {}
     out: dict[str, Any] = {
         "number": t.number,
         "state": t.state.name,
         "outcome": outcome(t),
-        "failure_kind": ua.get("failure_kind"),
-        "reason": ua.get("reason"),
-        "baseline": bool(ua.get("baseline", False)),
+        "failure_kind": ua.get(attrs.FAILURE_KIND),
+        "reason": ua.get(attrs.REASON),
+        "baseline": bool(ua.get(attrs.BASELINE, False)),
         "value": t.value if t.state == TrialState.COMPLETE else None,
-        "best_point": ua.get("best_point"),
+        "best_point": ua.get(attrs.BEST_POINT),
     }
     for k in PREDICTION_KEYS:
         out[f"pred_{k}"] = pred.get(k) if _scalar(pred.get(k)) else str(pred.get(k))
     for k in OBSERVED_KEYS:
         out[f"obs_{k}"] = obs.get(k)
-    out["kv_tokens_error_pct"] = ua.get("kv_tokens_error_pct")
-    out["gpu_seconds"] = ua.get("gpu_seconds")
+    out["kv_tokens_error_pct"] = ua.get(attrs.KV_TOKENS_ERROR_PCT)
+    out["gpu_seconds"] = ua.get(attrs.GPU_SECONDS)
     out["duration_s"] = _duration_s(t)
-    timings = ua.get("timings") or {}
+    timings = ua.get(attrs.TIMINGS) or {}
     for k in ("startup_s", "load_s", "teardown_s"):
         out[k] = timings.get(k) if isinstance(timings, dict) else None
     out["datetime_start"] = t.datetime_start
     out["datetime_complete"] = t.datetime_complete
-    out["note"] = ua.get("note")
-    out["shell"] = ua.get("shell")
+    out["note"] = ua.get(attrs.NOTE)
+    out["shell"] = ua.get(attrs.SHELL)
     for name, value in sorted(t.params.items()):
         out[f"param_{name}"] = round(value, 6) if isinstance(value, float) else value
     for point, metrics in sorted(metric_points(t).items(), key=lambda kv: point_order(kv[0])):

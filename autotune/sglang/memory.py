@@ -37,7 +37,10 @@ from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
 
-VERDICTS = ("fits", "kv_oom", "graph_oom", "runtime_oom_risk", "too_few_tokens")
+VERDICTS = ("fits", "kv_oom", "graph_capture_oom", "runtime_oom_risk", "too_few_tokens")
+#: The verdicts that prune a candidate before launch (unless uncertain): THE prune rule, used by the driver.
+#: The OOM ones are spelled as the failure kinds (autotune.outcome.FailureKind) a launch would end in.
+PRUNE_VERDICTS = frozenset({"kv_oom", "graph_capture_oom", "too_few_tokens"})
 _DRAFT_IN_CELL = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 #: Uncalibrated graph/activation estimates are scaled by this before judging (lean towards launching).
 LEAN = 0.75
@@ -74,7 +77,7 @@ def cell_size_bytes(
     *,
     tp_size: int,
     kv_cache_dtype: str = "auto",
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     draft: ModelProfile | None = None,
     spec_algorithm: str | None = None,
     attn_dp_size: int = 1,
@@ -130,13 +133,13 @@ class Calibration:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Calibration":
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (d or {}).items() if k in names})
 
     @classmethod
     def at(cls, observed: dict[str, Any], cfg: ServerConfig, *, source: str = "launch",
-           resolved_f: float | None = None) -> "Calibration":
+           resolved_f: float | None = None) -> Calibration:
         """A calibration from a log summary (:func:`autotune.sglang.logparse.summarize`) and its launch's knobs."""
         return cls(
             p_gib=observed.get("p_gib"), a_gib=observed.get("a_gib"), kv_tokens=observed.get("kv_tokens"),
@@ -180,7 +183,7 @@ class Prediction:
     @property
     def should_prune(self) -> bool:
         """Prune before launch: a cannot-fit verdict that is not uncertain (runtime risk never prunes)."""
-        return self.verdict in ("kv_oom", "too_few_tokens", "graph_oom") and not self.uncertain
+        return self.verdict in PRUNE_VERDICTS and not self.uncertain
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -210,10 +213,10 @@ def _min_viable(a: float, p: float) -> tuple[float, float]:
 
 def predict(
     model: ModelProfile,
-    gpu: "GpuKind | str",
+    gpu: GpuKind | str,
     cfg: ServerConfig,
     *,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     num_gpus: int | None = None,
     interconnect: str = "pcie",
     calibration: Calibration | None = None,
@@ -231,30 +234,46 @@ def predict(
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = cfg.tp_size
     if num_gpus is not None and cfg.num_gpus > num_gpus:
-        raise ConfigError(f"tp_size: {cfg.tp_size} x dp_size {cfg.dp_size} needs {cfg.num_gpus} GPUs, the machine has {num_gpus}")
+        raise ConfigError(f"tp_size: {cfg.tp_size} x dp_size {cfg.dp_size} needs {cfg.num_gpus} GPUs, "
+                          f"the machine has {num_gpus}")
     spec = cfg.speculative
     algo = (spec.algorithm or "").upper() or None
     notes: list[str] = []
     cap_gib = g.memory_gib
-    comm = S.comm_buffers_gib(g, tp, interconnect, custom_allreduce=cfg.custom_allreduce, torch_symm_mem=cfg.enable_torch_symm_mem)
+    comm = S.comm_buffers_gib(
+        g, tp, interconnect, custom_allreduce=cfg.custom_allreduce, torch_symm_mem=cfg.enable_torch_symm_mem
+    )
     draft_w = _draft_weight_gib(model, draft, algo, tp)
     draft_w_b = draft_w if v.regime == "B" else 0.0
     weights = model.weight_bytes / tp / S.GIB
-    cal = calibration if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None else None
+    cal = (
+        calibration
+        if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
+        else None
+    )
     uncertain = cal is None or model.weight_bytes_estimated
     rescaled = False
     if cal is not None:
         cal_tp = cal.tp_size or tp
-        cal_comm = cal.comm_gib if cal.comm_gib is not None else S.comm_buffers_gib(
-            g, cal_tp, interconnect, custom_allreduce=cal.custom_allreduce, torch_symm_mem=cal.enable_torch_symm_mem)
-        cal_draft = cal.draft_w_gib if cal.draft_w_gib is not None else (
-            _draft_weight_gib(model, draft, cal.speculative_algorithm, cal_tp) if v.regime == "B" else 0.0)
+        cal_comm = (
+            cal.comm_gib
+            if cal.comm_gib is not None
+            else S.comm_buffers_gib(
+                g, cal_tp, interconnect, custom_allreduce=cal.custom_allreduce, torch_symm_mem=cal.enable_torch_symm_mem
+            )
+        )
+        cal_draft = (
+            cal.draft_w_gib
+            if cal.draft_w_gib is not None
+            else (_draft_weight_gib(model, draft, cal.speculative_algorithm, cal_tp) if v.regime == "B" else 0.0)
+        )
+        cal_p, cal_a = float(cal.p_gib or 0.0), float(cal.a_gib or 0.0)  # both set (filtered above)
         if cal_tp == tp:
-            p = cal.p_gib - (comm - cal_comm)
-            a = cal.a_gib - (comm - cal_comm) - (draft_w_b - cal_draft)
+            p = cal_p - (comm - cal_comm)
+            a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one
-            base = cap_gib - cal.p_gib - cal_comm
-            residue = cal.p_gib - cal.a_gib - model.weight_bytes / cal_tp / S.GIB - cal_draft
+            base = cap_gib - cal_p - cal_comm
+            residue = cal_p - cal_a - model.weight_bytes / cal_tp / S.GIB - cal_draft
             p = cap_gib - base - comm
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
@@ -282,12 +301,19 @@ def predict(
                                      cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
                                      dp_attention_size=attn_dp)
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
-            cal_f = auto_mem_fraction_static(g.memory_mib, tp_size=cal.tp_size or tp, version=v,
-                                             cuda_graph_max_bs=cal.cuda_graph_max_bs,
-                                             speculative_algorithm=cal.speculative_algorithm, is_mla=model.is_mla)
+            cal_f = auto_mem_fraction_static(
+                g.memory_mib,
+                tp_size=cal.tp_size or tp,
+                version=v,
+                cuda_graph_max_bs=cal.cuda_graph_max_bs,
+                speculative_algorithm=cal.speculative_algorithm,
+                is_mla=model.is_mla,
+            )
             if abs(cal_f - cal.mem_fraction_static) > 0.0005:
                 f = cal.mem_fraction_static
-                notes.append(f"auto mem_fraction_static taken as {f} (the calibration launch's value; heuristic gave {cal_f})")
+                notes.append(
+                    f"auto mem_fraction_static taken as {f} (the calibration launch's value; heuristic gave {cal_f})"
+                )
     else:
         f = float(cfg.mem_fraction_static)  # type: ignore[arg-type]
     if attn_dp > 1 and chunk > 0:
@@ -313,24 +339,42 @@ def predict(
     mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests,
                                        dp_size=attn_dp) if tokens else 0
 
-    common = dict(p_gib=round(p, 4), w_gib=round(w, 4), a_gib=round(a, 4), f=f, f_is_auto=f_is_auto,
-                  kv_gib=round(rest, 4), kv_tokens=tokens, cell_bytes=cell, slack_gib=round(slack, 4),
-                  cuda_graph_max_bs=max_bs, min_viable_mem_fraction=shown_min,
-                  min_launchable_mem_fraction=launchable_min, max_running_requests=mrr,
-                  chunked_prefill_size=chunk, notes=notes, pa_estimated=cal is None,
-                  server_kv_tokens=tokens * dp_attn * max(cfg.dp_size, 1))
+    common: dict[str, Any] = dict(
+        p_gib=round(p, 4),
+        w_gib=round(w, 4),
+        a_gib=round(a, 4),
+        f=f,
+        f_is_auto=f_is_auto,
+        kv_gib=round(rest, 4),
+        kv_tokens=tokens,
+        cell_bytes=cell,
+        slack_gib=round(slack, 4),
+        cuda_graph_max_bs=max_bs,
+        min_viable_mem_fraction=shown_min,
+        min_launchable_mem_fraction=launchable_min,
+        max_running_requests=mrr,
+        chunked_prefill_size=chunk,
+        notes=notes,
+        pa_estimated=cal is None,
+        server_kv_tokens=tokens * dp_attn * max(cfg.dp_size, 1),
+    )
     # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
     margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0
     if rest <= 0 or tokens <= 0:
-        reason = f"{head} < 0; minimum viable mem_fraction_static = {shown_min:.3f}" if rest <= 0 else (
-            f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
-        return Prediction(**common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason,
-                          uncertain=rest > -margin)  # type: ignore[arg-type]
+        reason = (
+            f"{head} < 0; minimum viable mem_fraction_static = {shown_min:.3f}"
+            if rest <= 0
+            else (f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
+        )
+        return Prediction(
+            **common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason, uncertain=rest > -margin
+        )
     needed_tokens = max(min_tokens or 0, 7)
     if tokens < needed_tokens:
         reason = f"{head} -> {tokens:,} tokens x {cell:,} B < {needed_tokens:,} tokens needed"
-        return Prediction(**common, slack_needed_gib=0.0, slack_parts={}, verdict="too_few_tokens", reason=reason,
-                          uncertain=uncertain)  # type: ignore[arg-type]
+        return Prediction(
+            **common, slack_needed_gib=0.0, slack_parts={}, verdict="too_few_tokens", reason=reason, uncertain=uncertain
+        )
 
     rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
     tpr = draft_tokens if speculative and draft_tokens else 1
@@ -346,8 +390,9 @@ def predict(
         cal_bs = cal.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, cal_tp, v)
         cal_rows = req_to_token_pool_size(cal.kv_tokens or tokens, context, v, cal_spec, None)
         cal_ladder = S.ladder_for(cal_bs, speculative=cal_spec, version=v, req_rows=cal_rows)
-        cal_est = _graph_estimate(model, cal_tp, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1,
-                                  prefill_on, prefill_max)
+        cal_est = _graph_estimate(
+            model, cal_tp, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1, prefill_on, prefill_max
+        )
         if cal_est > 0:
             graphs = cal.graph_gib * graphs / cal_est
             graph_calibrated = True
@@ -361,8 +406,11 @@ def predict(
     if cfg.enable_symm_mem:
         parts["symm_mem"] = 4.0
     if speculative and v.regime == "A":
-        d_cell = cell_size_bytes(draft, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v) if draft else int(
-            cell / max(model.num_layers, 1) * _draft_layers(model, None, algo or ""))
+        d_cell = (
+            cell_size_bytes(draft, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v)
+            if draft
+            else int(cell / max(model.num_layers, 1) * _draft_layers(model, None, algo or ""))
+        )
         parts["draft_weights"] = draft_w
         parts["draft_kv"] = tokens * d_cell / S.GIB
     activations = S.activations_gib(model, tp, chunk, mrr or max_bs)
@@ -375,14 +423,29 @@ def predict(
     listed = ", ".join(f"{k} {val:.2f}" for k, val in parts.items())
     kv_txt = f"{head} -> {tokens:,} tokens x {cell:,} B"
     if startup > slack:
-        verdict, reason = "graph_oom", (f"slack {p:.2f} x (1 - {f:g}) = {slack:.2f} GiB < {startup:.2f} GiB allocated "
-                                        f"after the KV pool at startup ({listed}); {kv_txt}")
+        verdict, reason = (
+            "graph_capture_oom",
+            (
+                f"slack {p:.2f} x (1 - {f:g}) = {slack:.2f} GiB < {startup:.2f} GiB "
+                f"allocated after the KV pool at startup ({listed}); {kv_txt}"
+            ),
+        )
     elif total > slack:
-        verdict, reason = "runtime_oom_risk", (f"slack {slack:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}")
+        verdict, reason = (
+            "runtime_oom_risk",
+            (f"slack {slack:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}"),
+        )
     else:
         verdict, reason = "fits", f"{kv_txt}; slack {slack:.2f} GiB >= {total:.2f} GiB needed ({listed})"
-    return Prediction(**common, slack_needed_gib=round(total, 4), slack_parts=parts, verdict=verdict,  # type: ignore[arg-type]
-                      reason=reason, uncertain=uncertain, graph_batch_sizes=ladder)
+    return Prediction(
+        **common,
+        slack_needed_gib=round(total, 4),
+        slack_parts=parts,
+        verdict=verdict,
+        reason=reason,
+        uncertain=uncertain,
+        graph_batch_sizes=ladder,
+    )
 
 
 def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: SglangVersion, notes: list[str]) -> int:
@@ -416,8 +479,15 @@ def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool
     return "--enable-piecewise-cuda-graph" in args
 
 
-def _graph_estimate(model: ModelProfile, tp: int, ladder: list[int], speculative: bool, tokens_per_req: int,
-                    prefill_on: bool, prefill_max: int) -> float:
+def _graph_estimate(
+    model: ModelProfile,
+    tp: int,
+    ladder: list[int],
+    speculative: bool,
+    tokens_per_req: int,
+    prefill_on: bool,
+    prefill_max: int,
+) -> float:
     """Decode graphs for ``ladder`` (x1.3 for draft graphs under speculation) plus prefill graphs when on."""
     est = S.decode_graph_gib(model, tp, ladder, tokens_per_req)
     if speculative and ladder:

@@ -1,7 +1,7 @@
 """Build the simulated server's token engine from its launch: one factory for every driver.
 
 The server (``python -m autotune.sim``) and the offline evaluator
-(:mod:`autotune.sim.offline`) must model the same engine for the same launch: the
+(:mod:`autotune.trial.offline`) must model the same engine for the same launch: the
 speed model's inputs (model, GPU, parallelism, interconnect, CUDA graphs, all-reduce
 paths, speculative decoding, KV dtype) and the scheduler's limits (KV pool, running
 requests, chunk size, the runtime-OOM threshold, stream interval) come from the

@@ -10,14 +10,25 @@ overlapped with the GPU plus ``EAGER_GAP_PER_LAYER_S`` of idle gaps.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autotune.sglang.dp_attention import attention_weight_bytes
+from autotune.sglang.gpus import GpuKind
 from autotune.sim.perf_comm import CommSetup, allreduce_s
-from autotune.sim.perf_knobs import FP8_GEMM_SPEED
+from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
 
-if TYPE_CHECKING:
-    from autotune.sim.perf import PerfInputs
+
+class ForwardInputs(Protocol):
+    """What a forward pass reads of :class:`autotune.sim.perf.PerfInputs` (no import back: no cycle)."""
+
+    @property
+    def tp_size(self) -> int: ...
+    @property
+    def gpu(self) -> GpuKind: ...
+    @property
+    def kv_cache_dtype_bytes(self) -> int: ...
+    @property
+    def knobs(self) -> KnobSpeed: ...
 
 HBM_EFFICIENCY = 0.8
 GEMM_EFFICIENCY = 0.55
@@ -57,7 +68,7 @@ def kv_bytes_per_token(model: Any, tp: int, dtype_bytes: int) -> float:
 class Forward:
     """Roofline of one forward pass of one model (target or draft) on one GPU."""
 
-    def __init__(self, model: Any, inputs: PerfInputs, comm: CommSetup) -> None:
+    def __init__(self, model: Any, inputs: ForwardInputs, comm: CommSetup) -> None:
         self.model = model
         self.comm = comm
         tp = inputs.tp_size

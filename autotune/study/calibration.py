@@ -7,6 +7,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.spec import StudySpec
+from autotune.study import attrs
 
 
 def calibration_from_text(text: str) -> dict[str, Any]:
@@ -33,5 +34,5 @@ def calibrate_from_log(spec: StudySpec, log_path: str) -> dict[str, Any]:
         raise ConfigError(f"--from-log: {log_path!r} has no SGLang memory lines ('Load weight begin/end', "
                           "'KV Cache is allocated', the graph capture lines)")
     cal["source"] = f"log {path.name}"
-    open_study(spec).set_user_attr("calibration", cal)
+    open_study(spec).set_user_attr(attrs.CALIBRATION, cal)
     return cal

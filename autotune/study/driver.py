@@ -1,10 +1,20 @@
 """The study driver: the only writer of optuna storage (ask/tell).
 
-For each trial: suggest, predict memory (prune before launch when the formula
-condemns it), hand the body to an executor, tell the result with its evidence.
+The loop is four named phases, run in turn until the sweep is over:
+
+* budget - stop asking for search trials once ``n_trials``, the wall time or the GPU
+  hours are spent, or the grid is exhausted;
+* confirmation - once the search is over and nothing runs, queue the re-runs of the
+  top trials and the baseline (:mod:`autotune.study.phases`);
+* next launch - while the executor has room: ask, build and check the candidate
+  (:mod:`autotune.study.candidates`: pruned before launch when SGLang would refuse it,
+  the memory model condemns it or an earlier failure implies it), reuse the stored
+  result of a launch with the same resolved argv (search phase only), else submit;
+* finish - record what a finished trial carries (:mod:`autotune.study.record`) and tell.
+
 Resume: a study left with RUNNING trials by a killed run gets those trials marked
-FAIL (interrupted) and their parameters enqueued again; server processes of the
-killed run are reaped before anything launches.
+FAIL (interrupted) and their parameters enqueued again (the same path as a Ctrl-C of
+this run); server processes of the killed run are reaped before anything launches.
 """
 
 from __future__ import annotations
@@ -15,29 +25,31 @@ import os
 import signal
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.artifacts import upload_artifact
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import ConfigError
+from autotune.launch import ProcessRegistry
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
-from autotune.study import space_bridge
+from autotune.study import attrs
+from autotune.study.candidates import Candidates
 from autotune.study.executor import Executor, InlineExecutor
-from autotune.study.infeasible import LEARNED_KINDS, implied_by, inert_knobs
+from autotune.study.infeasible import LEARNED_KINDS
+from autotune.study.lock import DriverLock
 from autotune.study.phases import Phases
-from autotune.study.storage import artifact_store, open_study
-from autotune.study.trial import TrialRequest, TrialResult
+from autotune.study.prediction import Predictor
+from autotune.study.record import Recorder
+from autotune.study.reuse import copy_result, launch_key, stored_result
+from autotune.study.storage import artifact_store, open_storage, open_study
+from autotune.trial.contract import TrialRequest, TrialResult
+from autotune.trial.contract import TrialState as BodyState
 
 log = logging.getLogger(__name__)
-
-# A trial whose body died for reasons outside the candidate is run again and does not
-# use up the budget: always when the orchestrator was stopped, once when a Ray worker died.
-PRUNE_VERDICTS = {"kv_oom", "graph_oom", "too_few_tokens"}
 
 
 @dataclass
@@ -63,69 +75,52 @@ def budget_used(study: optuna.Study) -> int:
     """Finished trials that count towards ``n_trials`` (interrupted ones are re-run instead)."""
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        if t.user_attrs.get("retried") or t.user_attrs.get("confirm_of") is not None:
+        if t.user_attrs.get(attrs.RETRIED) or t.user_attrs.get(attrs.CONFIRM_OF) is not None:
             continue
         n += 1
     return n
 
 
-class _DriverLock:
-    """One driver per study: a lock file holding the owner's pid and start time, taken over
-    only when that process is gone (a recycled pid does not count: its start time differs)."""
+@dataclass
+class _LoopState:
+    """Where the sweep stands between two steps of the loop."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> "_DriverLock":
-        import psutil
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            pid_s, born_s = self.path.read_text().split()[:2]
-            pid, born = int(pid_s), float(born_s)
-        except (OSError, ValueError):
-            pid, born = -1, 0.0
-        if pid > 0 and pid != os.getpid():
-            try:
-                alive = abs(psutil.Process(pid).create_time() - born) < 1.0
-            except psutil.Error:
-                alive = False
-            if alive:
-                raise ConfigError(f"study is already being run by pid {pid} (lock {self.path})")
-        me = psutil.Process()
-        self.path.write_text(f"{me.pid} {me.create_time()!r}\n")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            if self.path.read_text().split()[0] == str(os.getpid()):
-                self.path.unlink()
-        except (OSError, IndexError):
-            pass
+    t0: float
+    confirming: bool  # the confirmation re-runs are queued
+    stopped: str | None = None  # why no new search trial starts (budget, exhausted grid)
+    out_of_budget: bool = False  # wall time or GPU hours: no confirmation re-runs either
 
 
 class StudyDriver:
     def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None):
         self.spec = spec
         self.progress = progress or Progress()
-        self.study = open_study(spec)
+        self.storage = open_storage(spec)
+        self.study = open_study(spec, storage=self.storage)
         self.store = artifact_store(spec)
-        self.bridge = space_bridge.SpaceBridge(spec, self.study)
+        self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
+        self.recorder = Recorder(spec, self.study, self.candidates)
         self.phases = Phases(spec, self.study)
-        self._live: dict[int, optuna.Trial] = {}
+        self._live: dict[int, optuna.Trial] = {}  # launched or waiting on a launch of the same argv
+        self._launching: dict[str, int] = {}  # launch key -> the trial in flight with it
+        self._followers: dict[int, list[optuna.Trial]] = {}  # trial in flight -> trials reusing its result
         self.executor = executor or self._default_executor()
 
     # ---- setup ---------------------------------------------------------
+    def _stored_calibration(self) -> dict[str, Any] | None:
+        cal = self.study.user_attrs.get(attrs.CALIBRATION)
+        return dict(cal) if cal else None
+
     def _default_executor(self) -> Executor:
         if self.spec.executor.kind == "ray":
-            from autotune.study.ray_executor import RayExecutor
+            from autotune.study.ray_executor import RayExecutor  # Ray is imported only when used
 
             return RayExecutor(self.spec, reporter_factory=self._reporter)
         return InlineExecutor(reporter_factory=self._reporter)
 
     def _reporter(self, number: int) -> Callable[[int, float], bool] | None:
         trial = self._live.get(number)
-        if trial is None or trial.user_attrs.get("confirm_of") is not None:
+        if trial is None or trial.user_attrs.get(attrs.CONFIRM_OF) is not None:
             return None  # confirmation re-runs are never stopped early
         if self.spec.objective.slo:
             return None  # throughput so far says nothing about meeting the SLO: no early stop
@@ -139,29 +134,54 @@ class StudyDriver:
         return report
 
     def reap_leftovers(self) -> list[int]:
-        from autotune.launch import ProcessRegistry
-
         return ProcessRegistry(str(self.spec.run_path), self.spec.name).reap_leftovers()
+
+    # ---- interrupted trials: the one way to mark and requeue them -------
+    def _requeue_interrupted(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any],
+                             reason: str) -> None:
+        """FAIL (interrupted) trial ``number`` and enqueue its parameters again (outside the budget)."""
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+            self.storage.get_study_id_from_name(self.spec.name), number)
+        for key, value in ((attrs.FAILURE_KIND, FailureKind.INTERRUPTED.value), (attrs.REASON, reason),
+                           (attrs.RETRIED, True)):
+            self.storage.set_trial_user_attr(trial_id, key, value)
+        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        self._enqueue_retry(number, params, user_attrs)
 
     def recover_interrupted(self) -> list[int]:
         """RUNNING trials of a dead run: FAIL (interrupted), parameters enqueued again."""
         numbers = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            storage = self.study._storage
-            storage.set_trial_user_attr(t._trial_id, "failure_kind", FailureKind.INTERRUPTED.value)
-            storage.set_trial_user_attr(t._trial_id, "reason", "the orchestrator stopped during this trial; re-run")
-            storage.set_trial_user_attr(t._trial_id, "retried", True)
-            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            self._enqueue_retry(t.number, t.params, t.user_attrs)
+            self._requeue_interrupted(t.number, t.params, t.user_attrs,
+                                      "the orchestrator stopped during this trial; re-run")
             numbers.append(t.number)
         return numbers
 
-    # ---- the loop --------------------------------------------------------
+    def _fail_in_flight(self) -> None:
+        for number, trial in list(self._live.items()):
+            try:
+                self._requeue_interrupted(number, trial.params, trial.user_attrs,
+                                          "interrupted by the user; re-run on resume")
+            except Exception as exc:  # storage may be gone on the way down; resume handles RUNNING too
+                log.warning("could not mark trial %d interrupted: %s", number, exc)
+            self._live.pop(number, None)
+
+    def _enqueue_retry(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any],
+                       **extra: Any) -> None:
+        kept: dict[str, Any] = {attrs.RETRY_OF: number, **{k: v for k, v in extra.items() if v is not None}}
+        for key in (attrs.BASELINE, attrs.CONFIRM_OF, attrs.STAGE):
+            if user_attrs.get(key) is not None:
+                kept[key] = user_attrs[key]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.study.enqueue_trial(params, user_attrs=kept)
+
+    # ---- the run ---------------------------------------------------------
     def run(self) -> RunSummary:
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
-        with _DriverLock(spec.run_path / "driver.lock"):
-            self.bridge.preflight()
+        with DriverLock(spec.run_path / "driver.lock"):
+            self.candidates.preflight()
             summary.reaped = self.reap_leftovers()
             if summary.reaped:
                 log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
@@ -169,7 +189,7 @@ class StudyDriver:
             if summary.interrupted:
                 log.warning("trials %s were interrupted by an earlier run; their parameters run again",
                             summary.interrupted)
-            self.bridge.ensure_baseline()
+            self.candidates.ensure_baseline()
             if self.progress.on_start:
                 self.progress.on_start(self.study, spec.n_trials)
             old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
@@ -190,114 +210,164 @@ class StudyDriver:
         summary.states = count_states(self.study)
         return summary
 
-    def _budget_stop(self, t0: float) -> str | None:
-        b = self.spec.budget
-        if b.wall_time_s is not None and time.monotonic() - t0 >= b.wall_time_s:
-            return f"wall time {b.wall_time_s:g} s reached"
-        if b.gpu_hours is not None:
-            spent = sum(t.user_attrs.get("gpu_seconds") or 0.0 for t in self.study.get_trials(deepcopy=False))
-            if spent >= b.gpu_hours * 3600:
-                return f"GPU budget {b.gpu_hours:g} h reached ({spent / 3600:.2f} h spent)"
-        return None
-
+    # ---- the loop, as named phases ----------------------------------------
     def _loop(self) -> None:
-        t0 = time.monotonic()
         # A resumed study may hold confirmation re-runs queued by the interrupted run.
-        confirming = bool(self.study.user_attrs.get("confirmation_started"))
-        stopped: str | None = None
-        out_of_budget = False  # wall time or GPU hours: no confirmation re-runs either
+        st = _LoopState(t0=time.monotonic(), confirming=bool(self.study.user_attrs.get(attrs.CONFIRMATION_STARTED)))
         while True:
-            used = budget_used(self.study)
-            if stopped is None:
-                stopped = self._budget_stop(t0)
-                if stopped:
-                    out_of_budget = True
-                    log.warning("budget: %s; no new trials", stopped)
-            if stopped is None and getattr(self.study.sampler, "exhausted", False):
-                stopped = "every candidate of the grid was tried"
-                log.info("budget: %s", stopped)
-            searching = used < self.spec.n_trials and stopped is None
-            wants = not out_of_budget and self.phases.wants_confirmation()
-            if not searching and not confirming and not self.executor.in_flight() and wants:
-                numbers = self.phases.enqueue_confirmation()
-                confirming = True
-                log.info("confirming trials %s (and the baseline) with %d more run(s) each", numbers,
-                         self.spec.search.repeats)
-            while self.executor.slots_free() > 0:
-                if searching and used + len(self.executor.in_flight()) < self.spec.n_trials:
-                    self.phases.before_ask(used)
-                elif not (confirming and self.phases.pending()):
-                    break
-                req = self._next_launch()
-                if req is None:  # pruned before launch
-                    used = budget_used(self.study)
-                    searching = used < self.spec.n_trials and stopped is None and \
-                        not getattr(self.study.sampler, "exhausted", False)
-                    continue
-                self.executor.submit(req.trial_number, req)
-            for number, result in self.executor.wait(timeout=1.0):
-                self._finish(number, result)
-            if not self.executor.in_flight() and not searching and not (confirming and self.phases.pending()):
-                if wants and not confirming:
-                    continue
-                if confirming:
+            self._budget_phase(st)
+            self._confirmation_phase(st)
+            self._launch_phase(st)
+            self._finish_phase()
+            if self._sweep_over(st):
+                if st.confirming:
                     self.phases.summarize_confirmation()
                 return
 
-    def _next_launch(self) -> TrialRequest | None:
-        """Ask for a trial; prune it before launch, or return the request to run it."""
+    def _searching(self, st: _LoopState) -> bool:
+        return st.stopped is None and budget_used(self.study) < self.spec.n_trials
+
+    def _budget_phase(self, st: _LoopState) -> None:
+        """Stop asking for search trials once a budget is spent or the grid is exhausted."""
+        if st.stopped is not None:
+            return
+        b = self.spec.budget
+        if b.wall_time_s is not None and time.monotonic() - st.t0 >= b.wall_time_s:
+            st.stopped = f"wall time {b.wall_time_s:g} s reached"
+        elif b.gpu_hours is not None:
+            spent = sum(t.user_attrs.get(attrs.GPU_SECONDS) or 0.0 for t in self.study.get_trials(deepcopy=False))
+            if spent >= b.gpu_hours * 3600:
+                st.stopped = f"GPU budget {b.gpu_hours:g} h reached ({spent / 3600:.2f} h spent)"
+        if st.stopped is not None:
+            st.out_of_budget = True
+            log.warning("budget: %s; no new trials", st.stopped)
+        elif self._grid_exhausted():
+            st.stopped = "every candidate of the grid was tried"
+            log.info("budget: %s", st.stopped)
+
+    def _grid_exhausted(self) -> bool:
+        return bool(getattr(self.study.sampler, "exhausted", False))  # only autotune's GridSampler has it
+
+    def _wants_confirmation(self, st: _LoopState) -> bool:
+        return not st.out_of_budget and not st.confirming and self.phases.wants_confirmation()
+
+    def _confirmation_phase(self, st: _LoopState) -> None:
+        """Once the search is over and nothing runs: queue the re-runs of the top trials and the baseline."""
+        if self._searching(st) or self._live or not self._wants_confirmation(st):
+            return
+        numbers = self.phases.enqueue_confirmation()
+        st.confirming = True
+        log.info("confirming trials %s (and the baseline) with %d more run(s) each", numbers,
+                 self.spec.search.repeats)
+
+    def _launch_phase(self, st: _LoopState) -> None:
+        """Start trials while the executor has room: search trials within the budget, then the
+        queued confirmation re-runs."""
+        while self.executor.slots_free() > 0:
+            used = budget_used(self.study)
+            if st.stopped is None and not self._grid_exhausted() and used + len(self._live) < self.spec.n_trials:
+                self.phases.before_ask(used)
+            elif not (st.confirming and self.phases.pending()):
+                return
+            req = self._next_launch(confirming=st.confirming)
+            if req is not None:
+                self.executor.submit(req.trial_number, req)
+
+    def _finish_phase(self) -> None:
+        for number, result in self.executor.wait(timeout=1.0):
+            self._finish(number, result)
+
+    def _sweep_over(self, st: _LoopState) -> bool:
+        if self._live or self.executor.in_flight():
+            return False
+        if self._searching(st) and not self._grid_exhausted():
+            return False
+        if st.confirming and self.phases.pending():
+            return False
+        return not self._wants_confirmation(st)
+
+    # ---- one trial -------------------------------------------------------
+    def _next_launch(self, *, confirming: bool) -> TrialRequest | None:
+        """Ask for a trial; prune it before launch, reuse a stored result of the same launch, or
+        return the request to run it."""
         trial = self.study.ask()
-        cand = self.bridge.candidate(trial)
-        pred = cand.prediction
-        trial.set_user_attr("prediction", pred)
+        cand = self.candidates.candidate(trial)
+        trial.set_user_attr(attrs.PREDICTION, cand.prediction.to_dict())
         if cand.baseline:
-            trial.set_user_attr("baseline", True)
+            trial.set_user_attr(attrs.BASELINE, True)
         if cand.notes:
-            trial.set_user_attr("notes", cand.notes)
-        reason = None
-        kind = None
-        if cand.invalid:
-            kind, reason = FailureKind.INVALID_ARGS.value, cand.invalid
-        elif pred.get("should_prune", pred.get("verdict") in PRUNE_VERDICTS and not pred.get("uncertain")):
-            kind, reason = FailureKind.PREDICTED_OOM.value, pred.get("reason", "")
-        else:
-            hit = implied_by(cand.params, self.bridge.failures(),
-                             inert_knobs(self.spec.server.tp_size, self.spec.hardware.interconnect))
-            if hit is not None:
-                kind, reason = FailureKind.INFEASIBLE.value, hit[1]
-        if kind is not None:
-            trial.set_user_attr("failure_kind", kind)
-            trial.set_user_attr("reason", reason)
-            trial.set_user_attr("note", f"pruned before launch: {reason}")
-            self.bridge.mark_constraint(trial, violated=True)
+            trial.set_user_attr(attrs.NOTES, cand.notes)
+        refusal = self.candidates.refusal(cand, self.recorder.failures())
+        if refusal is not None:
+            trial.set_user_attr(attrs.FAILURE_KIND, refusal.kind.value)
+            trial.set_user_attr(attrs.REASON, refusal.reason)
+            trial.set_user_attr(attrs.NOTE, f"pruned before launch: {refusal.reason}")
+            self.recorder.mark_constraint(trial, violated=True)
             self.study.tell(trial, state=TrialState.PRUNED)
-            log.info("trial %d pruned before launch (%s): %s", trial.number, kind, reason)
-            self._notify(trial.number, trial)
+            log.info("trial %d pruned before launch (%s): %s", trial.number, refusal.kind, refusal.reason)
+            self._notify(trial.number)
             return None
+        key = launch_key(cand.config, self.spec.server.sglang_version)
+        trial.set_user_attr(attrs.LAUNCH_KEY, key)
         self._live[trial.number] = trial
-        req = self.bridge.request(trial, cand)
+        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None:
+            if key in self._launching:  # the same launch is in flight: take its result when it ends
+                self._followers.setdefault(self._launching[key], []).append(trial)
+                return None
+            stored = stored_result(self.study, key)
+            if stored is not None:
+                self._reuse(trial, stored)
+                return None
+        self._launching[key] = trial.number
+        req = self.candidates.request(trial.number, cand)
         if self.progress.on_launch:
             self.progress.on_launch(trial.number, cand.params)
         log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
         return req
 
-    def _enqueue_retry(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any],
-                       **extra: Any) -> None:
-        attrs: dict[str, Any] = {"retry_of": number, **{k: v for k, v in extra.items() if v is not None}}
-        for key in ("baseline", "confirm_of", "stage"):
-            if user_attrs.get(key) is not None:
-                attrs[key] = user_attrs[key]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.study.enqueue_trial(params, user_attrs=attrs)
+    def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
+        """Tell ``trial`` what ``source`` measured for the same launch argv (no launch)."""
+        self._live.pop(trial.number, None)
+        copy_result(trial, source)
+        if source.state == TrialState.COMPLETE and source.value is not None:
+            self.study.tell(trial, source.value)
+        else:
+            self.study.tell(trial, state=source.state)
+        log.info("trial %d: same launch as trial %d, its result reused", trial.number, source.number)
+        self._notify(trial.number)
 
     def _finish(self, number: int, result: TrialResult) -> None:
         trial = self._live.pop(number)
-        self.bridge.record_result(trial, result)
-        first_death = result.failure_kind == FailureKind.WORKER_DIED.value and not trial.user_attrs.get("after_death")
-        if result.failure_kind == FailureKind.INTERRUPTED.value or first_death:
-            trial.set_user_attr("retried", True)
+        self._launching = {k: n for k, n in self._launching.items() if n != number}
+        self.recorder.record_result(trial, result)
+        first_death = result.failure_kind == FailureKind.WORKER_DIED and not trial.user_attrs.get(attrs.AFTER_DEATH)
+        retried = result.failure_kind == FailureKind.INTERRUPTED or first_death
+        if retried:
+            trial.set_user_attr(attrs.RETRIED, True)
             self._enqueue_retry(number, trial.params, trial.user_attrs, after_death=first_death or None)
+        self._store_artifacts(trial, result)
+        if result.state == BodyState.COMPLETE and result.value is not None:
+            self.recorder.mark_constraint(trial, violated=False, slo_violation=result.slo_violation)
+            self.study.tell(trial, result.value)
+        elif result.state == BodyState.PRUNED:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            if result.failure_kind in LEARNED_KINDS:
+                self.recorder.mark_constraint(trial, violated=True)
+            self.study.tell(trial, state=TrialState.FAIL)
+        log.info("trial %d %s%s", number, result.state,
+                 f" value={result.value:.1f}" if result.value is not None
+                 else f" ({result.failure_kind}: {result.evidence[:160]})")
+        self._notify(number)
+        for follower in self._followers.pop(number, []):
+            if retried:  # nothing was measured: the follower launches on its own later
+                self._live.pop(follower.number, None)
+                self._requeue_interrupted(follower.number, follower.params, follower.user_attrs,
+                                          f"waited on trial {number}, which did not finish; re-run")
+            else:
+                self._reuse(follower, self.study.trials[number])
+
+    def _store_artifacts(self, trial: optuna.Trial, result: TrialResult) -> None:
         for name, path in sorted(result.artifacts.items()):
             if os.path.isfile(path):
                 try:
@@ -305,50 +375,11 @@ class StudyDriver:
                     upload_artifact(artifact_store=self.store, file_path=path, study_or_trial=trial,
                                     mimetype=mimetype)
                 except Exception as exc:  # an artifact must never lose the trial
-                    log.warning("could not store artifact %s of trial %d: %s", name, number, exc)
-        if result.state == "complete" and result.value is not None:
-            self.bridge.mark_constraint(trial, violated=False, slo_violation=result.slo_violation)
-            self.study.tell(trial, result.value)
-        elif result.state == "pruned":
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            if result.failure_kind in LEARNED_KINDS:
-                self.bridge.mark_constraint(trial, violated=True)
-            self.study.tell(trial, state=TrialState.FAIL)
-        log.info("trial %d %s%s", number, result.state,
-                 f" value={result.value:.1f}" if result.value is not None else f" ({result.failure_kind}: {result.evidence[:160]})")
-        self._notify(number, trial)
+                    log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
 
-    def _fail_in_flight(self) -> None:
-        for number, trial in list(self._live.items()):
-            try:
-                trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
-                trial.set_user_attr("reason", "interrupted by the user; re-run on resume")
-                trial.set_user_attr("retried", True)
-                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-                self._enqueue_retry(number, trial.params, trial.user_attrs)
-            except Exception as exc:  # storage may be gone on the way down; resume handles RUNNING too
-                log.warning("could not mark trial %d interrupted: %s", number, exc)
-            self._live.pop(number, None)
-
-    def _notify(self, number: int, trial: optuna.Trial | None = None) -> None:
-        frozen = self.study.trials[number]
-        if trial is not None:
-            _save_note(trial, frozen)
+    def _notify(self, number: int) -> None:
         if self.progress.on_trial_end:
-            self.progress.on_trial_end(self.study, frozen)
-
-
-def _save_note(trial: optuna.Trial, frozen: optuna.trial.FrozenTrial) -> None:
-    """A Markdown note per trial, so that plain ``optuna-dashboard`` shows it too."""
-    try:
-        from optuna_dashboard import save_note
-
-        from autotune.results.dashboard import trial_note
-
-        save_note(trial, trial_note(frozen))
-    except Exception as exc:  # a note is a convenience: never lose a trial over it
-        log.debug("no note for trial %d: %s", frozen.number, exc)
+            self.progress.on_trial_end(self.study, self.study.trials[number])
 
 
 def count_states(study: optuna.Study) -> dict[str, int]:

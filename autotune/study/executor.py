@@ -7,9 +7,10 @@ stay in the driver.
 from __future__ import annotations
 
 import abc
-from typing import Callable
+from collections.abc import Callable
 
-from autotune.study.trial import Reporter, TrialRequest, TrialResult, run_trial_body
+from autotune.trial.contract import Reporter, TrialRequest, TrialResult
+from autotune.trial.live import run_trial_body
 
 ReporterFactory = Callable[[int], Reporter | None]
 #: A trial body: ``body(request, reporter) -> TrialResult`` (run_trial_body, or an offline evaluator).

@@ -55,5 +55,6 @@ def implied_by(params: dict[str, Any], failures: list[Failure],
                     f" (f={f1:g}{f', bs={b1}' if b1 is not None else ''})"
                 )
         if fail.kind == FailureKind.KV_OOM.value and f0 is not None and f1 is not None and f1 <= f0:
-            return fail, f"trial {fail.number} had no KV cache at mem_fraction_static={f0:g}; this candidate has f={f1:g}"
+            return fail, (f"trial {fail.number} had no KV cache at mem_fraction_static={f0:g}; "
+                          f"this candidate has f={f1:g}")
     return None

@@ -18,23 +18,24 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.spec import StudySpec
+from autotune.study import attrs
 
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
 
 def is_extra(t: FrozenTrial) -> bool:
     """Confirmation re-runs: outside the trial budget and the search."""
-    return t.user_attrs.get("confirm_of") is not None
+    return t.user_attrs.get(attrs.CONFIRM_OF) is not None
 
 
 def feasible(t: FrozenTrial) -> bool:
-    v = t.user_attrs.get("slo_violation")
+    v = t.user_attrs.get(attrs.SLO_VIOLATION)
     return v is None or v <= 0
 
 
@@ -45,7 +46,7 @@ def ranked(study: optuna.Study, *, feasible_only: bool = True) -> list[FrozenTri
     if feasible_only and any(feasible(t) for t in done):
         done = [t for t in done if feasible(t)]
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-    return sorted(done, key=lambda t: -sign * t.value)
+    return sorted(done, key=lambda t: -sign * cast(float, t.value))  # COMPLETE with a value (filtered above)
 
 
 class Phases:
@@ -69,7 +70,7 @@ class Phases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if used < self.stage1_trials:
-                self.study.enqueue_trial({"speculative_algorithm": "none"}, user_attrs={"stage": 1})
+                self.study.enqueue_trial({"speculative_algorithm": "none"}, user_attrs={attrs.STAGE: 1})
                 return "base"
             best = ranked(self.study)
             if not best:
@@ -78,13 +79,13 @@ class Phases:
             algo = self.spec_algos[self._rr % len(self.spec_algos)]
             self._rr += 1
             self.study.enqueue_trial({**base, "speculative_algorithm": algo},
-                                     user_attrs={"stage": 2, "stage_base": best[0].number})
+                                     user_attrs={attrs.STAGE: 2, attrs.STAGE_BASE: best[0].number})
         return "speculative"
 
     # ---- confirmation ----------------------------------------------------
     def wants_confirmation(self) -> bool:
         s = self.spec.search
-        return s.confirm_top > 0 and s.repeats > 0 and not self.study.user_attrs.get("confirmation_started")
+        return s.confirm_top > 0 and s.repeats > 0 and not self.study.user_attrs.get(attrs.CONFIRMATION_STARTED)
 
     def enqueue_confirmation(self) -> list[int]:
         """Queue the re-runs; returns the trial numbers they confirm."""
@@ -92,17 +93,17 @@ class Phases:
         top = ranked(self.study)[: s.confirm_top]
         seen = {json_key(t.params) for t in top}
         base = next((t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                     if t.user_attrs.get("baseline") and not is_extra(t)), None)
+                     if t.user_attrs.get(attrs.BASELINE) and not is_extra(t)), None)
         targets = list(top) + ([base] if base is not None and json_key(base.params) not in seen else [])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for t in targets:
                 for _ in range(s.repeats):
-                    attrs: dict[str, Any] = {"confirm_of": t.number}
-                    if t.user_attrs.get("baseline"):
-                        attrs["baseline"] = True
-                    self.study.enqueue_trial(dict(t.params), user_attrs=attrs)
-        self.study.set_user_attr("confirmation_started", True)
+                    rerun: dict[str, Any] = {attrs.CONFIRM_OF: t.number}
+                    if t.user_attrs.get(attrs.BASELINE):
+                        rerun[attrs.BASELINE] = True
+                    self.study.enqueue_trial(dict(t.params), user_attrs=rerun)
+        self.study.set_user_attr(attrs.CONFIRMATION_STARTED, True)
         return [t.number for t in targets]
 
     def pending(self) -> int:
@@ -114,7 +115,7 @@ class Phases:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.value is None:
                 continue
-            key = t.user_attrs["confirm_of"] if is_extra(t) else t.number
+            key = t.user_attrs[attrs.CONFIRM_OF] if is_extra(t) else t.number
             runs.setdefault(key, []).append(t.value)
         out = {}
         for number, values in runs.items():
@@ -128,7 +129,7 @@ class Phases:
                 "spread_pct": round((max(values) - min(values)) / statistics.median(values) * 100, 2)
                 if statistics.median(values) else None,
             }
-        self.study.set_user_attr("confirmation", out)
+        self.study.set_user_attr(attrs.CONFIRMATION, out)
         return out
 
 

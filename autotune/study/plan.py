@@ -8,7 +8,11 @@ from typing import Any
 
 from autotune import space
 from autotune.errors import ConfigError
+from autotune.sglang.flags import render_argv
 from autotune.spec import StudySpec
+from autotune.study import attrs
+from autotune.study.prediction import Predictor
+from autotune.study.storage import open_study
 
 ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
             "server_kv_tokens")
@@ -21,10 +25,8 @@ def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
     url = spec.storage_url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return None
-    from autotune.study.storage import open_study
-
     try:
-        return open_study(spec, create=False).user_attrs.get("calibration")
+        return open_study(spec, create=False).user_attrs.get(attrs.CALIBRATION)
     except ConfigError:
         return None
 
@@ -43,26 +45,24 @@ def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, An
 def plan_space(spec: StudySpec) -> dict[str, Any]:
     """The knobs removed from the space before the study starts (each with its reason) and what remains."""
     from autotune.space_prune import space_summary
-    from autotune.study.space_bridge import SpaceBridge
+    from autotune.study.candidates import without_dead_knobs
 
-    bridge = SpaceBridge(spec, None)
-    return {"removed": [{"name": r.name, "value": r.value, "reason": r.reason, "line": r.line()}
-                        for r in bridge.removed],
-            "space": space_summary(bridge.spec)}
+    pruned, removed = without_dead_knobs(spec, Predictor(spec, lambda: None))
+    return {"removed": [{"name": r.name, "value": r.value, "reason": r.reason, "line": r.line()} for r in removed],
+            "space": space_summary(pruned)}
 
 
 def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
     """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
-    from autotune.sglang.flags import render_argv
-    from autotune.study.space_bridge import SpaceBridge
+    from autotune.study.candidates import vet, without_dead_knobs
 
-    bridge = SpaceBridge(spec, None)  # the driver's own prediction path, without a study
-    spec = bridge.spec  # dead knobs removed (bridge.removed says why)
+    predictor = Predictor(spec, lambda: stored_calibration(spec))  # the driver's own prediction path
+    spec, _ = without_dead_knobs(spec, predictor)  # plan_space says what left and why
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
     for params in cands:
-        cfg, notes, invalid = bridge.vet(space.to_config(spec, params))
-        p = bridge.predict(cfg) if invalid is None else {"verdict": "invalid_args", "reason": invalid}
+        cfg, notes, invalid = vet(space.to_config(spec, params), spec, predictor)
+        p = predictor.predict(cfg).to_dict() if invalid is None else {"verdict": "invalid_args", "reason": invalid}
         row = dict(params)
         for key in ROW_KEYS:
             row[key] = p.get(key)

@@ -11,7 +11,7 @@ when it fits a node now (first fit); the rest wait in a local queue and start fr
 ``wait()``. A trial that can never fit (more GPUs than any node has) fails at once.
 
 Failures of the worker itself (killed, crashed, node lost, OOM-killed, cancelled)
-come back as ``TrialResult(state="failed", failure_kind="worker_died", evidence=<Ray
+come back as ``TrialResult(state=FAILED, failure_kind=WORKER_DIED, evidence=<Ray
 error>)``. Servers never outlive their task: the launcher's watchdog ends a server
 group whose launching worker died, and teardown on shutdown cancels softly first
 (the body's ``finally`` stops its server) and then by force.
@@ -27,10 +27,10 @@ from collections import deque
 from typing import Any
 
 from autotune.outcome import FailureKind
-from autotune.sglang.config import ServerConfig
 from autotune.study import ray_capacity, ray_cluster
 from autotune.study.executor import Executor, ReporterFactory
-from autotune.study.trial import Reporter, TrialRequest, TrialResult, run_trial_body
+from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
+from autotune.trial.live import run_trial_body
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class RayExecutor(Executor):
 
     ``spec`` is the :class:`~autotune.spec.StudySpec` (its ``executor``, ``hardware``
     and ``server`` sections are read). ``body`` is the trial body run inside the task
-    (default :func:`~autotune.study.trial.run_trial_body`; tests pass cheap ones; it
+    (default :func:`~autotune.trial.live.run_trial_body`; tests pass cheap ones; it
     must be picklable). ``cancel_grace_s`` is how long a soft cancel may take before
     the rest are cancelled by force.
     """
@@ -70,7 +70,7 @@ class RayExecutor(Executor):
         self._cancel_grace_s = cancel_grace_s
         declared = ex.num_gpus if ex.num_gpus is not None else spec.hardware.num_gpus
         self._owned = ray_cluster.connect(ex.address, num_cpus=ex.num_cpus, num_gpus=int(declared))
-        self._hub = ReportHub.options(num_cpus=0).remote()
+        self._hub = ReportHub.options(num_cpus=0).remote()  # type: ignore[attr-defined]  # a Ray actor class
         self._driver_host = socket.gethostname()
         self._queued: deque[tuple[int, TrialRequest, dict[str, float]]] = deque()
         self._running: dict[Any, tuple[int, dict[str, float]]] = {}  # ObjectRef -> (number, need)
@@ -93,7 +93,7 @@ class RayExecutor(Executor):
     def _need(self, request: TrialRequest | None) -> dict[str, float]:
         gpus = self._default_gpus
         if request is not None:
-            gpus = ServerConfig.from_dict(request.config).num_gpus
+            gpus = request.config.num_gpus
         return ray_capacity.trial_need(gpus, self._resources)
 
     def _held(self) -> list[dict[str, float]]:
@@ -203,12 +203,12 @@ class RayExecutor(Executor):
             result, files = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the body raised: a bug, not a trial outcome
             log.error("trial %d: the trial body raised: %s", number, exc)
-            return TrialResult(state="failed", failure_kind=FailureKind.CRASHED.value,
+            return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.CRASHED,
                                evidence=f"trial body raised {type(getattr(exc, 'cause', None) or exc).__name__}: "
                                         f"{_first_lines(exc)}")
         except ray.exceptions.RayError as exc:  # worker killed, node died, OOM kill, cancelled
             log.warning("trial %d: Ray worker died: %s", number, _first_lines(exc, 1))
-            return TrialResult(state="failed", failure_kind=FailureKind.WORKER_DIED.value,
+            return TrialResult(state=TrialState.FAILED, failure_kind=FailureKind.WORKER_DIED,
                                evidence=f"{type(exc).__name__}: {_first_lines(exc)}")
         if files:
             write_shipped(files)
@@ -261,9 +261,10 @@ class RayExecutor(Executor):
 def _never_fits(need: dict[str, float], nodes: list[dict[str, float]]) -> TrialResult:
     wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(need.items()))
     return TrialResult(
-        state="failed",
-        failure_kind=FailureKind.INVALID_ARGS.value,
-        evidence=f"needs {wanted} on one node, but the Ray cluster has {ray_capacity.describe(nodes)}: it can never run",
+        state=TrialState.FAILED,
+        failure_kind=FailureKind.INVALID_ARGS,
+        evidence=f"needs {wanted} on one node, but the Ray cluster has {ray_capacity.describe(nodes)}: "
+                 "it can never run",
     )
 
 

@@ -20,12 +20,13 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 
-from autotune.study.trial import Reporter, TrialRequest, TrialResult
+from autotune.trial.contract import Reporter, TrialRequest, TrialResult
 
 log = logging.getLogger(__name__)
 

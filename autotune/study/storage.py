@@ -49,19 +49,14 @@ def _engine_url(url: str) -> str:
     return url
 
 
-def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
-    """Create or load the study. ``create=False`` raises ConfigError when it does not exist."""
-    if not create and spec.storage_url.startswith("sqlite:///") and \
-            not Path(spec.storage_url.removeprefix("sqlite:///")).exists():
-        raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)")
+def open_storage(spec: StudySpec) -> optuna.storages.RDBStorage:
+    """The study's storage (SQLite by default; any SQLAlchemy URL)."""
     url = _engine_url(spec.storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = None
     for attempt in range(5):
         try:
-            storage = optuna.storages.RDBStorage(
+            return optuna.storages.RDBStorage(
                 url, engine_kwargs={"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {})
-            break
         except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
             # Two processes opening a new SQLite study at once race on creating its schema
             # (alembic_version UNIQUE): the loser just opens what the winner created.
@@ -69,17 +64,28 @@ def open_study(spec: StudySpec, *, create: bool = True) -> optuna.Study:
                 time.sleep(0.5)
                 continue
             raise ConfigError(f"storage: cannot open {spec.storage_url!r}: {exc}".splitlines()[0]) from None
+    raise ConfigError(f"storage: cannot open {spec.storage_url!r}")  # pragma: no cover - the loop returns or raises
+
+
+def open_study(spec: StudySpec, *, create: bool = True,
+               storage: optuna.storages.RDBStorage | None = None) -> optuna.Study:
+    """Create or load the study. ``create=False`` raises ConfigError when it does not exist."""
+    if not create and spec.storage_url.startswith("sqlite:///") and \
+            not Path(spec.storage_url.removeprefix("sqlite:///")).exists():
+        raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)")
+    storage = storage if storage is not None else open_storage(spec)
     if not create:
         try:
             return optuna.load_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec))
         except KeyError:
-            raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)") from None
+            raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} "
+                              "(run `autotune run` first)") from None
     return optuna.create_study(
         study_name=spec.name,
         storage=storage,
         sampler=make_sampler(spec),
         pruner=_pruner(spec),
-        direction=spec.objective.resolved_direction,
+        direction="maximize" if spec.objective.resolved_direction == "maximize" else "minimize",
         load_if_exists=True,
     )
 

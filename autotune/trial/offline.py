@@ -1,25 +1,27 @@
-"""Offline evaluation: what a trial on the simulated server would report, without processes or HTTP.
+"""The offline evaluator: what a trial on the simulated server would report, without processes or HTTP.
 
-:func:`evaluate` takes the same :class:`~autotune.study.trial.TrialRequest` as the
-trial body (:func:`~autotune.study.trial.run_trial_body`) and returns the
-:class:`~autotune.study.trial.TrialResult` that body would return against the
+:func:`evaluate` takes the same :class:`~autotune.trial.contract.TrialRequest` as the
+live evaluator (:func:`~autotune.trial.live.run_trial_body`) and returns the
+:class:`~autotune.trial.contract.TrialResult` that it would return against the
 simulated SGLang server, in modelled time and in a fraction of a second:
 
-1. **Arguments**: the trial body's own argv (:func:`~autotune.study.trial.build_argv`)
+1. **Arguments**: the live evaluator's own argv (:func:`~autotune.trial.argv.build_argv`)
    goes through the simulated server's own parser (:func:`autotune.sim.args.parse_args`),
    so a flag the SGLang version refuses fails as ``invalid_args`` here too.
 2. **Memory**: the server's memory truth, :func:`autotune.sim.hardware.plan_memory`.
 3. **Startup**: the server's :func:`autotune.sim.startup.boot` on a virtual clock
-   (:mod:`autotune.sim.offline_startup`): the same failure kinds at the same phase,
+   (:mod:`autotune.trial.offline_startup`): the same failure kinds at the same phase,
    the same evidence as the launcher's classifier reads it, the trial body's live
    KV-OOM kill at the weights-loaded line, the observed memory from the log parser,
    and the modelled startup duration.
 4. **Load**: the server's :class:`~autotune.sim.engine.Engine` (built by the server's
    own factory, :func:`autotune.sim.engine_factory.build_engine`) stepped synchronously
-   through its public stepping API in modelled time (:mod:`autotune.sim.offline_load`),
+   through its public stepping API in modelled time (:mod:`autotune.trial.offline_load`),
    fed by the load generator's prompts and closed loop, warm-up excluded, measured with
-   the load generator's own metrics code. A prefill over the activation headroom kills
-   the engine: ``runtime_oom``, as the trial body classifies the dead server's log.
+   the load generator's own metrics code, at the points of the one load-point plan
+   (:func:`autotune.trial.plan.run_plan`: concurrency levels, and the rate bisection).
+   A prefill over the activation headroom kills the engine: ``runtime_oom``, as the
+   live evaluator classifies the dead server's log.
 
 Differences from a live trial, on purpose: no artifacts are written; ``timings`` and
 ``gpu_seconds`` are pure modelled seconds (a live trial adds host overheads x time
@@ -29,7 +31,7 @@ faults other than ``memory_imbalance`` are ignored (with a warning). The result'
 
 Load outcomes are memoised on the engine's exact inputs (speed model inputs, KV
 pool, running-request cap, chunk size, OOM threshold, stream interval, seed when the
-engine samples speculative acceptance, workload): two launches that differ only in
+engine samples speculative acceptance, workload, objective): two launches that differ only in
 knobs that change nothing the engine sees (``custom_allreduce`` where SGLang turns it
 off anyway) are measured once. Deterministic for a given request.
 """
@@ -42,19 +44,24 @@ import io
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.launch.failures import classify
+from autotune.objective import Picked
 from autotune.outcome import FailureKind
-from autotune.sglang.config import ServerConfig
 from autotune.sglang.models import ModelProfile, load_model_profile
-from autotune.load.spec import LoadSpec
+from autotune.sim.args import Launch, SimOptions, parse_args
+from autotune.sim.engine import Engine
 from autotune.sim.engine_factory import build_engine
-from autotune.sim.offline_load import run_point
-from autotune.study.trial import TrialRequest, TrialResult, build_argv
-from autotune.study.trial import load_kwargs  # the trial body's workload -> LoadSpec mapping
+from autotune.sim.hardware import MemoryPlan, load_draft, plan_memory, resolve_speculative
+from autotune.trial.argv import build_argv
+from autotune.trial.contract import TrialRequest, TrialResult, TrialState
+from autotune.trial.offline_load import run_point
+from autotune.trial.offline_startup import StartupOutcome, run_startup, runtime_oom_evidence
+from autotune.trial.plan import LoadPoint, load_spec, run_plan
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +69,15 @@ __all__ = ["evaluate", "clear_cache", "cache_info"]
 
 #: How many load outcomes the memo keeps (metrics only: a few KiB each).
 MEMO_SIZE = 4096
-_MEMO: OrderedDict[str, "_LoadOutcome"] = OrderedDict()
+_MEMO: OrderedDict[str, _LoadOutcome] = OrderedDict()
 _MEMO_STATS = {"hits": 0, "misses": 0}
-#: Exit status of a server that died under load (SGLang SIGKILLs its own tree).
-_KILLED_RC = -9
 
 
 @dataclass(frozen=True)
 class _LoadOutcome:
     metrics_by_point: dict[str, dict[str, Any]]
     duration_s: float
-    failed_point: str | None = None
+    picked: Picked | None = None
     error: str | None = None
     died: bool = False
 
@@ -84,14 +89,14 @@ def _profile(path: str) -> ModelProfile:
 
 
 @functools.lru_cache(maxsize=64)
-def _draft_cached(load_draft: Any, spec: Any, model: ModelProfile) -> ModelProfile | None:
+def _draft_cached(spec: Any, model: ModelProfile) -> ModelProfile | None:
     return load_draft(spec, model)
 
 
-def _draft(load_draft: Any, spec: Any, model: ModelProfile) -> ModelProfile | None:
+def _draft(spec: Any, model: ModelProfile) -> ModelProfile | None:
     """The server's own draft choice (:func:`autotune.sim.hardware.load_draft`), read once per process."""
     try:
-        return _draft_cached(load_draft, spec, model)
+        return _draft_cached(spec, model)
     except TypeError:  # an unhashable profile: no caching
         return load_draft(spec, model)
 
@@ -109,97 +114,84 @@ def cache_info() -> dict[str, int]:
     return {**_MEMO_STATS, "size": len(_MEMO)}
 
 
-def _fail(result: TrialResult, kind: FailureKind | str, evidence: str) -> TrialResult:
-    result.state = "failed"
-    result.failure_kind = FailureKind(str(kind)).value
-    result.evidence = evidence
-    return result
-
-
-def _parse(argv: list[str], env: dict[str, str]) -> tuple[Any, Any] | tuple[None, str]:
+def _parse(argv: list[str], env: dict[str, str]) -> tuple[Launch, SimOptions] | str:
     """The simulated server's own argument handling; on refusal, the line its stderr would show."""
-    from autotune.sim.args import parse_args
-
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
             return parse_args(argv, env)
     except SystemExit:
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        return None, (lines[-1] if lines else "argument parsing failed")
+        return lines[-1] if lines else "argument parsing failed"
     except ConfigError as exc:
-        return None, f"error: {exc}"
+        return f"error: {exc}"
 
 
 def evaluate(request: TrialRequest) -> TrialResult:
-    """The result the trial body would report for ``request`` on the simulated server (module docstring).
+    """The result the live evaluator would report for ``request`` on the simulated server (module docstring).
 
     Never raises for a trial-level failure; raises ConfigError for a request it cannot
     model at all (``backend`` other than ``sim``).
     """
-    from autotune.launch.failures import classify
-
     if request.backend != "sim":
         raise ConfigError(f"backend={request.backend!r}: offline evaluation models the simulated server only ('sim')")
-    cfg = ServerConfig.from_dict(request.config)
-    argv = build_argv(request, cfg)
-    result = TrialResult(state="failed", command=argv, time_scale=1.0)
-    launch, sim = _parse(argv[3:], dict(request.env))  # [python, -m, autotune.sim, flags...]
-    if launch is None:
-        kind, evidence = classify([str(sim)], 2)
-        return _fail(result, kind, evidence)
+    cfg = request.config
+    argv = build_argv(request)
+    result = TrialResult(state=TrialState.FAILED, command=argv, time_scale=1.0)
+    parsed = _parse(argv[3:], dict(request.env))  # [python, -m, autotune.sim, flags...]
+    if isinstance(parsed, str):
+        return result.fail(*classify([parsed], 2))
+    launch, sim = parsed
     ignored = [f for f, on in sim.faults.to_dict().items() if on and f != "memory_imbalance"]
     if ignored:
         log.warning("offline evaluation ignores injected faults %s", ignored)
     try:
-        from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative
-
         model = _profile(launch.model_path)
-        draft = _draft(load_draft, resolve_speculative(launch, model, sim.version), model)
+        draft = _draft(resolve_speculative(launch, model, sim.version), model)
         plan = plan_memory(launch, model, draft, sim.gpu, version=sim.version, interconnect=sim.interconnect)
     except ConfigError as exc:  # the server prints "ValueError: ..." and exits 1
-        kind, evidence = classify([f"ValueError: {exc}"], 1)
-        return _fail(result, kind, evidence)
+        return result.fail(*classify([f"ValueError: {exc}"], 1))
     if launch.tp_size * launch.dp_size * launch.pp_size > sim.num_gpus:
-        kind, evidence = classify([f"RuntimeError: CUDA error: invalid device ordinal (tp_size*dp_size*pp_size="
-                                   f"{launch.tp_size * launch.dp_size * launch.pp_size} > {sim.num_gpus} GPUs)"], 1)
-        return _fail(result, kind, evidence)
+        return result.fail(*classify([f"RuntimeError: CUDA error: invalid device ordinal (tp_size*dp_size*pp_size="
+                                      f"{launch.tp_size * launch.dp_size * launch.pp_size} > {sim.num_gpus} GPUs)"], 1))
     n_gpus = max(1, cfg.num_gpus)
-    startup = _startup(plan, launch, sim, model, cfg, request)
+    startup = _startup(plan, launch, sim, model, request)
     result.observed = startup.observed
     result.timings["startup_s"] = startup.duration_s
     if not startup.ready:
         result.gpu_seconds = startup.duration_s * n_gpus
-        return _fail(result, startup.failure_kind or FailureKind.CRASHED, startup.evidence)
+        return result.fail(startup.failure_kind or FailureKind.CRASHED, startup.evidence)
     if startup.duration_s / sim.time_scale > request.startup_timeout_s:
         result.gpu_seconds = request.startup_timeout_s * sim.time_scale * n_gpus
-        return _fail(result, FailureKind.STARTUP_TIMEOUT, f"server not ready after {request.startup_timeout_s:.0f} s "
-                     f"(modelled startup {startup.duration_s:.1f} s at time scale {sim.time_scale:g})")
+        return result.fail(FailureKind.STARTUP_TIMEOUT, f"server not ready after {request.startup_timeout_s:.0f} s "
+                           f"(modelled startup {startup.duration_s:.1f} s at time scale {sim.time_scale:g})")
     load = _load(plan, launch, sim, model, request)
     result.timings["load_s"] = load.duration_s
     result.timings["teardown_s"] = 0.0
     result.gpu_seconds = (startup.duration_s + load.duration_s) * n_gpus
     result.metrics_by_point = {k: dict(v) for k, v in load.metrics_by_point.items()}
     if load.died:
-        from autotune.sim.offline_startup import runtime_oom_evidence
-
-        kind, evidence = runtime_oom_evidence(sim, launch)
-        return _fail(result, kind, evidence)
+        return result.fail(*runtime_oom_evidence(sim, launch))
     if load.error is not None:
-        return _fail(result, FailureKind.LOAD_FAILED, load.error)
-    _pick_value(request, result)
+        return result.fail(FailureKind.LOAD_FAILED, load.error)
+    if load.picked is None:
+        return result.fail(FailureKind.LOAD_FAILED, f"no load point reported {request.objective.metric}")
+    result.state = TrialState.COMPLETE
+    result.best_point, result.value = load.picked.point, load.picked.value
+    result.slo_violation = load.picked.violation if request.objective.slo else None
     return result
 
 
-def _startup(plan: Any, launch: Any, sim: Any, model: ModelProfile, cfg: ServerConfig, request: TrialRequest) -> Any:
-    from autotune.sim.offline_startup import run_startup
-
+def _startup(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProfile,
+             request: TrialRequest) -> StartupOutcome:
+    p_predicted = request.prediction.p_gib if request.prediction is not None else None
     return run_startup(plan, launch, replace(sim, time_scale=1.0), model,
-                       live_kill_f=cfg.mem_fraction_static, p_predicted=request.prediction.get("p_gib"))
+                       live_kill_f=request.config.mem_fraction_static, p_predicted=p_predicted)
 
 
-def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialRequest) -> _LoadOutcome:
-    """Every load point of the workload on one engine (memoised on the engine's exact inputs)."""
+def _load(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProfile,
+          request: TrialRequest) -> _LoadOutcome:
+    """Every load point of the plan on one engine (memoised on the engine's exact inputs)."""
     engine = build_engine(plan, launch, sim, model)
     speculative = float(engine.perf.accepted_tokens_per_step(1)) > 1.0
     key = json.dumps({
@@ -207,7 +199,8 @@ def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialR
         "chunk": engine.chunked_prefill_size, "oom": engine.prefill_oom_tokens, "si": engine.stream_interval,
         # without speculative decoding the seed only picks fake token ids: timing does not depend on it
         "seed": sim.seed if speculative else None,
-        "ctx": plan.context_len, "maxin": plan.max_req_input_len, "wl": request.workload,
+        "ctx": plan.context_len, "maxin": plan.max_req_input_len,
+        "wl": request.workload.model_dump(mode="json"), "objective": repr(request.objective),
     }, sort_keys=True, default=str)
     hit = _MEMO.get(key)
     if hit is not None:
@@ -222,23 +215,29 @@ def _load(plan: Any, launch: Any, sim: Any, model: ModelProfile, request: TrialR
     return outcome
 
 
-def _measure(engine: Any, plan: Any, request: TrialRequest) -> _LoadOutcome:
-    """Each concurrency level of the workload in turn, on one engine (its state carries over, as live)."""
-    wl = dict(request.workload)
-    levels = wl.pop("concurrency")
-    points: dict[str, dict[str, Any]] = {}
+def _measure(engine: Engine, plan: MemoryPlan, request: TrialRequest) -> _LoadOutcome:
+    """The plan's load points in turn, on one engine (its state carries over, as live)."""
     total = 0.0
+    failure: dict[str, Any] = {}
+
+    def measure(point: LoadPoint) -> Mapping[str, Any] | None:
+        nonlocal total
+        out = run_point(engine, load_spec(request.workload, point), context_len=plan.context_len,
+                        max_req_input_len=plan.max_req_input_len)
+        total += out.duration_s
+        if out.died or out.error:
+            failure.update(error=out.error, died=out.died, metrics=out.metrics, name=point.name)
+            return None
+        return out.metrics
+
     with _engine_log_muted():
-        for conc in levels:
-            point = f"c{conc}"
-            spec = LoadSpec(concurrency=conc, **load_kwargs(wl))
-            out = run_point(engine, spec, context_len=plan.context_len, max_req_input_len=plan.max_req_input_len)
-            total += out.duration_s
-            if out.metrics:
-                points[point] = out.metrics
-            if out.died or out.error:
-                return _LoadOutcome(points, total, point, out.error, out.died)
-    return _LoadOutcome(points, total)
+        planned = run_plan(request.workload, request.objective, measure)
+    points = planned.metrics_by_point
+    if failure:
+        if failure["metrics"]:  # a point that died part-way still reports what it measured
+            points[failure["name"]] = failure["metrics"]
+        return _LoadOutcome(points, total, None, failure["error"], failure["died"])
+    return _LoadOutcome(points, total, planned.picked)
 
 
 @contextlib.contextmanager
@@ -252,27 +251,3 @@ def _engine_log_muted() -> Iterator[None]:
         yield
     finally:
         engine_log.removeFilter(muted)
-
-
-def _pick_value(request: TrialRequest, result: TrialResult) -> None:
-    """The trial's value: its best load point (that meets the SLO, when the request has one)."""
-    slo = getattr(request, "slo", None) or None
-    try:
-        from autotune.study.slo import pick_point
-    except ImportError:  # a tree without SLO support: best point by the objective
-        pick_point = None
-    if pick_point is not None:
-        picked = pick_point(result.metrics_by_point, request.objective_metric, request.objective_direction, slo)
-    else:
-        sign = 1.0 if request.objective_direction == "maximize" else -1.0
-        scored = [(p, float(m[request.objective_metric])) for p, m in result.metrics_by_point.items()
-                  if m.get(request.objective_metric) is not None]
-        best = max(scored, key=lambda s: sign * s[1]) if scored else None
-        picked = (best[0], best[1], -1.0) if best else None
-    if picked is None:
-        _fail(result, FailureKind.LOAD_FAILED, f"no load point reported {request.objective_metric}")
-        return
-    result.state = "complete"
-    result.best_point, result.value, violation = picked
-    if hasattr(result, "slo_violation"):
-        result.slo_violation = violation if slo else None

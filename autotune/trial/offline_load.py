@@ -1,5 +1,5 @@
 """The load generator against the simulated engine, in pure modelled time (private to
-:mod:`autotune.sim.offline`).
+:mod:`autotune.trial.offline`).
 
 The simulated server's :class:`~autotune.sim.engine.Engine` is never started: it is
 stepped through its public stepping API (:meth:`~autotune.sim.engine.Engine.submit`,
@@ -209,7 +209,7 @@ def _measure(engine: Engine, client: _Client, spec: LoadSpec, out: PointOutcome)
     sent = 0
     in_flight = 0
     order = itertools.count()
-    source = zip(prompts, offsets)
+    source = zip(prompts, offsets, strict=False)  # offsets may outnumber a finite dataset
     exhausted = False
 
     def refill() -> None:

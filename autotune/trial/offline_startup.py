@@ -1,4 +1,4 @@
-"""The simulated server's startup, run in pure modelled time (private to :mod:`autotune.sim.offline`).
+"""The simulated server's startup, run in pure modelled time (private to :mod:`autotune.trial.offline`).
 
 The offline evaluator must fail where the simulated server fails, with the same
 evidence, and know how long the startup took in modelled seconds. Rather than
@@ -20,17 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
+from autotune.launch.failures import classify
 from autotune.outcome import FailureKind
 from autotune.sglang.logparse import summarize
 from autotune.sglang.models import ModelProfile
 from autotune.sim.args import Launch, SimOptions
 from autotune.sim.hardware import MemoryPlan
-from autotune.sim.startup import READY_LINE, LogWriter, StartupFailure, boot, warmup
+from autotune.sim.startup import READY_LINE, LogWriter, StartupFailure, boot, runtime_oom_failure, warmup
+from autotune.trial.live_kill import LiveKill
 
 log = logging.getLogger(__name__)
 
 #: Exit status of a server that failed at startup: SGLang SIGKILLs its own tree.
-_KILLED_RC = -9
+KILLED_RC = -9
 
 
 class _VirtualSelector(selectors.DefaultSelector):
@@ -85,13 +87,13 @@ class _LogSink:
 
 
 class _KillSwitch:
-    """What ``LiveKill`` calls ``server``: records the kill and stops the boot at that line."""
+    """What :class:`LiveKill` calls ``server``: records the kill and stops the boot at that line."""
 
     def __init__(self) -> None:
         self.kind: str | None = None
         self.evidence = ""
 
-    def kill_now(self, kind: Any, evidence: str) -> None:
+    def kill_now(self, kind: str, evidence: str) -> None:
         self.kind, self.evidence = str(kind), evidence
         raise _Killed()
 
@@ -112,12 +114,9 @@ def run_startup(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelP
                 *, live_kill_f: float | None, p_predicted: float | None) -> StartupOutcome:
     """Run ``boot`` (and the server's own warm-up request) in virtual time; see the module docstring.
 
-    ``live_kill_f`` / ``p_predicted`` are what the trial body's live kill watches with
+    ``live_kill_f`` / ``p_predicted`` are what the live evaluator's kill watches with
     (the launch's explicit ``mem_fraction_static`` and the predicted P); None disables it.
     """
-    from autotune.launch.failures import classify
-    from autotune.study.trial import LiveKill  # the trial body's own watcher
-
     watcher = LiveKill(live_kill_f, p_predicted)
     switch = _KillSwitch()
     watcher.server = switch
@@ -151,22 +150,19 @@ def run_startup(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelP
         return StartupOutcome(False, duration, switch.kind, switch.evidence, sink.lines, observed)
     if failure is not None:
         writer.failure(failure)  # SGLang's failure wrapper, as the dying server prints it
-        kind, evidence = classify(sink.lines, _KILLED_RC)
+        kind, evidence = classify(sink.lines, KILLED_RC)
         observed = {k: v for k, v in summarize(watcher.events).items() if v is not None}
         return StartupOutcome(False, duration, str(kind), evidence, sink.lines, observed)
     return StartupOutcome(True, duration, None, "", sink.lines, observed)
 
 
-def runtime_oom_evidence(sim: SimOptions, launch: Launch) -> tuple[str, str]:
+def runtime_oom_evidence(sim: SimOptions, launch: Launch) -> tuple[FailureKind, str]:
     """Failure kind and evidence line of a server that died of "Prefill out of memory" under load,
     as the trial body classifies the tail of its log."""
-    from autotune.launch.failures import classify
-    from autotune.sim.startup import runtime_oom_failure
-
     sink = _LogSink(None)
     LogWriter(sim, launch, stream=sink).failure(runtime_oom_failure())  # type: ignore[arg-type]
-    kind, evidence = classify(sink.lines, _KILLED_RC)
-    return (FailureKind(kind).value if kind else FailureKind.RUNTIME_OOM.value), evidence
+    kind, evidence = classify(sink.lines, KILLED_RC)
+    return (FailureKind(kind) if kind else FailureKind.RUNTIME_OOM), evidence
 
 
 __all__ = ["StartupOutcome", "VirtualTimeLoop", "run_startup", "runtime_oom_evidence"]

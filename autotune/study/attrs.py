@@ -1,0 +1,41 @@
+"""The keys of what a finished optuna trial (and the study) carries: written by the study layer,
+read by :mod:`autotune.results`. One place, so a writer and a reader cannot drift apart
+(docs/ARCHITECTURE.md lists what each holds)."""
+
+from __future__ import annotations
+
+# ---- trial user_attrs --------------------------------------------------------------------
+BASELINE = "baseline"  # True on the run of SGLang's defaults
+RESOLVED = "resolved"  # the baseline's resolved automatic values
+REFERENCE = "reference"  # the name of a search.references launch point (run right after the baseline)
+FAILURE_KIND = "failure_kind"  # FailureKind value, when not COMPLETE
+EVIDENCE = "evidence"
+REASON = "reason"  # one line with the numbers
+NOTE = "note"  # short human note
+NOTES = "notes"  # adjustments SGLang would make, applied up front
+PREDICTION = "prediction"  # Prediction.to_dict()
+OBSERVED = "observed"  # the startup log's summary
+METRICS = "metrics"  # {point: {bench_serving keys}}
+BEST_POINT = "best_point"
+COMMAND = "command"  # argv list
+SHELL = "shell"  # copy-pasteable line
+TIMINGS = "timings"
+GPU_SECONDS = "gpu_seconds"
+TRIAL_DIR = "trial_dir"
+KV_TOKENS_ERROR_PCT = "kv_tokens_error_pct"
+SLO_VIOLATION = "slo_violation"
+SLO_MET = "slo_met"
+STAGE = "stage"  # 1: base knobs, 2: speculative
+STAGE_BASE = "stage_base"
+CONFIRM_OF = "confirm_of"  # N on confirmation re-runs of trial N (outside the budget)
+RETRY_OF = "retry_of"  # N on re-runs of interrupted trial N (outside the budget)
+RETRIED = "retried"  # True on a trial that was re-run
+AFTER_DEATH = "after_death"  # a re-run after the first death of its Ray worker
+REUSED_FROM = "reused_from"  # N when the result of trial N (same launch argv) was reused
+LAUNCH_KEY = "launch_key"  # the resolved launch argv (port left out), to find a launch already measured
+
+# ---- study user_attrs --------------------------------------------------------------------
+CALIBRATION = "calibration"
+SPEC = "spec"
+CONFIRMATION = "confirmation"
+CONFIRMATION_STARTED = "confirmation_started"

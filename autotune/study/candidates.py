@@ -1,0 +1,216 @@
+"""Candidates: what the next trial launches, checked before any GPU time is spent.
+
+From an optuna trial to a launch: the suggested parameters (on a space widened so
+SGLang's defaults are one of its points), the server config, the arguments SGLang
+would refuse (speculative settings, the installed SGLang's own parser), the memory
+prediction, and the verdict that prunes it before launch. The baseline (SGLang's
+defaults) is trial 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import optuna
+
+from autotune import space
+from autotune.errors import ConfigError
+from autotune.outcome import FailureKind
+from autotune.sglang.config import ServerConfig
+from autotune.sglang.flags import render_argv
+from autotune.sglang.installed import InstalledSglang, check_version, probe
+from autotune.sglang.knob_rules import resolve
+from autotune.sglang.memory import Prediction
+from autotune.sglang.speculative import validate_speculative
+from autotune.space_prune import Removed, prune_space
+from autotune.spec import StudySpec
+from autotune.study import attrs
+from autotune.study.infeasible import Failure, implied_by, inert_knobs
+from autotune.study.prediction import Predictor
+from autotune.study.storage import trial_dir
+from autotune.trial.contract import TrialRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Candidate:
+    params: dict[str, Any]
+    config: ServerConfig
+    prediction: Prediction
+    baseline: bool
+    invalid: str | None = None  # what SGLang would refuse at startup, found before launch
+    notes: list[str] = field(default_factory=list)  # adjustments SGLang would make, applied up front
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a candidate is pruned before launch."""
+
+    kind: FailureKind
+    reason: str
+
+
+def without_dead_knobs(spec: StudySpec, predictor: Predictor) -> tuple[StudySpec, list[Removed]]:
+    """The space without the knobs that cannot matter on this node and release (autotune.space_prune)."""
+    sp = spec.search_space
+    if not (sp.flags or sp.env or sp.custom_allreduce or sp.flashinfer_allreduce_fusion or sp.enable_torch_symm_mem):
+        return spec, []
+    model, gpu, _ = predictor.profiles()
+    return prune_space(spec, model, gpu)
+
+
+def vet(cfg: ServerConfig, spec: StudySpec, predictor: Predictor,
+        installed: InstalledSglang | None = None) -> tuple[ServerConfig, list[str], str | None]:
+    """Before launch: SGLang's overrides applied up front (notes) and what it would refuse (``invalid``,
+    quoting its rule or its parser): knob rules, speculative rules, then the parser (the installed
+    SGLang's when there is one, else the release's flag table, as the simulated server parses)."""
+    version = spec.server.sglang_version
+    cfg, notes, invalid = resolve(cfg, version)
+    if invalid is None and cfg.speculative.enabled:
+        model, _, _ = predictor.profiles()
+        try:
+            resolved, spec_notes = validate_speculative(cfg.speculative, model.architecture, version,
+                                                        attention_backend=cfg.attention_backend)
+            cfg = replace(cfg, speculative=resolved)
+            notes += spec_notes
+        except ConfigError as exc:
+            invalid = str(exc)
+    argv: list[str] = []
+    if invalid is None:
+        try:
+            argv = render_argv(cfg, version, python="python", module="sglang.launch_server",
+                               check=installed is None)[3:]
+        except ConfigError as exc:
+            invalid = f"SGLang {version} refuses this launch: {exc}"
+    if invalid is None and installed is not None:
+        refusal = installed.refusals([argv])[0]
+        if refusal:
+            invalid = f"SGLang {installed.version} refuses this launch: {refusal}"
+    return cfg, notes, invalid
+
+
+class Candidates:
+    """Builds and checks the study's candidates (the study is only read here).
+
+    Knobs that cannot matter on this node and release leave the space here
+    (:func:`without_dead_knobs`); ``removed`` says which and why."""
+
+    def __init__(self, spec: StudySpec, study: optuna.Study, predictor: Predictor) -> None:
+        self.spec, self.removed = without_dead_knobs(spec, predictor)
+        for r in self.removed:
+            log.debug("%s", r.line())
+        self.study = study
+        self.predictor = predictor
+        self._widened: StudySpec | None = None
+        self.installed: InstalledSglang | None = None  # the real SGLang's parser, when the launching python has one
+
+    # ---- preflight -----------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Before any launch of real SGLang: the installed version must speak the study's dialect,
+        and every candidate's argv is fed to its real parser (see autotune.sglang.installed)."""
+        spec = self.spec
+        if spec.server.backend != "sglang":
+            return
+        python = spec.server.python or sys.executable
+        remote = spec.executor.kind == "ray" and bool(spec.executor.address or os.environ.get("RAY_ADDRESS"))
+        installed = probe(python)
+        if installed is None:
+            if remote:
+                log.info("SGLang is not importable here; the cluster's GPU nodes must have it (flags unchecked)")
+                return
+            raise ConfigError(f"server.backend: 'sglang' but {python} cannot import SGLang "
+                              "(pip install -e '.[sglang]', or point server.python at the interpreter that has it)")
+        check_version(installed, spec.server.sglang_version)
+        self.installed = installed
+        log.info("SGLang %s found at %s: every candidate is checked by its own parser", installed.version, python)
+
+    # ---- baseline ------------------------------------------------------------------------
+    def widened_spec(self) -> StudySpec:
+        """The space with the baseline as one of its points (see space.widen_for_baseline)."""
+        if self._widened is None:
+            self._widened, _ = space.widen_for_baseline(self.spec, self._resolved_baseline())
+        return self._widened
+
+    def _resolved_baseline(self) -> dict[str, Any]:
+        pred = self.predictor.predict(space.to_config(self.spec, {}, baseline=True))
+        resolved = {
+            "mem_fraction_static": pred.f,
+            "cuda_graph_max_bs": pred.cuda_graph_max_bs,
+            "chunked_prefill_size": pred.chunked_prefill_size,
+            "max_running_requests": pred.max_running_requests,
+        }
+        return space.baseline_params(self.spec, resolved)
+
+    def ensure_baseline(self) -> None:
+        """Trial 0 is SGLang's defaults; enqueue it when the study is new."""
+        if self.study.get_trials(deepcopy=False):
+            return
+        resolved = self._resolved_baseline()
+        self._widened, params = space.widen_for_baseline(self.spec, resolved)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.study.enqueue_trial(params, user_attrs={attrs.BASELINE: True, attrs.RESOLVED: resolved})
+            for name, ref in self.spec.search.references.items():  # e.g. the seed's hand-passed 0.88
+                self.study.enqueue_trial({**params, **ref}, user_attrs={attrs.REFERENCE: name})
+        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
+
+    # ---- validation and prediction --------------------------------------------------------
+    def config_of(self, params: dict[str, Any], *, baseline: bool) -> ServerConfig:
+        return space.to_config(self.widened_spec(), params, baseline=baseline)
+
+    def candidate(self, trial: optuna.Trial) -> Candidate:
+        spec = self.widened_spec()
+        params = space.suggest(trial, spec)
+        baseline = bool(trial.user_attrs.get(attrs.BASELINE))
+        cfg = space.to_config(spec, params, baseline=baseline)
+        cfg, notes, invalid = vet(cfg, self.spec, self.predictor, self.installed)
+        try:
+            prediction = self.predictor.predict(cfg)
+        except ConfigError:  # a refused flag (invalid already says so): predict the rest of the launch
+            prediction = self.predictor.predict(replace(cfg, flags=()))
+        return Candidate(params=params, config=cfg, prediction=prediction, baseline=baseline,
+                         invalid=invalid, notes=list(notes))
+
+    def refusal(self, cand: Candidate, failures: Sequence[Failure]) -> Refusal | None:
+        """The one rule that prunes before launch: SGLang would refuse the arguments, the memory
+        model condemns it (:attr:`Prediction.should_prune`), or an earlier failure implies it."""
+        if cand.invalid:
+            return Refusal(FailureKind.INVALID_ARGS, cand.invalid)
+        if cand.prediction.should_prune:
+            return Refusal(FailureKind.PREDICTED_OOM, cand.prediction.reason)
+        hit = implied_by(cand.params, list(failures),
+                         inert_knobs(self.spec.server.tp_size, self.spec.hardware.interconnect))
+        return Refusal(FailureKind.INFEASIBLE, hit[1]) if hit is not None else None
+
+    # ---- the request ----------------------------------------------------------------------
+    def request(self, number: int, cand: Candidate) -> TrialRequest:
+        spec = self.spec
+        wl = spec.workload
+        if wl.dataset_path:
+            wl = wl.model_copy(update={"dataset_path": spec.resolve_path(wl.dataset_path)})
+        return TrialRequest(
+            study_name=spec.name,
+            trial_number=number,
+            config=cand.config,
+            backend=spec.server.backend,
+            sglang_version=spec.server.sglang_version,
+            gpu=spec.hardware.gpu,
+            num_gpus=spec.hardware.num_gpus,
+            interconnect=spec.hardware.interconnect,
+            workload=wl,
+            objective=spec.objective.as_objective(),
+            artifact_dir=str(trial_dir(spec, number)),
+            run_dir=str(spec.run_path),
+            startup_timeout_s=spec.server.startup_timeout_s,
+            env={**spec.server.env, **dict(cand.config.env)},
+            python=spec.server.python,
+            sim=spec.server.sim,
+            prediction=cand.prediction,
+        )

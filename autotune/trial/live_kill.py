@@ -1,0 +1,52 @@
+"""The live KV-OOM kill: the weights-loaded line that proves ``rest = A - P x (1 - f)`` negative
+ends the launch at once (seconds instead of the rest of the startup).
+
+Both evaluators feed it the server's log lines: the live one as the launched server
+writes them, the offline one as the simulator's startup writes them in modelled time.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from autotune.outcome import FailureKind
+from autotune.sglang.logparse import LogEvent, parse_line
+
+__all__ = ["KillTarget", "LiveKill"]
+
+
+class KillTarget(Protocol):
+    def kill_now(self, kind: str, evidence: str) -> None: ...
+
+
+class LiveKill:
+    """Watches startup lines (``on_line``); kills ``server`` as soon as the formula goes negative."""
+
+    def __init__(self, f: float | None, p_pred: float | None) -> None:
+        self.f = f
+        self.p_pred = p_pred
+        self.p_seen: float | None = None
+        self.events: list[LogEvent] = []
+        self.server: KillTarget | None = None
+
+    def __call__(self, line: str) -> None:
+        ev = parse_line(line)
+        if ev is None:
+            return
+        self.events.append(ev)
+        # "Load weight begin. avail mem=P" (and 0.5.23's baseline line) carry P as avail_gib.
+        if ev.kind == "baseline" and ev.values.get("avail_gib") is not None:
+            p = float(ev.values["avail_gib"])
+            self.p_seen = p if self.p_seen is None else min(self.p_seen, p)
+        if ev.kind == "weights_loaded" and self.f is not None and self.server is not None:
+            a = ev.values.get("avail_gib")
+            p_gib = self.p_seen if self.p_seen is not None else self.p_pred
+            if a is None or p_gib is None:
+                return
+            rest = float(a) - p_gib * (1 - self.f)
+            if rest <= 0:
+                evidence = (
+                    f"rest = {a:.2f} - {p_gib:.2f} x (1 - {self.f:.3f}) = {rest:.2f} GiB < 0 "
+                    f"(from: {line.strip()[:200]})"
+                )
+                self.server.kill_now(FailureKind.KV_OOM.value, evidence)

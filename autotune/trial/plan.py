@@ -1,0 +1,97 @@
+"""The load-point plan of one launch and the value it yields: ONE function for every evaluator.
+
+A launch is measured at each concurrency level of the workload; with
+``workload.rate_search``, at each level the request rate is bisected between
+``low`` and ``high`` for the highest rate whose point meets the SLO (the first
+point tries ``high``: when it meets, the level is done). The trial's value is then
+its best point that meets the SLO (:meth:`autotune.objective.Objective.pick`).
+
+How a point is measured is the caller's: the live evaluator runs the load
+generator against a launched server, the offline one steps the simulator's engine
+in modelled time. Both pass ``measure(point)``, which returns the point's
+bench_serving metrics, or None when the trial ends at that point (the evaluator
+has recorded why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.load.spec import LoadSpec
+from autotune.objective import Objective, Picked
+from autotune.spec import WorkloadSpec
+
+__all__ = ["LoadPoint", "Measure", "PlanOutcome", "load_spec", "run_plan"]
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One load point: a concurrency level and, within a rate search, a request rate."""
+
+    concurrency: int
+    request_rate: float | None = None  # None: the workload's own request_rate
+
+    @property
+    def name(self) -> str:
+        """``c64``, or ``c64_r2.5`` within a rate search (the key of metrics_by_point and artifacts)."""
+        return f"c{self.concurrency}" if self.request_rate is None else f"c{self.concurrency}_r{self.request_rate:g}"
+
+
+Measure = Callable[[LoadPoint], Mapping[str, Any] | None]
+
+
+@dataclass
+class PlanOutcome:
+    """Every measured point's metrics, the picked one, and where the trial ended early (if it did)."""
+
+    metrics_by_point: dict[str, dict[str, Any]] = field(default_factory=dict)
+    picked: Picked | None = None
+    ended_at: LoadPoint | None = None
+
+
+def run_plan(workload: WorkloadSpec, objective: Objective, measure: Measure) -> PlanOutcome:
+    """Measure the workload's points in order (module docstring) and pick the trial's value."""
+    out = PlanOutcome()
+
+    def point(p: LoadPoint) -> Mapping[str, Any] | None:
+        metrics = measure(p)
+        if metrics is None:
+            out.ended_at = p
+            return None
+        out.metrics_by_point[p.name] = dict(metrics)
+        return metrics
+
+    search = workload.rate_search
+    for conc in workload.concurrency:
+        if search is None:
+            if point(LoadPoint(conc)) is None:
+                return out
+            continue
+        low, high = search.low, search.high
+        for i in range(search.steps):
+            rate = high if i == 0 else round((low + high) / 2, 3)
+            metrics = point(LoadPoint(conc, rate))
+            if metrics is None:
+                return out
+            if objective.meets(metrics):
+                low = rate
+                if rate == high:
+                    break  # even the highest rate meets it
+            else:
+                high = rate
+    out.picked = objective.pick(out.metrics_by_point)
+    return out
+
+
+def load_spec(workload: WorkloadSpec, point: LoadPoint, **extra: Any) -> LoadSpec:
+    """The load generator's spec for ``point`` of ``workload`` (``extra``: base_url, snapshot interval)."""
+    fields: dict[str, Any] = {
+        "backend": workload.backend, "input_len": workload.input_len, "output_len": workload.output_len,
+        "range_ratio": workload.range_ratio, "num_prompts": workload.num_prompts,
+        "duration_s": workload.duration_s, "warmup_requests": workload.warmup_requests,
+        "flush_cache": workload.flush_cache, "dataset_path": workload.dataset_path, "seed": workload.seed,
+        "request_rate": point.request_rate if point.request_rate is not None else workload.request_rate,
+    }
+    return LoadSpec(concurrency=point.concurrency, **{k: v for k, v in fields.items() if v is not None}, **extra)
