@@ -400,7 +400,7 @@ def test_a_layout_reserves_tp_x_dp_gpus(ray_owner: RayExecutor, tmp_path: Path) 
 
     def req(tp: int, dp: int) -> TrialRequest:
         r = _request(0, tmp_path)
-        r.config = replace(ServerConfig(model_path="models/x"), tp_size=tp, dp_size=dp).to_dict()
+        r.config = replace(ServerConfig(model_path="models/x"), tp_size=tp, dp_size=dp)
         return r
 
     assert ray_owner.slots_free(req(2, 1)) == 4
