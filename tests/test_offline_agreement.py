@@ -81,15 +81,15 @@ def test_failure_kind_and_evidence_agree(tmp_path: Path, name: str, params: dict
 def test_rate_search_finds_the_same_best_rate_offline_and_live(tmp_path: Path) -> None:
     """One load-point plan for both evaluators: the bisection visits the same rates and picks the same one.
 
-    p99 ITL sits near 11 ms up to ~1 req/s and near 150 ms from ~1.2 req/s (prefills of
-    arrivals stall decodes); the ceiling of 80 ms is far from both, so the decisions do
-    not hang on the live run's timing noise."""
+    With the cited PCIe allreduce costs, p99 ITL is about 540 ms at 0.89 req/s and 1,360 ms
+    and more from 1.7 req/s (prefills of arrivals stall decodes); the ceiling of 1,000 ms is
+    far from both, so the decisions do not hang on the live run's timing noise."""
     spec = load_study_spec(DEMO)
     wl = spec.workload.model_copy(update={
         "num_prompts": 32, "concurrency": [16], "output_len": 32, "warmup_requests": 1, "input_len": 512,
         "rate_search": RateSearchSpec(low=0.1, high=3.25, steps=3)})
     req = dataclasses.replace(_request(PLAIN, tmp_path, "rate"), workload=wl, sim=SimSpec(time_scale=4.0, seed=0),
-                              objective=Objective(slo={"p99_itl_ms": 80.0}))
+                              objective=Objective(slo={"p99_itl_ms": 1000.0}))
     offline = evaluate(req)
     live = run_trial_body(req)
     assert live.state == "complete", live.evidence
