@@ -26,6 +26,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.cpu import on_cpu
 from autotune.spec import (
     AnyChoices,
     BoolChoices,
@@ -42,6 +43,7 @@ from autotune.spec import (
 _SIMPLE_KNOBS = (
     "chunked_prefill_size",
     "max_running_requests",
+    "max_total_tokens",
     "flashinfer_allreduce_fusion",
     "enable_torch_symm_mem",
     "kv_cache_dtype",
@@ -261,7 +263,7 @@ def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False
         extra_args=tuple(srv.extra_args),
     )
     if baseline:
-        return cfg
+        return _on_device(spec, cfg)
     updates: dict[str, Any] = _named_updates(spec, params)
     for key in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
         if key in params and params[key] is not None:
@@ -279,7 +281,14 @@ def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False
             eagle_topk=params.get("speculative_eagle_topk"),
             num_draft_tokens=params.get("speculative_num_draft_tokens"),
         )
-    return replace(cfg, **updates)
+    return _on_device(spec, replace(cfg, **updates))
+
+
+def _on_device(spec: StudySpec, cfg: ServerConfig) -> ServerConfig:
+    """On ``server.device: cpu``, what real SGLang needs there (even SGLang's defaults need it)."""
+    if spec.server.device != "cpu":
+        return cfg
+    return on_cpu(cfg, spec.server.sglang_version)
 
 
 def _named_updates(spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 import yaml
 from pydantic import (
@@ -35,13 +35,17 @@ from pydantic import (
 )
 
 from autotune.errors import ConfigError
+from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
 
+_W = TypeVar("_W", bound="WorkloadSpec")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 # Metrics a study may optimise: bench_serving's key names.
 OBJECTIVE_METRICS = {
     "output_throughput": "maximize",
+    "goodput": "maximize",  # requests/s meeting workload.goodput_slo
+    "cache_hit_rate": "maximize",
     "total_throughput": "maximize",
     "request_throughput": "maximize",
     "input_throughput": "maximize",
@@ -65,7 +69,8 @@ class _Model(BaseModel):
 
 
 class SamplerSpec(_Model):
-    kind: Literal["tpe", "random", "grid", "gp"] = "tpe"
+    # "auto": chosen by the space (autotune.study.samplers.choose_sampler says which and why).
+    kind: Literal["auto", "tpe", "random", "grid", "gp"] = "auto"
     seed: int | None = 0
     n_startup_trials: int = Field(default=8, ge=0)
 
@@ -87,6 +92,9 @@ class SimSpec(_Model):
 
 class ServerSpec(_Model):
     backend: Literal["sim", "sglang"] = "sim"
+    # cpu: real SGLang on CPU (autotune.sglang.cpu): its flags and env var are added to every
+    # launch, and server.python defaults to `autotune sglang-env install --device cpu`'s venv.
+    device: Literal["cuda", "cpu"] = "cuda"
     sglang_version: str = "0.5.9"
     model_path: str
     tp_size: int = Field(default=1, ge=1, le=64)
@@ -104,6 +112,12 @@ class ServerSpec(_Model):
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", v):
             raise ValueError(f"must look like 0.5.9, got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _device(self) -> ServerSpec:
+        if self.device == "cpu" and self.backend != "sglang":
+            raise ValueError("device 'cpu' runs real SGLang on CPU: set backend: sglang")
+        return self
 
     @field_validator("extra_args")
     @classmethod
@@ -242,6 +256,7 @@ class SearchSpace(_Model):
     # More knobs, as users need them.
     chunked_prefill_size: IntChoices | None = None
     max_running_requests: IntChoices | None = None
+    max_total_tokens: IntChoices | None = None  # the KV pool's cap (always set on CPU)
     flashinfer_allreduce_fusion: BoolChoices | None = None
     enable_torch_symm_mem: BoolChoices | None = None
     kv_cache_dtype: StrChoices | None = None
@@ -298,6 +313,14 @@ class WorkloadSpec(_Model):
     warmup_requests: int = Field(default=4, ge=0)
     flush_cache: bool = True
     dataset_path: str | None = None
+    # The traffic, by kind (autotune.load.workloads): random, sharegpt, generated-shared-prefix,
+    # multi-turn, trace, file. None: random prompts of input_len / output_len / range_ratio.
+    dataset: Workload | None = None
+    # Model directory or tokenizer.json for exact text-prompt lengths (default: the server's
+    # model_path when it holds a tokenizer.json; else one token per word, noted in the metrics).
+    tokenizer: str | None = None
+    # Per-request ceilings for goodput (ttft_ms, tpot_ms, e2e_latency_ms): requests/s that met them.
+    goodput_slo: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
 
     @field_validator("concurrency")
@@ -310,9 +333,37 @@ class WorkloadSpec(_Model):
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadSpec:
-        if self.num_prompts is None and self.duration_s is None:
+        finite = self.dataset is not None and self.dataset.kind != "random"
+        if self.num_prompts is None and self.duration_s is None and not finite:
             raise ValueError("set num_prompts or duration_s (or both)")
+        if finite and "num_prompts" not in self.model_fields_set:
+            object.__setattr__(self, "num_prompts", None)  # the dataset's own size, not the 512 default
         return self
+
+
+_MIX_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+
+
+class MixWorkloadSpec(WorkloadSpec):
+    """One workload of a mix: its own traffic and load points, a ``name`` (its points are
+    ``<name>.c<N>``), a ``weight`` in the weighted objective, and optionally its own SLO
+    ceilings (default: objective.slo), which must hold for it."""
+
+    name: str
+    weight: float = Field(default=1.0, gt=0)
+    slo: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _mix_name(cls, v: str) -> str:
+        if not _MIX_NAME_RE.match(v):
+            raise ValueError(f"must start with a letter, then letters, digits, '_' or '-' (32 at most), got {v!r}")
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _mix_slo(cls, v: dict[str, float]) -> dict[str, float]:
+        return ObjectiveSpec._slo(v)
 
 
 class ObjectiveSpec(_Model):
@@ -350,10 +401,16 @@ class ObjectiveSpec(_Model):
 class SearchSpec(_Model):
     """How the budget is spent (see docs: staged search, confirmation of the winner)."""
 
-    # Base knobs first, speculative decoding second on the best base (as SGLang's own
-    # auto_benchmark orders them). "auto": on when the space has speculative choices.
-    stages: Literal["auto", "off"] = "auto"
-    stage1_fraction: float = Field(default=0.6, gt=0, lt=1)
+    # "auto": a designed start (autotune.study.initial_design), then stages that end when they
+    # stop improving and whose order the data may overturn (autotune.study.search_policy);
+    # "fixed": base knobs for stage1_fraction of the budget, then speculative on the best base;
+    # "off": the sampler alone.
+    stages: Literal["auto", "fixed", "off"] = "auto"
+    stage1_fraction: float = Field(default=0.6, gt=0, lt=1)  # "auto": the most stage 1 may take
+    # Designed starting points after the baseline (None: sized from n_trials; 0: none).
+    initial_design: int | None = Field(default=None, ge=0, le=64)
+    # "auto": a stage ends after this many of its trials brought no gain (None: from n_trials).
+    patience: int | None = Field(default=None, ge=1, le=1000)
     # At the end, run the top configurations and the baseline again and report the
     # winner with median and spread.
     confirm_top: int = Field(default=2, ge=0, le=20)
@@ -401,6 +458,9 @@ class StudySpec(_Model):
     hardware: HardwareSpec
     search_space: SearchSpace = Field(default_factory=SearchSpace)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    # A workload mix: each workload is measured on the same launch, the trial's value is the
+    # weighted mean of their values, and each SLO must hold. Instead of ``workload``.
+    workloads: list[MixWorkloadSpec] | None = Field(default=None, min_length=2)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     search: SearchSpec = Field(default_factory=SearchSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
@@ -422,6 +482,41 @@ class StudySpec(_Model):
         if self.workload.rate_search is not None and not self.objective.slo:
             raise ValueError("workload.rate_search needs objective.slo: the rate it finds is the highest that meets it")
         return self
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> StudySpec:
+        if self.objective.metric == "goodput":
+            for where, wl in self.named_workloads():
+                if not wl.goodput_slo:
+                    raise ValueError(f"objective.metric goodput needs {where}.goodput_slo "
+                                     "(ttft_ms, tpot_ms, e2e_latency_ms)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_kind_of_workload(self) -> StudySpec:
+        if self.workloads is None:
+            return self
+        if "workload" in self.model_fields_set:
+            raise ValueError("set workload (one) or workloads (a mix), not both")
+        names = [w.name for w in self.workloads]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"workloads: names must be unique, {dup[0]!r} repeats")
+        for i, w in enumerate(self.workloads):
+            if w.rate_search is not None and not (w.slo or self.objective.slo):
+                raise ValueError(f"workloads[{i}].rate_search needs an SLO (its own slo or objective.slo)")
+        return self
+
+    @property
+    def has_slo(self) -> bool:
+        """An SLO bounds the trials' value: objective.slo, or a mix workload's own slo."""
+        return bool(self.objective.slo) or any(w.slo for w in self.workloads or ())
+
+    def named_workloads(self) -> list[tuple[str, WorkloadSpec]]:
+        """(dotted path, workload) of every workload the study measures: ``workload``, or each of the mix."""
+        if self.workloads:
+            return [(f"workloads[{i}]", w) for i, w in enumerate(self.workloads)]
+        return [("workload", self.workload)]
 
     @model_validator(mode="after")
     def _fits(self) -> StudySpec:
@@ -468,6 +563,26 @@ class StudySpec(_Model):
         if self.run_dir:
             return Path(self.resolve_path(self.run_dir) or ".")
         return self.base_dir / "runs" / self.name
+
+
+def resolve_workload(spec: StudySpec, workload: _W) -> _W:
+    """``workload`` with its file paths resolved against the study file, for the trial request:
+    ``dataset_path``, the dataset's ``path``, and ``tokenizer`` (default: the server's model
+    directory when it holds a tokenizer.json)."""
+    update: dict[str, Any] = {}
+    if workload.dataset_path:
+        update["dataset_path"] = spec.resolve_path(workload.dataset_path)
+    data = workload.dataset
+    path = getattr(data, "path", None)
+    if data is not None and path is not None:
+        update["dataset"] = data.model_copy(update={"path": Path(spec.resolve_path(str(path)) or ".")})
+    tok = spec.resolve_path(workload.tokenizer) if workload.tokenizer else None
+    if tok is None and spec.server.model_path:
+        model_dir = Path(spec.resolve_path(spec.server.model_path) or ".")
+        if (model_dir / "tokenizer.json").is_file():
+            tok = str(model_dir)
+    update["tokenizer"] = tok
+    return workload.model_copy(update=update)
 
 
 def format_validation_error(exc: ValidationError, data: Any = None) -> str:

@@ -59,7 +59,9 @@ runpy.run_module(target, run_name="__main__")
 """
 
 
-def _run_tool(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300) -> tuple[int, str, float, float]:
+def _run_tool(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300
+) -> tuple[int, str, float, float]:
     """Run one tool; return (rc, stdout, then the tail of stderr; wall s; CPU s of it and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
@@ -185,7 +187,8 @@ def other_peers(a: argparse.Namespace, tok_dir: Path, work: Path, server_opts: t
     }
     for tool, exe in found.items():
         if not Path(exe).exists():
-            rows.append({"tool": tool, "skipped": f"not installed at {exe} (set LOADGEN_{tool.upper().replace('-', '_')}_BIN)"})
+            var = f"LOADGEN_{tool.upper().replace('-', '_')}_BIN"
+            rows.append({"tool": tool, "skipped": f"not installed at {exe} (set {var})"})
             continue
         if tool == "inference-perf":
             rows.append({"tool": tool, "skipped": "needs Python >= 3.12 and a YAML config; no driver here"})

@@ -1,52 +1,84 @@
-"""How many modelled GPU-seconds each search strategy spends before it finds a near-optimal launch.
+"""GPU-seconds each search strategy spends until the launch settings it would hand a user are within 2 % of the optimum.
 
 Usage::
 
-    python benchmarks/search_efficiency.py [--study studies/demo.yaml] [--seeds 5] [--budget 150]
+    python benchmarks/search_efficiency.py --suite                  # every study in benchmarks/scenarios/
+    python benchmarks/search_efficiency.py --study studies/demo.yaml [--seeds 5] [--budget N]
 
-1. **Exhaustive optimum.** Every candidate of the study's grid (``autotune.space.iter_grid``)
-   is evaluated once, offline (:func:`autotune.trial.offline.evaluate`: the simulated
-   server's memory truth, startup and engine in modelled time, no processes). Results
-   are cached in ``benchmarks/out/search_efficiency_<study>.json`` (keyed by the study
-   file and the simulator's source, so an edit of either re-evaluates). The target is
-   any configuration within ``--tolerance`` (2 %) of the best objective.
-2. **Strategies**, for each seed, each with at most ``--budget`` trials and stopped at the
-   first launch that reaches the target; the cost is the sum of the modelled GPU-seconds
-   of every launch until then (startup + load, x GPUs; a launch that fails costs the
-   startup time it burnt; a candidate pruned before launch costs 0):
+Per study (scenario):
 
-   * ``autotune``: the study as given (its sampler, the baseline trial, memory-model
-     pruning before launch, calibration from observed memory, failure learning), run by
-     the real driver (``run_study``) with the :class:`~autotune.study.offline_executor.OfflineExecutor`;
-     only the sampler seed varies.
-   * ``grid``: every grid candidate in a shuffled order, all launched (no pruning): what a
-     sweep script does.
-   * ``random``: optuna's RandomSampler over the same space, everything it draws launched.
-   * ``grid+prune`` (for transparency): the real driver with the grid sampler, so with
-     autotune's pruning and failure learning but no model of speed.
+1. **Truth.** Every candidate of the study's grid (``autotune.space.iter_grid``) is
+   evaluated once, offline (:func:`autotune.trial.offline.evaluate`: the simulated server's
+   memory truth, startup and engine in modelled time, no processes), and so are SGLang's
+   defaults. The optimum is the best objective value among them that completes (and meets
+   the SLO, if any); the
+   target is every candidate within ``--tolerance`` (2 %) of it.
+   **Cache**: ``benchmarks/out/search_efficiency_<study name>.json``, keyed by a SHA-256 of
+   the study file's bytes, the sources under ``autotune/sim``, ``autotune/sglang`` and
+   ``autotune/load``, and :data:`CACHE_VERSION`; any change re-evaluates. Entries are the
+   evaluator's noise-free results per launch configuration.
+2. **Noise** (modelled, not measured): every measurement a strategy makes is the cached
+   value times ``1 + e``, ``e ~ Normal(0, sigma)``, drawn from a generator keyed on
+   (strategy seed, configuration, how many times this run measured it), so a re-run of
+   the same configuration measures a different value and confirmation repeats matter.
+   ``sigma`` is ``--noise-pct`` (default 1 %: a common run-to-run spread of a serving
+   benchmark on a quiet node; an assumption) unless the study file says
+   ``# noise_pct: X`` in its header comments. Only the objective value is noisy; latency
+   metrics (and so SLO verdicts) and GPU-seconds are not.
+3. **Strategies**, each with the same trial budget (``--budget``, default the study's
+   ``n_trials``) and seed:
 
-   For ``autotune`` it also counts launches that died of a KV-pool OOM (``kv_oom``), which the
-   memory formula can predict: the goal is none once calibrated.
+   * ``autotune``: the real driver (``run_study`` with the offline executor): the study's
+     sampler (``auto`` by default), designed start and adaptive stages, pruning before
+     launch by the memory model, calibration, failure learning, confirmation re-runs.
+   * ``driver+random``: the same driver (pruning, calibration, failure learning,
+     confirmation) with optuna's RandomSampler and no search policy (stages off, no design).
+   * ``grid+prune``: the same driver with the shuffled grid sampler and no search policy.
+   * ``grid``: the grid in a shuffled order, every candidate launched (a sweep script).
+   * ``random``: optuna's RandomSampler, every draw launched.
 
-Each candidate's result is the same in every strategy (the offline evaluator with the
-study's sim seed), so strategies differ only in which candidates they launch. The last
-line printed is one JSON object with the medians (``ratio_vs_grid`` = autotune / grid).
+   Launch costs are the simulator's modelled seconds x GPUs (startup: weight load, CUDA
+   graph capture, warm-up, from ``autotune/sim/startup.py``; load: the engine's modelled
+   time; a failed launch costs what it burnt; a pruned candidate costs 0).
+4. **Figures.** A strategy's *pick* after each launch is what the tool would hand a user:
+   for the sweep baselines the best single measurement so far; for the driver the best
+   search trial (with an SLO, the best that meets it) and, once confirmation re-runs are
+   in, the best confirmed median (``autotune best``). *GPU-seconds to target* is the
+   spend at the launch after which the pick stays within the tolerance of the optimum
+   (by its noise-free value) to the end of the budget; ``inf`` if the final pick is off
+   target. Medians and [min, max] over ``--seeds`` seeds; *final regret* is the final
+   pick's distance to the optimum (``defaults_regret_pct``: SGLang's defaults', the
+   baseline every driver strategy launches first; None when the defaults fail or miss the
+   SLO). ``failed_gpu_s`` is what launches that died
+   (OOM and other failures) cost: what pruning saves shows as the gap between
+   ``random`` and ``driver+random``.
+
+The headline is ``worst_ratio_vs_best_other``: over scenarios, the largest ratio of
+autotune's median GPU-seconds to target to the best other strategy's (a strategy whose
+median run never reached the target counts with what it spent, a lower bound on its
+GPU-seconds to target, so the ratio against it is an upper bound, flagged
+``best_other_found: false``). The last line
+printed is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
+import math
+import re
 import statistics
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -55,20 +87,21 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
 from autotune import space  # noqa: E402
-from autotune.trial import offline  # noqa: E402
-from autotune.spec import StudySpec, load_study_spec  # noqa: E402
 from autotune.outcome import FailureKind  # noqa: E402
 from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.spec import StudySpec, load_study_spec  # noqa: E402
+from autotune.trial import offline  # noqa: E402
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 log = logging.getLogger("search_efficiency")
 OUT = ROOT / "benchmarks" / "out"
+SCENARIOS = ROOT / "benchmarks" / "scenarios"
 #: Sources whose change invalidates the cached exhaustive evaluation.
 _FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load", "autotune/trial")
-
-
-class _Found(Exception):
-    """Raised from the executor's callback to stop a driver run at the first on-target launch."""
+#: Bumped when what a cache entry holds changes.
+CACHE_VERSION = "2"
+LAST_STUDY: list[optuna.Study] = []  # the last driver run's study (for inspection)
+STRATEGIES = ("autotune", "driver+random", "grid+prune", "grid", "random")
 
 
 def _config_key(config: dict[str, Any]) -> str:
@@ -77,12 +110,25 @@ def _config_key(config: dict[str, Any]) -> str:
 
 
 def _fingerprint(spec_path: Path) -> str:
-    h = hashlib.sha256(spec_path.read_bytes())
+    h = hashlib.sha256(CACHE_VERSION.encode())
+    h.update(spec_path.read_bytes())
     for sub in _FINGERPRINT_DIRS:
-        for f in sorted((ROOT / sub).glob("*.py")):
-            h.update(f.name.encode())
+        for f in sorted((ROOT / sub).rglob("*.py")):
+            h.update(str(f.relative_to(ROOT)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+def header(spec_path: Path) -> dict[str, str]:
+    """``# key: value`` lines of the study file's leading comment block (``hard``, ``noise_pct``)."""
+    out: dict[str, str] = {}
+    for line in spec_path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        m = re.match(r"#\s*([a-z_]+):\s*(.+)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
 
 
 def _request(spec: StudySpec, config: dict[str, Any]) -> TrialRequest:
@@ -96,7 +142,7 @@ def _request(spec: StudySpec, config: dict[str, Any]) -> TrialRequest:
 
 @dataclass
 class Table:
-    """Every evaluated candidate (grid and any other the driver asks for), by config key."""
+    """Every evaluated candidate (grid and any other the driver asks for), noise-free, by config key."""
 
     spec: StudySpec
     path: Path
@@ -105,7 +151,7 @@ class Table:
     dirty: bool = False
 
     @classmethod
-    def load(cls, spec: StudySpec, spec_path: Path, out: Path) -> "Table":
+    def load(cls, spec: StudySpec, spec_path: Path, out: Path) -> Table:
         path = out / f"search_efficiency_{spec.name}.json"
         fp = _fingerprint(spec_path)
         table = cls(spec, path, fp)
@@ -114,7 +160,7 @@ class Table:
             if data.get("fingerprint") == fp:
                 table.results = data["results"]
             else:
-                log.info("cache %s is stale (study or simulator changed): re-evaluating", path)
+                log.info("cache %s is stale (study, simulator or benchmark changed): re-evaluating", path)
         return table
 
     def save(self) -> None:
@@ -139,201 +185,365 @@ class Table:
         kind = FailureKind(d["failure_kind"]) if d["failure_kind"] else None
         return TrialResult(**{**d, "state": TrialState(d["state"]), "failure_kind": kind})
 
-    def lookup(self, request: TrialRequest) -> TrialResult:
-        return self.result(request.config.to_dict())
+    def truth(self, config: dict[str, Any]) -> float | None:
+        """The noise-free objective of a launch; None when it fails or misses the SLO."""
+        r = self.result(config)
+        if r.state != "complete" or r.value is None:
+            return None
+        if r.slo_violation is not None and r.slo_violation > 0:
+            return None
+        return float(r.value)
 
 
-def exhaustive(table: Table) -> tuple[list[dict[str, Any]], float]:
-    """Evaluate the whole grid; return the grid's params and the best objective value."""
-    spec = table.spec
-    grid = list(space.iter_grid(spec))
-    t0 = time.monotonic()
-    for i, params in enumerate(grid, 1):
-        table.result(space.to_config(spec, params).to_dict())
-        if i % 200 == 0:
-            log.info("exhaustive: %d/%d candidates (%.0f s)", i, len(grid), time.monotonic() - t0)
-            table.save()
-    table.save()
-    sign = 1.0 if spec.objective.resolved_direction == "maximize" else -1.0
-    values = [r.value for r in (table.result(space.to_config(spec, p).to_dict()) for p in grid) if r.value is not None]
-    return grid, max(values, key=lambda v: sign * v)
+class Noise:
+    """Measurement noise of one strategy run (module docstring, point 2)."""
+
+    def __init__(self, sigma: float, seed: int) -> None:
+        self.sigma, self.seed = sigma, seed
+        self.count: dict[str, int] = {}
+
+    def measure(self, table: Table, config: dict[str, Any]) -> TrialResult:
+        res = table.result(config)
+        if res.value is None or self.sigma <= 0:
+            return res
+        key = _config_key(config)
+        k = self.count.get(key, 0)
+        self.count[key] = k + 1
+        digest = hashlib.sha256(f"{self.seed}|{key}|{k}".encode()).digest()
+        eps = np.random.default_rng(int.from_bytes(digest[:8], "little")).normal(0.0, self.sigma)
+        res.value = float(res.value) * (1.0 + eps)
+        return res
 
 
 @dataclass
 class Run:
-    """One strategy, one seed."""
+    """One strategy, one seed: the pick's noise-free value after each launch, and the spend."""
 
+    events: list[tuple[float, float | None]] = field(default_factory=list)  # (cumulative GPU-s, pick truth)
     gpu_s: float = 0.0
     launches: int = 0
-    trials: int = 0
-    found: bool = False
-    kv_oom_launches: int = 0
-    found_value: float | None = None
+    failed_gpu_s: float = 0.0
+    final: float | None = None
+
+    def launch(self, result: TrialResult) -> None:
+        self.launches += 1
+        self.gpu_s += result.gpu_seconds
+        if result.state != "complete":
+            self.failed_gpu_s += result.gpu_seconds
+
+    def to_target(self, target: float, sign: float) -> float:
+        """GPU-s at the launch after which the pick stays on target; inf if it ends off target."""
+        at = math.inf
+        for spent, truth in reversed(self.events):
+            if truth is None or sign * truth < sign * target:
+                break
+            at = spent
+        return at
+
+    def regret_pct(self, best: float, sign: float) -> float:
+        if self.final is None:
+            return 100.0
+        return max(0.0, sign * (best - self.final) / abs(best) * 100)
 
 
-def _on_target(value: float | None, target: float, sign: float) -> bool:
-    return value is not None and sign * value >= sign * target
+def _pick_of_measurements(meas: list[tuple[str, float]], sign: float) -> str | None:
+    return max(meas, key=lambda m: sign * m[1])[0] if meas else None
 
 
-def _account(run: Run, result: TrialResult, target: float, sign: float) -> bool:
-    run.launches += 1
-    run.gpu_s += result.gpu_seconds
-    if result.failure_kind == "kv_oom":
-        run.kv_oom_launches += 1
-    if result.state == "complete" and _on_target(result.value, target, sign):
-        run.found, run.found_value = True, result.value
-        return True
-    return False
-
-
-def run_launch_all(table: Table, order: list[dict[str, Any]], target: float, sign: float) -> Run:
-    """Launch candidates in ``order`` (no pruning) until one is on target."""
+def run_sweep(table: Table, order: list[dict[str, Any]], noise: Noise, sign: float) -> Run:
+    """Launch every candidate of ``order`` (no pruning); the pick is the best single measurement."""
     run = Run()
+    meas: list[tuple[str, float]] = []
+    truth: dict[str, float | None] = {}
     for params in order:
-        run.trials += 1
-        if _account(run, table.result(space.to_config(table.spec, params).to_dict()), target, sign):
-            break
+        cfg = space.to_config(table.spec, params).to_dict()
+        res = noise.measure(table, cfg)
+        run.launch(res)
+        key = _config_key(cfg)
+        truth[key] = table.truth(cfg)
+        feasible = res.state == "complete" and res.value is not None and \
+            not (res.slo_violation is not None and res.slo_violation > 0)
+        if feasible:
+            meas.append((key, float(res.value)))  # type: ignore[arg-type]
+        pick = _pick_of_measurements(meas, sign)
+        run.events.append((run.gpu_s, truth.get(pick) if pick else None))
+    run.final = run.events[-1][1] if run.events else None
     return run
 
 
-def run_random(table: Table, seed: int, budget: int, target: float, sign: float) -> Run:
-    """optuna's RandomSampler over the study's space; every draw launched."""
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed),
-                                direction=table.spec.objective.resolved_direction)
-    run = Run()
+def random_order(spec: StudySpec, seed: int, budget: int) -> list[dict[str, Any]]:
+    """``budget`` draws of optuna's RandomSampler over the study's space."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    out = []
     for _ in range(budget):
         trial = study.ask()
-        params = space.suggest(trial, table.spec)
-        res = table.result(space.to_config(table.spec, params).to_dict())
-        run.trials += 1
-        hit = _account(run, res, target, sign)
-        if res.state == "complete" and res.value is not None:
-            study.tell(trial, res.value)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        if hit:
-            break
-    return run
+        out.append(space.suggest(trial, spec))
+        study.tell(trial, 0.0)
+    return out
 
 
-def run_driver(table: Table, sampler: dict[str, Any], budget: int, target: float, sign: float) -> Run:
-    """The real study driver (pruning, calibration, failure learning) with offline trial bodies."""
+def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler: dict[str, Any],
+               search: dict[str, Any] | None = None) -> Run:
+    """The real study driver with offline trial bodies; the timeline rebuilt from its storage."""
+    from autotune.results.summary import best_trial
     from autotune.study.driver import run_study
     from autotune.study.offline_executor import OfflineExecutor
+    from autotune.study.phases import is_extra
 
     run = Run()
+    truth_of: dict[int, float | None] = {}
+
+    def evaluate(request: TrialRequest) -> TrialResult:
+        config = request.config.to_dict()
+        truth_of[request.trial_number] = table.truth(config)
+        return noise.measure(table, config)
 
     def on_result(_number: int, _request: TrialRequest, result: TrialResult) -> None:
-        if _account(run, result, target, sign):
-            raise _Found()
+        run.launch(result)
 
-    with tempfile.TemporaryDirectory(prefix="autotune-search-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="autotune-search-") as tmp, _in_memory_storage() as opened:
         spec = table.spec.model_copy(update={
             "storage": f"sqlite:///{tmp}/study.db", "run_dir": f"{tmp}/runs", "n_trials": budget,
             "sampler": table.spec.sampler.model_copy(update=sampler),
+            "search": table.spec.search.model_copy(update=search or {}),
+            "budget": table.spec.budget.model_copy(update={"wall_time_s": None}),
         })
-        try:
-            summary = run_study(spec, executor=OfflineExecutor(evaluate=table.lookup, on_result=on_result))
-            run.trials = summary.finished
-        except _Found:
-            study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
-            run.trials = len(study.get_trials(deepcopy=False))
+        run_study(spec, executor=OfflineExecutor(evaluate=evaluate, on_result=on_result))
+        study = opened[-1]
+        LAST_STUDY[:] = [study]
+        trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        spent = 0.0
+        best: tuple[float, int] | None = None  # (value, number) of the best search trial so far
+        def launched(number: int) -> int:  # a trial that reused an earlier launch's result
+            return int(study.trials[number].user_attrs.get("reused_from", number))
+
+        for t in trials:
+            if t.number not in truth_of:
+                continue  # pruned before launch, or a reused result: no GPU time of its own
+            spent += t.user_attrs.get("gpu_seconds") or 0.0
+            ok = t.state.name == "COMPLETE" and t.value is not None and t.user_attrs.get("slo_met") is not False
+            if ok and t.value is not None and not is_extra(t) and (best is None or sign * t.value > sign * best[0]):
+                best = (t.value, t.number)
+            run.events.append((spent, truth_of.get(launched(best[1])) if best else None))
+        final = best_trial(study)
+        run.final = truth_of.get(launched(final.number)) if final is not None else None
+        if run.events:
+            run.events[-1] = (run.events[-1][0], run.final)
     return run
 
 
-def _fmt(run: Run) -> str:
-    mark = "" if run.found else " (not found)"
-    return f"{run.gpu_s:>10.0f} GPU-s {run.launches:>4d} launches {run.trials:>4d} trials{mark}"
+@contextlib.contextmanager
+def _in_memory_storage() -> Iterator[list[optuna.Study]]:
+    """The driver's study in optuna's in-memory storage instead of SQLite: the same driver
+    code path (ask/tell, user attributes, enqueued trials), without ~25 SQLite commits per
+    trial, which made the harness, not the search, the slow part. Yields the studies opened."""
+    from autotune.study import driver
+
+    opened: list[optuna.Study] = []
+    names = vars(driver)  # the driver's own references to storage.open_storage / open_study
+    saved_storage, saved_study = names["open_storage"], names["open_study"]
+
+    def open_in_memory(spec: StudySpec) -> optuna.storages.BaseStorage:
+        return optuna.storages.InMemoryStorage()
+
+    def open_and_keep(spec: StudySpec, **kw: Any) -> optuna.Study:
+        study: optuna.Study = saved_study(spec, **kw)
+        opened.append(study)
+        return study
+
+    names["open_storage"], names["open_study"] = open_in_memory, open_and_keep
+    try:
+        yield opened
+    finally:
+        names["open_storage"], names["open_study"] = saved_storage, saved_study
+
+
+@dataclass
+class Scenario:
+    path: Path
+    spec: StudySpec
+    hard: str
+    noise_pct: float
+
+
+def evaluate_scenario(sc: Scenario, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    spec = sc.spec
+    table = Table.load(spec, sc.path, out)
+    t0 = time.monotonic()
+    grid = list(space.iter_grid(spec))
+    for i, params in enumerate(grid, 1):
+        table.result(space.to_config(spec, params).to_dict())
+        if i % 200 == 0:
+            log.info("%s: %d/%d candidates evaluated (%.0f s)", spec.name, i, len(grid), time.monotonic() - t0)
+            table.save()
+    table.save()
+    sign = 1.0 if spec.objective.resolved_direction == "maximize" else -1.0
+    truths = [table.truth(space.to_config(spec, p).to_dict()) for p in grid]
+    feasible = [v for v in truths if v is not None]
+    if not feasible:
+        raise SystemExit(f"{spec.name}: no candidate of the grid completes (and meets the SLO)")
+    base_truth = table.truth(space.to_config(spec, {}, baseline=True).to_dict())
+    # SGLang's defaults are a candidate too (every driver strategy launches them first)
+    best = max(feasible + ([base_truth] if base_truth is not None else []), key=lambda v: sign * v)
+    target = best * (1 - args.tolerance) if sign > 0 else best * (1 + args.tolerance)
+    n_hit = sum(1 for v in feasible if sign * v >= sign * target)
+    budget = args.budget or spec.n_trials
+    sigma = sc.noise_pct / 100
+    log.info("%s: %d candidates (%d feasible, %d on target), best %.1f, budget %d, noise %.1f %%",
+             spec.name, len(grid), len(feasible), n_hit, best, budget, sc.noise_pct)
+
+    def shuffled(seed: int) -> list[dict[str, Any]]:
+        return [grid[i] for i in np.random.default_rng(seed).permutation(len(grid))[:budget]]
+
+    off = {"stages": "off", "initial_design": 0}
+    strategies: dict[str, Callable[[int], Run]] = {
+        "autotune": lambda s: run_driver(table, budget, Noise(sigma, s), sign, sampler={"seed": s}),
+        "driver+random": lambda s: run_driver(table, budget, Noise(sigma, s), sign,
+                                              sampler={"kind": "random", "seed": s}, search=off),
+        "grid+prune": lambda s: run_driver(table, budget, Noise(sigma, s), sign,
+                                           sampler={"kind": "grid", "seed": s}, search=off),
+        "grid": lambda s: run_sweep(table, shuffled(s), Noise(sigma, s), sign),
+        "random": lambda s: run_sweep(table, random_order(spec, s, budget), Noise(sigma, s), sign),
+    }
+    runs: dict[str, list[Run]] = {name: [] for name in strategies}
+    for seed in range(args.seeds):
+        for name, fn in strategies.items():
+            runs[name].append(fn(seed))
+        table.save()
+    res: dict[str, Any] = {"hard": sc.hard, "grid_size": len(grid), "feasible": len(feasible),
+                           "defaults_regret_pct": None if base_truth is None
+                           else round(max(0.0, sign * (best - base_truth) / abs(best) * 100), 2),
+                           "on_target_candidates": n_hit, "best_value": round(best, 2), "budget": budget,
+                           "noise_pct": sc.noise_pct, "median_gpu_s": {}, "spread_gpu_s": {}, "found": {},
+                           "median_final_regret_pct": {}, "median_failed_gpu_s": {}, "median_launches": {}}
+    med: dict[str, float] = {}
+    for name, rs in runs.items():
+        tt = [r.to_target(target, sign) for r in rs]
+        med[name] = statistics.median(tt)
+        res["median_gpu_s"][name] = _num(med[name])
+        res["spread_gpu_s"][name] = [_num(min(tt)), _num(max(tt))]
+        res["found"][name] = sum(1 for v in tt if math.isfinite(v))
+        res["median_final_regret_pct"][name] = round(statistics.median(r.regret_pct(best, sign) for r in rs), 2)
+        res["median_failed_gpu_s"][name] = round(statistics.median(r.failed_gpu_s for r in rs), 0)
+        res["median_launches"][name] = statistics.median(r.launches for r in rs)
+    spent = {name: statistics.median(r.gpu_s for r in rs) for name, rs in runs.items()}
+    res["median_spent_gpu_s"] = {n: round(v, 0) for n, v in spent.items()}
+    # A strategy that did not reach the target (median) would need more than it spent: that
+    # spend is a lower bound on its GPU-seconds to target, so a ratio against it is an upper
+    # bound on autotune's (the headline uses it instead of a flattering 0).
+    bounded = {n: (v if math.isfinite(v) else spent[n]) for n, v in med.items() if n != "autotune"}
+    best_other = min(bounded, key=lambda n: bounded[n])
+    res["ratio_vs"] = {n: _ratio(med["autotune"], v) for n, v in med.items() if n != "autotune"}
+    res["best_other"] = best_other
+    res["best_other_found"] = math.isfinite(med[best_other])
+    res["ratio_vs_best_other"] = _ratio(med["autotune"], bounded[best_other])
+    res["eval_s"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+def _num(v: float) -> float | None:
+    return None if not math.isfinite(v) else round(v, 0)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """a / b; None when neither reached the target (no evidence either way)."""
+    if not math.isfinite(a) and not math.isfinite(b):
+        return None
+    if not math.isfinite(a):
+        return math.inf
+    if not math.isfinite(b):
+        return 0.0
+    return round(a / b, 3) if b > 0 else (0.0 if a == 0 else math.inf)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON without Infinity: a ratio of a strategy that never reached the target is "inf"."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "inf"
+    return obj
+
+
+def _line(name: str, r: dict[str, Any]) -> str:
+    def f(v: float | None) -> str:
+        return "not found" if v is None else f"{v:,.0f}"
+    meds = "  ".join(f"{n} {f(r['median_gpu_s'][n])} ({r['found'][n]}/{SEEDS[0]})" for n in STRATEGIES)
+    ratio = r["ratio_vs_best_other"]
+    bound = "" if r["best_other_found"] else " at most (it did not reach the target: its spend is a lower bound)"
+    return (f"{name}: ratio vs best other ({r['best_other']}) {ratio if ratio is not None else 'n/a'}{bound} | "
+            f"GPU-s to target, median (found/seeds): {meds}")
+
+
+SEEDS = [5]
+
+
+def load_scenario(path: Path, noise_pct: float) -> Scenario:
+    spec = load_study_spec(path)
+    h = header(path)
+    return Scenario(path, spec, h.get("hard", ""), float(h.get("noise_pct", noise_pct)))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default=str(ROOT / "studies" / "demo.yaml"))
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--suite", action="store_true", help=f"every study file in {SCENARIOS.relative_to(ROOT)}/")
+    which.add_argument("--study", help="one study file")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--budget", type=int, default=150, help="trials per strategy and seed")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="trials per strategy and seed (default: the study's n_trials)")
     ap.add_argument("--tolerance", type=float, default=0.02, help="relative distance to the optimum that counts")
+    ap.add_argument("--noise-pct", type=float, default=1.0, help="measurement noise (sigma, %%) unless the study says")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error("--seeds must be >= 1")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study.driver", "autotune.trial.offline")]
+    log.setLevel(logging.INFO)
+    noisy = [logging.getLogger(n) for n in ("autotune.sim.engine", "autotune.study", "autotune.trial.offline")]
     levels = [lg.level for lg in noisy]
-    logging.getLogger("search_efficiency").setLevel(logging.INFO)
     for lg in noisy:
         lg.setLevel(logging.CRITICAL if not args.verbose else logging.INFO)
+    SEEDS[0] = args.seeds
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             optuna.logging.set_verbosity(optuna.logging.ERROR)
             return _run(args)
     finally:
-        for lg, level in zip(noisy, levels):
+        for lg, level in zip(noisy, levels, strict=True):
             lg.setLevel(level)
 
 
 def _run(args: argparse.Namespace) -> int:
-    spec_path = Path(args.study).resolve()
-    spec = load_study_spec(spec_path)
+    paths = sorted(SCENARIOS.glob("*.yaml")) if args.suite or not args.study else [Path(args.study).resolve()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ignore = out / ".gitignore"
     if not ignore.exists():
         ignore.write_text("*\n")
-    table = Table.load(spec, spec_path, out)
+    results: dict[str, Any] = {}
     t0 = time.monotonic()
-    grid, best = exhaustive(table)
-    sign = 1.0 if spec.objective.resolved_direction == "maximize" else -1.0
-    target = best * (1 - args.tolerance) if sign > 0 else best * (1 + args.tolerance)
-    grid_results = [table.result(space.to_config(spec, p).to_dict()) for p in grid]
-    n_hit = sum(1 for r in grid_results if r.state == "complete" and _on_target(r.value, target, sign))
-    kinds: dict[str, int] = {}
-    for r in grid_results:
-        k = r.failure_kind or r.state
-        kinds[k] = kinds.get(k, 0) + 1
-    full_grid_gpu_s = sum(r.gpu_seconds for r in grid_results)
-    print(f"study {spec.name}: {len(grid)} grid candidates evaluated offline in {time.monotonic() - t0:.0f} s "
-          f"(memo {offline.cache_info()})")
-    print(f"outcomes: {json.dumps(kinds, sort_keys=True)}; best {spec.objective.metric} = {best:.1f}; "
-          f"target >= {target:.1f}: {n_hit} candidates; launching the whole grid costs {full_grid_gpu_s:.0f} GPU-s")
-
-    strategies: dict[str, Callable[[int], Run]] = {
-        "autotune": lambda s: run_driver(table, {"seed": s}, args.budget, target, sign),
-        "grid": lambda s: run_launch_all(table, [grid[i] for i in np.random.default_rng(s).permutation(len(grid))],
-                                         target, sign),
-        "random": lambda s: run_random(table, s, args.budget, target, sign),
-        "grid+prune": lambda s: run_driver(table, {"kind": "grid", "seed": s}, args.budget, target, sign),
-    }
-    runs: dict[str, list[Run]] = {name: [] for name in strategies}
-    for seed in range(args.seeds):
-        print(f"\nseed {seed}")
-        for name, fn in strategies.items():
-            t = time.monotonic()
-            r = fn(seed)
-            runs[name].append(r)
-            extra = f" kv_oom launches {r.kv_oom_launches}" if name == "autotune" else ""
-            print(f"  {name:<11s}{_fmt(r)}{extra}  ({time.monotonic() - t:.1f} s)")
-        table.save()
-
-    med = {name: statistics.median(r.gpu_s for r in rs) for name, rs in runs.items()}
-    print("\nmedians over seeds:")
-    for name, rs in runs.items():
-        print(f"  {name:<11s}{med[name]:>10.0f} GPU-s  launches {statistics.median(r.launches for r in rs):>6.1f}  "
-              f"found {sum(r.found for r in rs)}/{len(rs)}")
+    for path in paths:
+        sc = load_scenario(path, args.noise_pct)
+        r = evaluate_scenario(sc, args, out)
+        results[sc.spec.name] = r
+        print(_line(sc.spec.name, r), flush=True)
+    ratios = [r["ratio_vs_best_other"] for r in results.values()]
+    known = [x for x in ratios if x is not None]
     summary = {
-        "autotune_gpu_s": round(med["autotune"], 1),
-        "grid_gpu_s": round(med["grid"], 1),
-        "random_gpu_s": round(med["random"], 1),
-        "grid_prune_gpu_s": round(med["grid+prune"], 1),
-        "ratio_vs_grid": round(med["autotune"] / med["grid"], 3) if med["grid"] else None,
-        "ratio_vs_random": round(med["autotune"] / med["random"], 3) if med["random"] else None,
-        "autotune_launches": statistics.median(r.launches for r in runs["autotune"]),
-        "autotune_predictable_oom_launches": sum(r.kv_oom_launches for r in runs["autotune"]),
-        "found_within_budget": {name: sum(r.found for r in rs) for name, rs in runs.items()},
-        "seeds": args.seeds, "budget": args.budget, "tolerance": args.tolerance,
-        "best_value": round(best, 2), "grid_size": len(grid), "on_target_candidates": n_hit,
+        "scenarios": results,
+        "worst_ratio_vs_best_other": max(known) if known else None,
+        "scenarios_at_most_half": sum(1 for x in known if x <= 0.5),
+        "scenarios_at_most_one": sum(1 for x in known if x <= 1.0),
+        "n_scenarios": len(results),
+        "seeds": args.seeds, "tolerance": args.tolerance, "elapsed_s": round(time.monotonic() - t0, 1),
     }
-    print(json.dumps(summary))
+    print(json.dumps(_finite(summary)))
     return 0
 
 

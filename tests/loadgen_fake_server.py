@@ -118,7 +118,7 @@ class Server:
 class Stream:
     """One streamed response being written."""
 
-    def __init__(self, proto: "Conn", kind: str, body: dict[str, Any], prompt_tokens: int) -> None:
+    def __init__(self, proto: Conn, kind: str, body: dict[str, Any], prompt_tokens: int) -> None:
         self.proto = proto
         self.kind = kind
         self.n = int(

@@ -18,7 +18,6 @@ from loadgen_fake_server import running
 
 from autotune.load import LoadSpec, run_load
 
-
 QUIET = os.getloadavg()[0] < (os.cpu_count() or 1)
 REL = 0.01 if QUIET else 0.05  # throughput and TPOT, relative
 TTFT_MS = 1.0 if QUIET else 5.0  # median TTFT, absolute

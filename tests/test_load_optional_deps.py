@@ -17,7 +17,8 @@ import autotune.load.run as run_mod, autotune.load.stream as stream_mod
 assert run_mod._loop_factory is None and stream_mod.loads.__module__ == "json"
 with running("--ttft-ms", "1", "--token-delay-ms", "1") as server:
     for backend in ("sglang", "openai"):
-        result = run_load(server.url, LoadSpec(backend=backend, concurrency=2, num_prompts=4, output_len=5, input_len=4))
+        spec = LoadSpec(backend=backend, concurrency=2, num_prompts=4, output_len=5, input_len=4)
+        result = run_load(server.url, spec)
         assert result.metrics["total_output_tokens"] == 20, result.metrics
 print("ok")
 """

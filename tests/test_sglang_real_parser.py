@@ -10,8 +10,11 @@ value, type, choices, nargs), and autotune's own dialect parser must refuse
 exactly what the real one refuses in a handful of known cases.
 
 Which SGLang: ``AUTOTUNE_SGLANG_PYTHON`` (a venv's python), else this
-interpreter when ``sglang.srt.server_args`` imports; skipped otherwise, without
-installing anything. A venv that imports the parser on a CPU-only machine
+interpreter when ``sglang.srt.server_args`` imports, else the CPU venvs of
+``autotune sglang-env install --version V --device cpu`` (a second dialect's
+version from ``AUTOTUNE_SGLANG_PYTHON_0_5_9``-style or its cached venv); skipped
+otherwise, without installing anything, except under ``CI=true`` where the
+versions of ``AUTOTUNE_REAL_SGLANG_VERSIONS`` (default 0.5.23) must be there. A venv that imports the parser on a CPU-only machine
 (reference section 11; about 3 minutes each)::
 
     python3.11 -m venv /tmp/v-sglang-0523
@@ -102,14 +105,43 @@ def _find_real_sglang() -> tuple[RealSglang | None, str]:
             pytest.fail(f"AUTOTUNE_SGLANG_PYTHON={explicit} is unusable: {why}")
         return real, ""
     if importlib.util.find_spec("sglang") is None:  # quick: no import, no install attempt
+        for version in ("0.5.23", "0.5.9"):  # else a venv of `autotune sglang-env install --device cpu`
+            cached = _cached_python(version)
+            if cached is not None:
+                return _info(cached)
         return None, "SGLang is not importable here (set AUTOTUNE_SGLANG_PYTHON to a venv's python that has it)"
     return _info(sys.executable)
+
+
+def _cached_python(version: str) -> str | None:
+    from autotune.sglang_env.install import default_prefix
+
+    python = default_prefix(version, "cpu") / "bin" / "python"
+    return str(python) if python.exists() else None
+
+
+@functools.cache
+def _for_version(version: str) -> tuple[RealSglang | None, str]:
+    """A second SGLang for another dialect: ``AUTOTUNE_SGLANG_PYTHON_0_5_9``-style, or the cached CPU venv."""
+    python = os.environ.get(f"AUTOTUNE_SGLANG_PYTHON_{version.replace('.', '_')}") or _cached_python(version)
+    if python is None:
+        return None, f"no SGLang {version} venv (autotune sglang-env install --version {version} --device cpu)"
+    return _info(python)
+
+
+def _ci_required() -> set[str]:
+    """Versions CI promises to check (it builds their venvs); missing ones fail there instead of skipping."""
+    if os.environ.get("CI", "").lower() not in ("true", "1"):
+        return set()
+    return set(filter(None, os.environ.get("AUTOTUNE_REAL_SGLANG_VERSIONS", "0.5.23").split(",")))
 
 
 @pytest.fixture(scope="module")
 def real() -> RealSglang:
     found, why = _find_real_sglang()
     if found is None:
+        if _ci_required():
+            pytest.fail(f"CI=true but no real SGLang: {why}")
         pytest.skip(why)
     return found
 
@@ -121,7 +153,15 @@ def _demo_spec(version: str) -> StudySpec:
     return spec.model_copy(update={"server": spec.server.model_copy(update={"sglang_version": version})})
 
 
-def _require_version(real: RealSglang, version: str) -> None:
+def _require_version(real: RealSglang, version: str) -> RealSglang:
+    """The SGLang that speaks ``version``: ``real``, or another venv of that version when there is one."""
+    if as_version(real.version) == as_version(version):
+        return real
+    other, why = _for_version(version)
+    if other is not None and as_version(other.version) == as_version(version):
+        return other
+    if version in _ci_required():
+        pytest.fail(f"CI=true but no SGLang {version} to check: {why}")
     if as_version(real.version) != as_version(version):
         pytest.skip(f"the SGLang at {real.python} is {real.version}, not {version}: point AUTOTUNE_SGLANG_PYTHON "
                     f"at a venv with sglang=={version} to check that dialect")
@@ -187,7 +227,7 @@ def _study_argvs(spec: StudySpec, version: str) -> list[list[str]]:
 def test_every_demo_candidate_is_accepted_by_the_real_parser(real: RealSglang, study_version: str) -> None:
     spec = _demo_spec(study_version)
     version = spec.server.sglang_version
-    _require_version(real, version)
+    real = _require_version(real, version)
     argvs = _study_argvs(spec, version)
     assert len(argvs) > 100  # the demo grid, not just the baseline
     answers = real.parse(argvs)
@@ -251,7 +291,7 @@ def _our_error(version: str, argv: list[str]) -> str | None:
 
 @pytest.mark.parametrize("version", sorted({v for v, _, _ in KNOWN_CASES}))
 def test_our_dialect_refuses_exactly_what_sglang_refuses(real: RealSglang, version: str) -> None:
-    _require_version(real, version)
+    real = _require_version(real, version)
     cases = [(["--model-path", "m", *argv], ok) for v, argv, ok in KNOWN_CASES if v == version]
     cases.append((["--tp-size", "2"], False))  # --model-path is required
     answers = real.parse([argv for argv, _ in cases])

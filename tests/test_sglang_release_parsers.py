@@ -119,7 +119,7 @@ def test_every_candidate_parses_as_meant_by_the_releases_table(version: str) -> 
     configs, argvs = _argvs(version)
     assert len(argvs) >= 200
     parser = build_parser(version)
-    for cfg, argv in zip(configs, argvs):
+    for cfg, argv in zip(configs, argvs, strict=False):
         ns = parser.parse_args(argv)  # exits 2 (fails the test) on a refusal
         assert config_from_namespace(ns, version) == _meant(cfg), shell_line(argv)
 
@@ -162,9 +162,9 @@ def test_every_candidate_parses_as_meant_by_the_real_parser(version: str) -> Non
     assert proc.returncode == 0, proc.stderr[-2000:]
     answers = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert len(answers) == len(argvs)
-    refused = [f"{shell_line(a)}\n  -> {r['error']}" for a, r in zip(argvs, answers) if not r["ok"]]
+    refused = [f"{shell_line(a)}\n  -> {r['error']}" for a, r in zip(argvs, answers, strict=False) if not r["ok"]]
     assert not refused, f"SGLang {version} refuses {len(refused)} of {len(argvs)}:\n" + "\n".join(refused[:5])
-    differ = [f"{shell_line(a)}\n  -> {_fold(version, r['set'])}" for c, a, r in zip(configs, argvs, answers)
+    differ = [f"{shell_line(a)}\n  -> {_fold(version, r['set'])}" for c, a, r in zip(configs, argvs, answers, strict=False)
               if _fold(version, r["set"]) != _meant(c)]
     assert not differ, f"SGLang {version} reads {len(differ)} argv otherwise:\n" + "\n".join(differ[:3])
 

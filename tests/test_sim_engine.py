@@ -68,7 +68,7 @@ async def serve_all(engine: Engine, jobs: list[tuple[str, int, int]]) -> dict[st
         results = await asyncio.gather(*(collect(engine, rid, i, o) for rid, i, o in jobs))
     finally:
         await engine.stop()
-    return {rid: chunks for (rid, _, _), chunks in zip(jobs, results)}
+    return {rid: chunks for (rid, _, _), chunks in zip(jobs, results, strict=True)}
 
 
 # --- token accounting and streaming --------------------------------------------------

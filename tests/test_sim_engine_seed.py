@@ -65,7 +65,8 @@ def test_graph_max_bs_512_is_not_worse_on_nvlink():
 
 
 def test_eagle3_under_the_default_48_running_requests_loses_at_concurrency_256():
-    """SGLang caps running requests at 48 under speculative decoding: at concurrency 256 that costs more than it gains."""
+    """SGLang caps running requests at 48 under speculative decoding: at concurrency 256 that costs
+    more than it gains."""
     draft = load_model_profile(MODEL.parent / "kimi-k2-class-eagle3")
     spec = PerfModel(PerfInputs(model=load_model_profile(MODEL), gpu=get_gpu("rtx-pro-6000"), tp_size=8,
                                 interconnect="pcie", cuda_graph_max_bs=128, draft=draft,

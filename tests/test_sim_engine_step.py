@@ -4,13 +4,14 @@ step function the asyncio server loop runs."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
+from test_sim_engine import RecordingPerf, make_engine
 
 from autotune.sim.engine import Chunk, Engine, EngineStopped, StepResult
 from autotune.sim.engine_req import TOKEN_ID_BASE, TOKEN_ID_RANGE
-from test_sim_engine import RecordingPerf, make_engine
 
 
 def run_to_idle(engine: Engine) -> list[StepResult]:
@@ -31,7 +32,7 @@ def test_stepping_runs_requests_to_completion_in_modelled_time() -> None:
     assert steps[0].batch_size == 3 and steps[1].batch_size == 3
     # the clock is the sum of the modelled step durations, and steps are contiguous
     assert engine.modelled_now() == pytest.approx(sum(s.duration_s for s in steps))
-    for a, b in zip(steps, steps[1:]):
+    for a, b in itertools.pairwise(steps):
         assert b.start_s == pytest.approx(a.end_s)
     assert steps[0].duration_s == pytest.approx(0.005 + 300 * 1e-5)
     assert steps[-1].ended == tuple(handles)  # all finish in the last step, in submission order
@@ -125,7 +126,7 @@ def test_asyncio_loop_and_stepping_share_the_step_function() -> None:
     engine = make_engine(step_perf, stream_interval=3)
     handles = [engine.submit(f"r{i}", 200 + 50 * i, 7 + i) for i in range(4)]
     run_to_idle(engine)
-    for chunks, h in zip(live, handles):
+    for chunks, h in zip(live, handles, strict=True):
         assert [len(c.token_ids) for c in chunks] == h.chunk_counts
         assert chunks[-1].finished and chunks[-1].finish_reason == "length"
         ids = [t for c in chunks for t in c.token_ids]

@@ -143,9 +143,9 @@ def test_accepted_tokens_have_diminishing_returns(kimi, kimi_eagle3):
     assert seed_case(kimi).accepted_tokens_per_step(8) == 1.0
     acc = [seed_case(kimi, speculative=spec("EAGLE3", n, 1, n + 1), draft=kimi_eagle3).accepted_tokens_per_step(1)
            for n in (1, 2, 3, 4, 5)]
-    gains = [b - a for a, b in zip(acc, acc[1:])]
+    gains = [b - a for a, b in zip(acc, acc[1:], strict=False)]
     assert all(g > 0 for g in gains)
-    assert all(later < earlier for earlier, later in zip(gains, gains[1:]))
+    assert all(later < earlier for earlier, later in zip(gains, gains[1:], strict=False))
     assert acc[0] > 1.0 and acc[-1] < 6.0
     eagle = seed_case(kimi, speculative=spec("EAGLE", 3, 1, 4), draft=kimi_eagle3).accepted_tokens_per_step(1)
     wide = seed_case(kimi, speculative=spec("EAGLE3", 3, 4, 8), draft=kimi_eagle3).accepted_tokens_per_step(1)

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.sglang.models import load_model_profile
 from autotune.sim.args import parse_args
-from autotune.sim.hardware import MIB, GIB, MemoryPlan, load_draft, plan_memory, resolve_speculative
+from autotune.sim.hardware import GIB, MIB, MemoryPlan, load_draft, plan_memory, resolve_speculative
 
 MODELS = Path(__file__).resolve().parents[1] / "studies" / "models"
 SEED = f"--model-path {MODELS / 'kimi-k2-class'} --tp-size 8 --sim-gpu rtx-pro-6000 --sim-interconnect pcie"

@@ -40,7 +40,8 @@ class StubEngine:
         self.served = 0
         self.emitted = 0
 
-    async def generate(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True) -> AsyncIterator[_Chunk]:
+    async def generate(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
+                       keys: Any = None) -> AsyncIterator[_Chunk]:
         for i in range(max_new_tokens):
             await self.gate.wait()
             await asyncio.sleep(0)
@@ -56,6 +57,12 @@ class StubEngine:
 
     def modelled_now(self) -> float:
         return self.now
+
+    def flush_cache(self) -> bool:
+        return True
+
+    def cached_tokens(self, rid: str) -> int:
+        return 0
 
 
 def _free_port() -> int:
@@ -92,7 +99,7 @@ class Harness:
     def _crash(self) -> None:
         self.crashed += 1
 
-    async def __aenter__(self) -> "Harness":
+    async def __aenter__(self) -> Harness:
         self.runner = await start_http(self.state, "127.0.0.1", self.port)
         self.session = aiohttp.ClientSession()
         return self

@@ -26,7 +26,7 @@ def _spec(tmp_path: Path, **over):
 
 
 def test_stages_confirmation_and_a_resumed_confirmation(tmp_path: Path):
-    spec = _spec(tmp_path)
+    spec = _spec(tmp_path, search={"stages": "fixed", "stage1_fraction": 0.7, "confirm_top": 2})
     run_study(spec, executor=OfflineExecutor())
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
     trials = study.trials

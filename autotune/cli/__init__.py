@@ -28,6 +28,7 @@ COMMANDS = (
     "report",
     "dashboard",
     "bench",
+    "sglang-env",
 )
 
 
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        importlib.import_module(f"autotune.cli._{name}").register(sub)
+        importlib.import_module(f"autotune.cli._{name.replace('-', '_')}").register(sub)
     return parser
 
 

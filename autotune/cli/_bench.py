@@ -3,6 +3,12 @@
 Flags mirror SGLang's ``bench_serving`` (``--max-concurrency`` is ``--concurrency``,
 ``--random-input-len`` is ``--input-len``, ...). Prints bench_serving's result table, or
 one JSON object with ``--json``.
+
+Workloads (``--dataset-name``, bench_serving's names where it has them): ``random``
+(default), ``sharegpt``, ``generated-shared-prefix`` (``--gsp-*``), ``multi-turn``
+(``--mt-*``), ``mooncake`` / ``trace`` (``--dataset-path`` to a Mooncake JSONL or Azure CSV
+trace, replayed at its timestamps x ``--mooncake-slowdown-factor``), ``file``. Sample
+files of every format: ``python -m autotune.load.samples DIR``.
 """
 
 from __future__ import annotations
@@ -13,9 +19,25 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from autotune.errors import ConfigError
 from autotune.load import build_spec, run_load
 from autotune.load.report import append_jsonl, format_table, summary_line, write_records
+from autotune.load.spec import GOODPUT_KEYS
+from autotune.load.workloads import validate_workload
+
+# workload field -> the option that sets it, per --dataset-name
+_WORKLOAD_OPTION = {
+    "num_groups": "--gsp-num-groups", "prompts_per_group": "--gsp-prompts-per-group",
+    "system_prompt_len": "--gsp-system-prompt-len", "question_len": "--gsp-question-len",
+    "num_conversations": "--mt-num-conversations", "turns": "--mt-turns", "user_len": "--mt-user-len",
+    "think_time_s": "--mt-think-time", "slowdown_factor": "--mooncake-slowdown-factor",
+    "path": "--dataset-path", "context_len": "--sharegpt-context-len", "block_size": "--trace-block-size",
+    "input_len": "--input-len", "range_ratio": "--range-ratio",
+}
+_DATASET_NAMES = ("random", "random-ids", "sharegpt", "generated-shared-prefix", "multi-turn", "mooncake", "trace",
+                  "file", "custom")
 
 # LoadSpec field -> the option that sets it, so errors name what the user typed.
 _OPTION_OF = {
@@ -33,6 +55,8 @@ _OPTION_OF = {
     "dataset_path": "--dataset",
     "api_key": "--api-key",
     "model": "--model",
+    "goodput_slo": "--goodput",
+    "tokenizer": "--tokenizer",
 }
 
 
@@ -98,6 +122,38 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--dataset", type=Path, default=None,
                    help='JSONL of {"prompt": str | "input_ids": [...], "output_len": int}')
+    w = p.add_argument_group("workload (bench_serving's --dataset-name and its options)")
+    w.add_argument("--dataset-name", choices=_DATASET_NAMES, default="random",
+                   help="random: synthetic prompts of --input-len/--output-len; others below")
+    w.add_argument("--dataset-path", type=Path, default=None,
+                   help="sharegpt JSON, Mooncake JSONL / Azure CSV trace, or prompt JSONL (file)")
+    w.add_argument("--gsp-num-groups", type=_positive_int, default=64)
+    w.add_argument("--gsp-prompts-per-group", type=_positive_int, default=16)
+    w.add_argument("--gsp-system-prompt-len", type=_positive_int, default=2048)
+    w.add_argument("--gsp-question-len", type=_positive_int, default=128)
+    w.add_argument("--gsp-output-len", type=_positive_int, default=256)
+    w.add_argument("--gsp-ordered", action="store_true",
+                   help="send group after group (default: shuffled, as bench_serving)")
+    w.add_argument("--sharegpt-output-len", type=_positive_int, default=None,
+                   help="output tokens per request (default: the answer's length)")
+    w.add_argument("--sharegpt-context-len", type=_positive_int, default=None, help="skip longer pairs")
+    w.add_argument("--sharegpt-turns", choices=("first", "all"), default="first",
+                   help="all: every turn with its history (a conversation)")
+    w.add_argument("--mt-num-conversations", type=_positive_int, default=64)
+    w.add_argument("--mt-turns", type=_positive_int, default=4)
+    w.add_argument("--mt-system-prompt-len", type=_non_negative_int, default=0)
+    w.add_argument("--mt-user-len", type=_positive_int, default=128)
+    w.add_argument("--mt-output-len", type=_positive_int, default=128)
+    w.add_argument("--mt-think-time", type=float, default=0.0, help="seconds between a reply and the next turn")
+    w.add_argument("--trace-format", choices=("mooncake", "azure"), default=None,
+                   help="default: from the file suffix (.csv: azure)")
+    w.add_argument("--mooncake-slowdown-factor", type=_positive_float, default=1.0,
+                   help="multiply the trace's timestamps (2: half speed)")
+    w.add_argument("--trace-block-size", type=_positive_int, default=512, help="tokens per Mooncake hash id")
+    w.add_argument("--tokenizer", type=Path, default=None,
+                   help="model directory or tokenizer.json: exact prompt lengths for text prompts")
+    w.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="per-request SLO for goodput, e.g. ttft_ms:500 tpot_ms:50 (vLLM's ttft/tpot/e2el too)")
     p.add_argument("--api-key", default=None, help="sent as Authorization: Bearer KEY")
     p.add_argument("--model", default=None, help="served model name (default: from /v1/models)")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the timed run")
@@ -111,7 +167,7 @@ def register(subparsers: Any) -> None:
 def spec_from_args(args: argparse.Namespace) -> Any:
     """Build the LoadSpec; a bad value becomes ConfigError naming the option."""
     num_prompts = args.num_prompts
-    if num_prompts is None and args.duration is None:
+    if num_prompts is None and args.duration is None and args.dataset_name in ("random", "random-ids"):
         num_prompts = 1000
     fields = {
         "backend": args.backend,
@@ -129,6 +185,9 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         "range_ratio": args.range_ratio,
         "seed": args.seed,
         "dataset_path": args.dataset,
+        "dataset": workload_from_args(args),
+        "tokenizer": args.tokenizer,
+        "goodput_slo": _goodput(args.goodput),
     }
     if not str(args.url).startswith(("http://", "https://")):
         raise ConfigError(f"--url={args.url!r}: must start with http:// or https://")
@@ -142,6 +201,61 @@ def spec_from_args(args: argparse.Namespace) -> Any:
             if text.startswith(f"{field}="):
                 raise ConfigError(option + text[len(field):]) from None
         raise
+
+
+def workload_from_args(args: argparse.Namespace) -> Any:
+    """The workload model of ``--dataset-name`` (None: random prompts); ConfigError naming the option."""
+    name = args.dataset_name
+    path = args.dataset_path
+    if name in ("random", "random-ids"):
+        return None
+    if name in ("sharegpt", "mooncake", "trace", "file", "custom"):
+        if path is None:
+            raise ConfigError(f"--dataset-path=None: --dataset-name {name} needs a file")
+        if not path.is_file():
+            raise ConfigError(f"--dataset-path={str(path)!r}: no such file")
+    data: dict[str, Any]
+    if name == "sharegpt":
+        data = {"kind": "sharegpt", "path": path, "turns": args.sharegpt_turns, "output_len": args.sharegpt_output_len,
+                "context_len": args.sharegpt_context_len}
+    elif name == "generated-shared-prefix":
+        data = {"kind": name, "num_groups": args.gsp_num_groups, "prompts_per_group": args.gsp_prompts_per_group,
+                "system_prompt_len": args.gsp_system_prompt_len, "question_len": args.gsp_question_len,
+                "output_len": args.gsp_output_len, "ordered": args.gsp_ordered}
+    elif name == "multi-turn":
+        data = {"kind": name, "num_conversations": args.mt_num_conversations, "turns": args.mt_turns,
+                "system_prompt_len": args.mt_system_prompt_len, "user_len": args.mt_user_len,
+                "output_len": args.mt_output_len, "think_time_s": args.mt_think_time}
+    elif name in ("mooncake", "trace"):
+        fmt = args.trace_format or ("mooncake" if name == "mooncake" else None)
+        data = {"kind": "trace", "path": path, "format": fmt,
+                "slowdown_factor": args.mooncake_slowdown_factor, "block_size": args.trace_block_size}
+    else:
+        data = {"kind": "file", "path": path, "output_len": args.output_len}
+    try:
+        return validate_workload(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][-1]) if err.get("loc") else "dataset"
+        option = _WORKLOAD_OPTION.get(field, f"--{field.replace('_', '-')}")
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        raise ConfigError(f"{option}={err.get('input')!r}: {msg}") from None
+
+
+def _goodput(items: list[str] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or []:
+        key, sep, value = item.partition(":")
+        try:
+            out[key] = float(value) if sep else float("nan")
+        except ValueError:
+            out[key] = float("nan")
+        if not out[key] > 0:
+            raise ConfigError(f"--goodput={item!r}: expected KEY:MILLISECONDS with a positive number")
+        if key not in GOODPUT_KEYS:
+            raise ConfigError(f"--goodput={item!r}: unknown key {key!r}; known: ttft_ms, tpot_ms, e2e_latency_ms "
+                              "(or vLLM's ttft, tpot, e2el)")
+    return out
 
 
 def handler(args: argparse.Namespace) -> int:

@@ -27,6 +27,11 @@ def _best(args: argparse.Namespace) -> int:
         print(f"baseline (SGLang defaults, trial {data['baseline_number']}): {data['baseline_value']:.2f}  "
               f"gain {data['gain_pct']:+.2f} %")
     print(f"params: {data['params']}")
+    for w in data.get("workloads") or []:  # a workload mix: each workload's own figures
+        slo = "" if w["slo_met"] is None else f", SLO {'met' if w['slo_met'] else 'MISSED'} {w['slo']}"
+        figs = ", ".join(f"{k} {v:.4g}" for k, v in w["figures"].items())
+        print(f"  workload {w['name']} (weight {w['weight']:g}) at {w['point']}: {data['metric']} = "
+              f"{w['value']:.2f}{slo}; {figs}")
     print("launch:")
     print(f"  {data['shell']}")
     for r in data["runners_up"]:

@@ -11,8 +11,8 @@ Public surface:
 """
 
 from autotune.launch.artifacts import shell_command, write_launch_artifacts
-from autotune.launch.failures import classify
 from autotune.launch.cleanup import install_signal_handlers, live_servers, register_atexit, stop_all
+from autotune.launch.failures import classify
 from autotune.launch.ports import free_port, mark_port_used
 from autotune.launch.process import ServerProcess
 from autotune.launch.redact import redact_argv, redact_env

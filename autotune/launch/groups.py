@@ -114,15 +114,35 @@ def wait_gone(pgid: int | None, extras: Iterable[psutil.Process], timeout_s: flo
         poll_s = min(poll_s * 1.5, 0.25)  # each poll scans /proc: quick at first, then gentler
 
 
-def terminate(pgid: int | None, extras: Iterable[psutil.Process] = (), *, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> list[int]:
+def terminate(pgid: int | None, extras: Iterable[psutil.Process] = (), *, grace_s: float = 10.0,
+              kill_wait_s: float = 5.0, leader_first: bool = False) -> list[int]:
     """SIGTERM the group and extras, wait ``grace_s``, SIGKILL what is left, wait again.
+
+    ``leader_first``: SIGTERM the group leader alone and give it the grace period to
+    end its own children. Real SGLang's launcher drains and ends its scheduler and
+    detokenizer itself on SIGTERM (exit 0, about 4-7 s on 2 cores); a SIGTERM to the
+    whole group instead kills the scheduler first, which the launcher takes for a
+    crash (5 s of crash diagnostics, then it SIGKILLs itself). Whatever is left when
+    the leader is gone gets the group SIGTERM and the rest as usual.
 
     Returns the pids that survived even SIGKILL (normally none: only a process
     stuck in the kernel, e.g. in an uninterruptible GPU driver call, stays).
     """
     extras = list(extras)
+    deadline = time.monotonic() + max(0.0, grace_s)
+    if leader_first and pgid is not None and pgid > 1 and pgid != os.getpgrp() and is_alive(pgid):
+        try:
+            os.kill(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        poll_s = 0.05
+        while is_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            poll_s = min(poll_s * 1.5, 0.25)
+        if not remaining(pgid, extras):
+            return []
     signal_group(pgid, signal.SIGTERM, extras)
-    left = wait_gone(pgid, extras, grace_s)
+    left = wait_gone(pgid, extras, max(deadline - time.monotonic(), min(grace_s, 1.0)))
     if not left:
         return []
     logger.info("processes %s outlived SIGTERM by %.1f s; sending SIGKILL", left, grace_s)

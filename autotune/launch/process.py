@@ -40,7 +40,7 @@ import requests
 from autotune.errors import ConfigError, LaunchError, ServerNotReady
 from autotune.launch import cleanup
 from autotune.launch.artifacts import shell_command
-from autotune.launch.failures import classify
+from autotune.launch.failures import classify, line_failure
 from autotune.launch.gpu import wait_gpu_released
 from autotune.launch.groups import LAUNCH_ID_ENV, born_since, descendants, pids_with_env, signal_group, terminate
 from autotune.launch.ports import mark_port_used
@@ -188,9 +188,22 @@ class ServerProcess:
         except BaseException:
             self.stop(grace_s=0)  # never leave a server running that nothing guards
             raise
-        self._tail = LogTail(self.log_path, offset=offset, on_line=self.on_line)
+        self._tail = LogTail(self.log_path, offset=offset, on_line=self._watch_line)
         self._tail.start()
         return self
+
+    def _watch_line(self, line: str) -> None:
+        """Every server line: a port already bound before readiness ends the launch at once.
+
+        Real SGLang logs uvicorn's ``[Errno 98] ... address already in use`` and then stays
+        up without HTTP (its scheduler still runs), so only the startup timeout would end it.
+        """
+        if not self.ready and self._kill_request is None:
+            found = line_failure(line)
+            if found is not None and found[0] is FailureKind.PORT_IN_USE:
+                self.kill_now(FailureKind.PORT_IN_USE, line.strip())
+        if self.on_line is not None:
+            self.on_line(line)
 
     def _guard(self) -> None:
         """Record the new group in the registry and start its watchdog."""
@@ -332,7 +345,7 @@ class ServerProcess:
                     self._seen.setdefault(p.pid, p)
             extras = list(self._seen.values())
             pgid = self._proc.pid
-            left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0)
+            left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0, leader_first=True)
             try:
                 self._proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:

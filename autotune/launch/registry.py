@@ -31,7 +31,14 @@ from typing import Any
 
 import psutil
 
-from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, LAUNCH_ID_ENV, group_members, is_alive, pids_with_env, terminate
+from autotune.launch.groups import (
+    CREATE_TIME_TOLERANCE_S,
+    LAUNCH_ID_ENV,
+    group_members,
+    is_alive,
+    pids_with_env,
+    terminate,
+)
 from autotune.launch.redact import redact_argv
 
 logger = logging.getLogger(__name__)
@@ -164,7 +171,7 @@ class ProcessRegistry:
         for e, procs in targets:
             pgid = int(e["pgid"]) if is_alive(int(e["pid"]), e["create_time"]) else None
             logger.warning("reaping leftover server of study %r trial %s: pids %s", self.study, e.get("trial"), [p.pid for p in procs])
-            left = terminate(pgid, procs, grace_s=grace_s)
+            left = terminate(pgid, procs, grace_s=grace_s, leader_first=True)
             ended.extend(p.pid for p in procs if p.pid not in left)
         if targets:
             with self._locked() as entries:

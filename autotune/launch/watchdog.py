@@ -22,7 +22,16 @@ import time
 
 import psutil
 
-from autotune.launch.groups import CREATE_TIME_TOLERANCE_S, LAUNCH_ID_ENV, born_since, descendants, group_members, is_alive, pids_with_env, terminate
+from autotune.launch.groups import (
+    CREATE_TIME_TOLERANCE_S,
+    LAUNCH_ID_ENV,
+    born_since,
+    descendants,
+    group_members,
+    is_alive,
+    pids_with_env,
+    terminate,
+)
 
 logger = logging.getLogger("autotune.launch.watchdog")
 
@@ -67,7 +76,7 @@ def watch(parent_pid: int, parent_create_time: float | None, pgid: int, create_t
                 for p in born_since(pids_with_env(LAUNCH_ID_ENV, launch_id), create_time):
                     seen.setdefault(p.pid, p)
             seen.pop(os.getpid(), None)
-            left = terminate(pgid, seen.values(), grace_s=grace_s, kill_wait_s=5.0)
+            left = terminate(pgid, seen.values(), grace_s=grace_s, kill_wait_s=5.0, leader_first=True)
             if left:
                 logger.error("autotune watchdog: pids %s survived SIGKILL", left)
             return 1

@@ -24,8 +24,16 @@ import aiohttp
 import numpy as np
 
 from autotune.load.metrics import RequestTrace, compute_metrics
-from autotune.load.prompts import Prompt, arrival_offsets, prompt_stream
+from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
+from autotune.load.sources import (
+    ConversationPlan,
+    conversation_plans,
+    counter_for,
+    is_conversational,
+    prompt_stream,
+    turn_prompt,
+)
 from autotune.load.spec import LoadSpec
 from autotune.load.stream import StreamParser
 
@@ -109,16 +117,18 @@ class LoadRunner:
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
         if s.backend == "openai-chat":
-            body["messages"] = [{"role": "user", "content": p.text}]
+            body["messages"] = p.messages or [{"role": "user", "content": p.text}]
         else:
             body["prompt"] = p.input_ids if p.input_ids is not None else p.text
         return _dumps(body)
 
-    async def _request(self, p: Prompt, body: bytes, st: _InFlight) -> RequestTrace:
-        parser = StreamParser(self.spec.backend)
+    async def _request(self, p: Prompt, body: bytes, st: _InFlight, due: float | None = None) -> RequestTrace:
+        keep = p.conversation is not None
+        parser = StreamParser(self.spec.backend, keep_output=keep)
         clock = time.perf_counter
         st.start = st.last = clock()  # like bench_serving: the clock starts as the request is sent
-        trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len)
+        trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len, due=due,
+                             group=p.group, conversation=p.conversation, turn=p.turn)
         times, counts = trace.times, trace.counts
         try:
             async with self.session.post(self.url, data=body, headers=_JSON) as resp:
@@ -162,7 +172,7 @@ class LoadRunner:
             trace.end = clock()
             trace.error = f"connection failed: {exc.os_error or exc}"
             self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc.os_error or exc})"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             trace.end = clock()
             trace.error = f"total timeout: not finished within {self.spec.timeouts.total_s:g} s"
         except (aiohttp.ClientError, OSError) as exc:
@@ -173,12 +183,17 @@ class LoadRunner:
             trace.prompt_tokens = len(p.input_ids)  # the ids we sent are exact
         trace.completion_tokens = parser.completion_tokens
         trace.tokens_from_server = parser.tokens_from_server
+        trace.cached_tokens = parser.cached_tokens
+        if keep and trace.error is None:
+            ids, text = parser.output()
+            trace.reply = ids if p.input_ids is not None and ids is not None else text
         return trace
 
-    def _start(self, p: Prompt, sem: asyncio.Semaphore | None, sink: list[RequestTrace]) -> asyncio.Task[Any]:
+    def _start(self, p: Prompt, sem: asyncio.Semaphore | None, sink: list[RequestTrace],
+               due: float | None = None) -> asyncio.Task[Any]:
         body = self._payload(p)
         st = _InFlight(time.perf_counter(), None)
-        task = asyncio.get_running_loop().create_task(self._request(p, body, st))
+        task = asyncio.get_running_loop().create_task(self._request(p, body, st, due))
         st.task = task
         self.inflight[task] = st
 
@@ -286,7 +301,7 @@ class LoadRunner:
         conc = min(n, self.spec.concurrency or n)
         sem = asyncio.Semaphore(conc)
         tasks = []
-        for _, p in zip(range(n), prompts):
+        for _, p in zip(range(n), prompts, strict=False):  # prompts may be endless
             await sem.acquire()
             tasks.append(self._start(p, sem, sink))
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -336,7 +351,10 @@ class LoadRunner:
             helpers.append(loop.create_task(self._snapshots(t0, on_snapshot, clock, clock_start)))
         for h in helpers:
             h.add_done_callback(lambda _t: self._wake.set())
-        dispatcher = loop.create_task(self._dispatch(prompts, arrivals, sem, t0, deadline))
+        if is_conversational(s):
+            dispatcher = loop.create_task(self._dispatch_conversations(arrivals, sem, t0, deadline))
+        else:
+            dispatcher = loop.create_task(self._dispatch(prompts, arrivals, sem, t0, deadline))
         try:
             while True:
                 await self._wake.wait()
@@ -378,8 +396,14 @@ class LoadRunner:
                     nominal,
                 )
         metrics, records = compute_metrics(
-            self.traces, t0=t0, duration_wall=t_end - t0, time_scale=x, client_cpu_s=cpu, loop_lags_s=lags
+            self.traces, t0=t0, duration_wall=t_end - t0, time_scale=x, client_cpu_s=cpu, loop_lags_s=lags,
+            goodput_slo=s.goodput_slo,
         )
+        note = counter_for(s.tokenizer).note
+        uses_text = s.backend != "sglang" or (s.dataset is not None and s.dataset.kind in ("sharegpt", "file"))
+        metrics["dataset_name"] = s.dataset.kind if s.dataset is not None else (
+            "custom" if s.dataset_path else "random-ids")
+        metrics["token_count_note"] = note if uses_text else None
         metrics["stopped_early"] = self.stopped_early
         metrics["time_scale"] = x
         metrics["time_scale_nominal"] = nominal
@@ -413,11 +437,14 @@ class LoadRunner:
         limit = s.num_prompts if s.num_prompts is not None else None
         sent = 0
         clock = time.perf_counter
+        # send lateness is the client's own only in an open loop with a schedule (Poisson or a trace)
+        scheduled = not math.isinf(s.request_rate) or (s.dataset is not None and s.dataset.kind == "trace")
+        timed = sem is None and scheduled
         try:
-            for p, offset in zip(prompts, arrivals):
+            for p, offset in zip(prompts, arrivals, strict=False):  # either may be endless
                 if limit is not None and sent >= limit:
                     break
-                due = t0 + offset / x
+                due = t0 + (p.at_s if p.at_s is not None else offset) / x
                 if due >= deadline or self.abort_reason:
                     break
                 delay = due - clock()
@@ -429,9 +456,54 @@ class LoadRunner:
                     if sem is not None:
                         sem.release()
                     break
-                self._start(p, sem, self.traces)
+                self._start(p, sem, self.traces, due if timed else None)
                 sent += 1
-                await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends
+                if delay <= 0:
+                    await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends
         finally:
             self._wake.set()
         log.debug("dispatched %d requests", sent)
+
+    async def _dispatch_conversations(
+        self, arrivals: Iterator[float], sem: asyncio.Semaphore | None, t0: float, deadline: float
+    ) -> None:
+        """Conversations: each starts at its arrival (and holds a concurrency slot while it lasts);
+        each turn is sent ``think_time_s`` after the previous reply, with the whole history."""
+        s = self.spec
+        x = self.time_scale
+        clock = time.perf_counter
+        plans = conversation_plans(s)
+        tasks: list[asyncio.Task[Any]] = []
+
+        async def converse(plan: ConversationPlan) -> None:
+            try:
+                for turn in range(len(plan.users)):
+                    if clock() >= deadline or self.abort_reason or self.stopped_early:
+                        return
+                    task = self._start(turn_prompt(s, plan, turn), None, self.traces)
+                    trace: RequestTrace = await asyncio.shield(task)
+                    if not trace.ok:
+                        return  # the rest of a conversation depends on this reply
+                    plan.replies.append(trace.reply if trace.reply is not None else "")
+                    if plan.think_time_s and turn + 1 < len(plan.users):
+                        await asyncio.sleep(plan.think_time_s / x)
+            finally:
+                if sem is not None:
+                    sem.release()
+
+        try:
+            for plan, offset in zip(plans, arrivals, strict=False):  # arrivals may be endless
+                due = t0 + offset / x
+                if due >= deadline or self.abort_reason:
+                    break
+                delay = due - clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if sem is not None:
+                    await sem.acquire()
+                tasks.append(asyncio.get_running_loop().create_task(converse(plan)))
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            self._wake.set()

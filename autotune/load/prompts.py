@@ -25,6 +25,8 @@ from autotune.load.spec import LoadSpec
 
 # Token ids drawn for synthetic sglang prompts: clear of the special ids at the
 # bottom of every vocabulary and inside the smallest common vocabularies (32k).
+# A model with a smaller vocabulary narrows it (LoadSpec.token_id_range): an id
+# outside the embedding kills real SGLang's scheduler (IndexError in the embedding).
 _ID_LOW, _ID_HIGH = 1000, 30000
 
 # Words for synthetic OpenAI prompts: short, lower-case, common English words.
@@ -49,6 +51,14 @@ class Prompt:
     text: str | None = None
     input_ids: list[int] | None = None
     input_len: int | None = None
+    # workload kinds (autotune.load.sources): chat messages, a trace's send time (seconds
+    # from the start, modelled), and where the request belongs (shared-prefix group,
+    # conversation and turn) for the per-group / per-turn figures
+    messages: list[dict[str, str]] | None = None
+    at_s: float | None = None
+    group: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
 
 
 def text_of_tokens(words: list[str]) -> str:
@@ -73,15 +83,54 @@ def synthetic_prompts(spec: LoadSpec, n: int, *, seed_offset: int = 0) -> list[P
     in_lens = draw_lengths(spec.input_len, spec.range_ratio, n, rng)
     out_lens = draw_lengths(spec.output_len, spec.range_ratio, n, rng)
     prompts: list[Prompt] = []
-    for in_len, out_len in zip(in_lens.tolist(), out_lens.tolist()):
+    for in_len, out_len in zip(in_lens.tolist(), out_lens.tolist(), strict=True):
         if spec.backend == "sglang":
-            ids = rng.integers(_ID_LOW, _ID_HIGH, size=in_len).tolist()
+            low, high = spec.token_id_range or (_ID_LOW, _ID_HIGH)
+            ids = rng.integers(low, high, size=in_len).tolist()
             prompts.append(Prompt(output_len=out_len, input_ids=ids, input_len=in_len))
         else:
             idx = rng.integers(0, len(_WORDS), size=in_len)
             words = [_WORDS[i] for i in idx.tolist()]
             prompts.append(Prompt(output_len=out_len, text=text_of_tokens(words), input_len=in_len))
     return prompts
+
+
+def token_id_range(model_dir: str | Path) -> tuple[int, int] | None:
+    """Ids ``[low, high)`` safe to send to this model: inside its embedding and its tokenizer, clear of
+    special tokens, and inside the default 1000-30000 where the vocabulary allows (None: no config).
+
+    The vocabulary is the smaller of ``config.json``'s ``vocab_size`` and the tokenizer's size;
+    special ids (``added_tokens``) cut it, and the longest special-free run of ids is taken.
+    """
+    root = Path(model_dir)
+    try:
+        config = json.loads((root / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    vocab = config.get("vocab_size") or text_config.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < 2:
+        return None
+    special: set[int] = set()
+    try:
+        tok = json.loads((root / "tokenizer.json").read_text())
+        size = len(tok.get("model", {}).get("vocab") or {}) + len(tok.get("added_tokens") or [])
+        vocab = min(vocab, size) if size > 1 else vocab
+        special = {int(t["id"]) for t in tok.get("added_tokens") or [] if t.get("special", True)}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        pass
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        ids = config.get(key)
+        special.update(i for i in (ids if isinstance(ids, list) else [ids]) if isinstance(i, int))
+    best, start = (0, 0), 0
+    for i in sorted(s for s in special if 0 <= s < vocab) + [vocab]:
+        if i - start > best[1] - best[0]:
+            best = (start, i)
+        start = i + 1
+    if best[1] - best[0] < 1:
+        return None
+    low, high = max(best[0], _ID_LOW), min(best[1], _ID_HIGH)
+    return (low, high) if high - low >= 64 else best
 
 
 def load_dataset(path: Path, backend: str) -> list[Prompt]:

@@ -28,7 +28,8 @@ def summary_line(result: LoadResult, spec: LoadSpec, *, tag: str | None = None) 
     head: dict[str, Any] = {
         "tag": tag,
         "backend": spec.backend,
-        "dataset_name": "custom" if spec.dataset_path else "random-ids",
+        "dataset_name": spec.dataset.kind if spec.dataset is not None else (
+            "custom" if spec.dataset_path else "random-ids"),
         "request_rate": _num(spec.request_rate),
         "max_concurrency": spec.concurrency,
         "random_input_len": spec.input_len,
@@ -54,7 +55,7 @@ def format_table(result: LoadResult, spec: LoadSpec) -> str:
             text = str(value)
         else:
             text = str(value)
-        lines.append("{:<40} {:<10}".format(label, text))
+        lines.append(f"{label:<40} {text:<10}")
 
     def section(title: str) -> None:
         lines.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
@@ -86,11 +87,30 @@ def format_table(result: LoadResult, spec: LoadSpec) -> str:
     section("Inter-Token Latency")
     for stat in ("mean", "median", "p95", "p99"):
         row(f"{_label(stat)} ITL (ms):", m[f"{stat}_itl_ms"])
+    if m.get("cache_hit_rate") is not None or m.get("goodput") is not None or m.get("per_turn"):
+        section("Workload (autotune)")
+        row("Dataset:", m.get("dataset_name"))
+        if m.get("cache_hit_rate") is not None:
+            row("Prefix cache hit rate:", f"{100 * m['cache_hit_rate']:.1f} %")
+            row("Cached prompt tokens:", m["total_cached_tokens"])
+            if m.get("median_ttft_cached_ms") is not None:
+                row("Median TTFT, cache hit (ms):", m["median_ttft_cached_ms"])
+            if m.get("median_ttft_uncached_ms") is not None:
+                row("Median TTFT, no hit (ms):", m["median_ttft_uncached_ms"])
+        if m.get("goodput") is not None:
+            row("Goodput (req/s meeting the SLO):", m["goodput"])
+            row("Requests meeting the SLO:", f"{100 * m['goodput_fraction']:.1f} %")
+        for turn, t in (m.get("per_turn") or {}).items():
+            row(f"Turn {turn}: mean TTFT / E2E (ms):", f"{t['mean_ttft_ms']:.1f} / {t['mean_e2e_latency_ms']:.1f}")
     section("Load generator (autotune)")
     row("Time scale (modelled s per wall s):", result.time_scale, "g")
     row("Client CPU (s):", m["client_cpu_s"])
     row("Client CPU per output token (us):", m["client_cpu_us_per_token"])
     row("Event loop lag p99 (ms):", m["event_loop_lag_p99_ms"])
+    if m.get("send_lag_p99_ms") is not None:
+        row("Send lag p99 / max (ms):", f"{m['send_lag_p99_ms']:.2f} / {m['send_lag_max_ms']:.2f}")
+    if m.get("token_count_note"):
+        row("Prompt lengths:", m["token_count_note"])
     row("Client-bound:", "YES (figures may be low)" if m["client_bound"] else "no")
     if result.stopped_early:
         row("Stopped early:", "yes")

@@ -20,6 +20,7 @@ import aiohttp
 from autotune.errors import ConfigError, LoadGenError
 from autotune.load.engine import LoadRunner, SnapshotCallback
 from autotune.load.result import LoadPointFailed, LoadResult
+from autotune.load.sources import check_files
 from autotune.load.spec import LoadSpec
 
 try:  # optional speed-up: halves client CPU per token when events are not coalesced
@@ -55,7 +56,7 @@ async def probe_server(session: aiohttp.ClientSession, base_url: str) -> dict[st
     """``GET /server_info``; ``{}`` when the server has none. LoadPointFailed when unreachable."""
     try:
         info = await _get_json(session, base_url + "/server_info")
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise LoadPointFailed(f"cannot reach the server at {base_url}: {exc}") from None
     return info if isinstance(info, dict) else {}
 
@@ -72,7 +73,9 @@ def time_scale_of(server_info: dict[str, Any]) -> float:
     return 1.0
 
 
-def sim_clock_probe(session: aiohttp.ClientSession, base_url: str) -> Callable[[], Awaitable[tuple[float, float] | None]]:
+def sim_clock_probe(
+    session: aiohttp.ClientSession, base_url: str
+) -> Callable[[], Awaitable[tuple[float, float] | None]]:
     """A probe of the simulated server's modelled clock (``/sim/stats`` ``modelled_now_s``).
 
     Returns ``(wall, modelled)`` with ``wall`` the midpoint of the request, or None when
@@ -83,7 +86,7 @@ def sim_clock_probe(session: aiohttp.ClientSession, base_url: str) -> Callable[[
         t0 = time.perf_counter()
         try:
             stats = await _get_json(session, base_url + "/sim/stats")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return None
         t1 = time.perf_counter()
         if not isinstance(stats, dict) or not isinstance(stats.get("modelled_now_s"), (int, float)):
@@ -98,7 +101,7 @@ async def served_model(session: aiohttp.ClientSession, base_url: str) -> str:
     try:
         data = await _get_json(session, base_url + "/v1/models")
         return str(data["data"][0]["id"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, IndexError, TypeError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, KeyError, IndexError, TypeError) as exc:
         raise LoadGenError(
             f"model=None: could not read the served model name from {base_url}/v1/models ({exc!r}); pass a model"
         ) from None
@@ -112,12 +115,28 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, attempts: i
                 await resp.read()
                 if resp.status == 200:
                     return True
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("flush_cache failed: %s", exc)
             return False
         await asyncio.sleep(0.2)
     log.warning("flush_cache: the server kept refusing (requests still running?)")
     return False
+
+
+async def _with_model_id_range(session: aiohttp.ClientSession, base_url: str, spec: LoadSpec) -> LoadSpec:
+    """``spec`` drawing token ids inside the served model's vocabulary, when its directory is local."""
+    from autotune.load.prompts import token_id_range
+
+    for path in ("/model_info", "/get_model_info"):
+        try:
+            info = await _get_json(session, base_url + path)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            info = None
+        model_path = info.get("model_path") if isinstance(info, dict) else None
+        if isinstance(model_path, str) and model_path:
+            ids = token_id_range(model_path)
+            return spec.model_copy(update={"token_id_range": ids}) if ids is not None else spec
+    return spec
 
 
 async def run_load_async(
@@ -129,6 +148,7 @@ async def run_load_async(
     server cannot be reached, dies, or no request completes.
     """
     base = check_base_url(base_url or spec.base_url)
+    check_files(spec)  # a malformed dataset fails before any request is sent
     t = spec.timeouts
     timeout = aiohttp.ClientTimeout(total=t.total_s, sock_connect=t.connect_s, connect=t.connect_s)
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
@@ -137,6 +157,8 @@ async def run_load_async(
         connector=connector, timeout=timeout, headers=headers, read_bufsize=1 << 20, auto_decompress=False
     ) as session:
         info = await probe_server(session, base)
+        if spec.backend == "sglang" and spec.token_id_range is None and spec.dataset_path is None:
+            spec = await _with_model_id_range(session, base, spec)
         model = spec.model
         if model is None and spec.backend != "sglang":
             model = await served_model(session, base)

@@ -16,6 +16,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune.errors import ConfigError
+from autotune.load.workloads import Workload
+
+# Per-request SLO keys of goodput (vLLM's --goodput names accepted as aliases).
+GOODPUT_KEYS = {"ttft_ms": "ttft_ms", "ttft": "ttft_ms", "tpot_ms": "tpot_ms", "tpot": "tpot_ms",
+                "e2e_latency_ms": "e2e_ms", "e2el": "e2e_ms", "e2e_ms": "e2e_ms"}
 
 Backend = Literal["sglang", "openai", "openai-chat"]
 
@@ -64,16 +69,35 @@ class LoadSpec(BaseModel):
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)
     seed: int = 1
     dataset_path: Path | None = None
+    # Synthetic sglang prompts draw ids from [low, high); None = 1000-30000, or the served
+    # model's own safe range when /get_model_info names a local model (load.prompts.token_id_range).
+    token_id_range: tuple[int, int] | None = None
+    # The traffic (autotune.load.workloads): None = random prompts of input_len/output_len/range_ratio
+    # (or dataset_path's JSONL); a kind with its own lengths overrides those fields.
+    dataset: Workload | None = None
+    tokenizer: Path | None = None  # model dir or tokenizer.json: exact prompt lengths for text prompts
+    # Goodput: a request counts when it meets every ceiling (ttft_ms, tpot_ms, e2e_latency_ms).
+    goodput_slo: dict[str, float] = Field(default_factory=dict)
     ignore_eos: bool = True
-    timeouts: LoadTimeouts = LoadTimeouts()
+    timeouts: LoadTimeouts = LoadTimeouts.model_validate({})  # (not LoadTimeouts(): mypy sees no defaults)
     snapshot_interval_s: float = Field(2.0, gt=0)  # wall seconds between on_snapshot calls
     abort_after_consecutive_failures: int = Field(64, ge=1)
 
     @model_validator(mode="after")
-    def _bounded(self) -> "LoadSpec":
-        if self.num_prompts is None and self.duration_s is None:
+    def _bounded(self) -> LoadSpec:
+        for key, ceiling in self.goodput_slo.items():
+            if key not in GOODPUT_KEYS:
+                raise ValueError(f"goodput_slo key {key!r}: known keys are ttft_ms, tpot_ms, e2e_latency_ms")
+            if not ceiling > 0:
+                raise ValueError(f"goodput_slo {key}={ceiling}: must be > 0")
+        if self.dataset is not None and self.dataset_path is not None:
+            raise ValueError("set dataset_path (a JSONL of prompts) or dataset (a workload kind), not both")
+        finite = self.dataset is not None and self.dataset.kind != "random"
+        if self.num_prompts is None and self.duration_s is None and not finite:
             raise ValueError("num_prompts or duration_s must be set (a load point needs a bound)")
-        if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None:
+        if self.token_id_range is not None and not 0 <= self.token_id_range[0] < self.token_id_range[1]:
+            raise ValueError(f"token_id_range must be 0 <= low < high, got {self.token_id_range}")
+        if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None and not finite:
             raise ValueError("an unbounded burst needs num_prompts: set concurrency, request_rate or num_prompts")
         return self
 

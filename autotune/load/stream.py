@@ -5,11 +5,18 @@ bytes to :meth:`StreamParser.feed`, which returns how many new tokens the read c
 
 * ``sglang`` (``/generate``): ``meta_info.completion_tokens`` is cumulative; the new
   tokens of an event are its increase.
+* Prompt tokens served from the server's prefix cache: ``meta_info.cached_tokens``
+  (native) or ``usage.prompt_tokens_details.cached_tokens`` (OpenAI, SGLang with
+  ``--enable-cache-report``); ``cached_tokens`` stays None when the server says nothing.
+* With ``keep_output`` (conversations send the reply back) the reply is kept: the
+  native stream's last ``output_ids`` / ``text``, or the OpenAI chunks' text.
 * ``openai`` / ``openai-chat``: a chunk carries tokens when its text
   (``choices[0].text`` / ``choices[0].delta.content``) is non-empty, so the role-only
   first chat chunk does not count. With per-chunk usage (``continuous_usage_stats``) a
-  chunk's tokens are the increase of ``usage.completion_tokens``; without it each
-  content chunk counts as one token, and the final ``usage`` chunk still gives the total.
+  chunk's tokens are the increase of ``usage.completion_tokens``, empty text or not (real
+  SGLang streams a token that decodes to nothing, e.g. a special token, as text "");
+  without it each content chunk counts as one token, and the final ``usage`` chunk
+  carries whatever the server counted beyond them, so the stream's total is the server's.
 
 orjson is used when installed (falls back to the standard library).
 """
@@ -17,7 +24,8 @@ orjson is used when installed (falls back to the standard library).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:  # optional speed-up
     import orjson
@@ -46,9 +54,14 @@ class StreamParser:
         "completion_tokens",
         "tokens_from_server",
         "counted",
+        "cached_tokens",
+        "_keep",
+        "_last",
+        "_parts",
+        "_ids",
     )
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, keep_output: bool = False) -> None:
         self._buf = b""
         self._native = backend == "sglang"
         self._chat = backend == "openai-chat"
@@ -59,6 +72,11 @@ class StreamParser:
         self.completion_tokens: int | None = None
         self.tokens_from_server = False
         self.counted = 0  # tokens attributed to reads so far
+        self.cached_tokens: int | None = None
+        self._keep = keep_output
+        self._last = b""  # the last native event (its cumulative output), when keeping the output
+        self._parts: list[str] = []  # OpenAI text pieces, when keeping the output
+        self._ids: list[int] | None = None
 
     def feed(self, data: bytes) -> int:
         """Consume one read; return the number of new tokens it carried."""
@@ -117,6 +135,8 @@ class StreamParser:
         """
         if self.prompt_tokens is None or b'"error"' in payload:
             return None
+        if self._keep:
+            self._last = payload
         i = payload.rfind(b'"completion_tokens":')
         if i < 0:
             return None
@@ -138,6 +158,13 @@ class StreamParser:
             ct = len(ids) if isinstance(ids, list) else None
         if meta.get("prompt_tokens") is not None:
             self.prompt_tokens = meta["prompt_tokens"]
+        if isinstance(meta.get("cached_tokens"), int):
+            self.cached_tokens = meta["cached_tokens"]
+        if self._keep:
+            self._last = b""
+            self._parts = [obj.get("text") or ""]
+            ids = obj.get("output_ids")
+            self._ids = ids if isinstance(ids, list) else None
         if ct is None:
             return 0
         prev = self.completion_tokens or 0
@@ -157,17 +184,41 @@ class StreamParser:
         if usage:
             if usage.get("prompt_tokens") is not None:
                 self.prompt_tokens = usage["prompt_tokens"]
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                self.cached_tokens = details["cached_tokens"]
             ct = usage.get("completion_tokens")
             if ct is not None:
                 self.completion_tokens = ct
                 self.tokens_from_server = True
-                if text:
-                    k = ct - self._usage_ct
-                    self._usage_ct = ct
+                # The server's count rose: that many tokens arrived, even when they decode to empty
+                # text (real SGLang streams a special token as a chunk with text "" and usage +1).
+                k = ct - self._usage_ct
+                self._usage_ct = max(ct, self._usage_ct)
+                if k > 0 or text:
+                    if text and self._keep:
+                        self._parts.append(text)
                     return max(k, 1)
+                return 0
+        if text and self._keep:
+            self._parts.append(text)
         if text:
             self._usage_ct += 1
             if not self.tokens_from_server:
                 self.completion_tokens = (self.completion_tokens or 0) + 1
             return 1
         return 0
+
+    def output(self) -> tuple[list[int] | None, str]:
+        """The reply (``keep_output``): its token ids when the stream gave them, and its text."""
+        if self._native and self._last:
+            try:
+                obj = loads(self._last)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                ids = obj.get("output_ids")
+                self._ids = ids if isinstance(ids, list) else None
+                self._parts = [obj.get("text") or ""]
+            self._last = b""
+        return self._ids, "".join(self._parts)

@@ -62,6 +62,7 @@ def build_report(spec: StudySpec, *, top: int = 5) -> str:
         _outcomes_table(study),
         "<h2>Top configurations against the baseline</h2>",
         _top_table(spec, study, top),
+        _mix_table(spec, study),
     ]
     for i, fig in enumerate(figures):
         fig.update_layout(template="plotly_white", margin={"t": 60})
@@ -111,6 +112,30 @@ def _outcomes_table(study: optuna.Study) -> str:
         cal_line = (f"<p>Memory calibration: P = {_e(cal.get('p_gib'))} GiB, A = {_e(cal.get('a_gib'))} GiB, "
                     f"KV tokens {_e(cal.get('kv_tokens'))} (from {_e(cal.get('source'))}).</p>")
     return f"<h2>Outcomes</h2><table><tr><th>outcome</th><th>trials</th></tr>{cells}</table>{cal_line}"
+
+
+def _mix_table(spec: StudySpec, study: optuna.Study) -> str:
+    """A workload mix: each workload's figures on the best trial (empty for one workload)."""
+    from autotune.results.summary import MIX_FIGURES, best_trial, mix_figures
+
+    top = best_trial(study)
+    rows = mix_figures(spec, top) if top is not None else None
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_e(k)}</th>" for k in ("workload", "weight", "point", spec.objective.metric, "SLO",
+                                                  *MIX_FIGURES))
+    body = ""
+    for w in rows:
+        slo = "" if w["slo_met"] is None else ("met " if w["slo_met"] else "MISSED ") + _e(w["slo"])
+        figs = "".join(f"<td class='num'>{_fmt(w['figures'].get(k))}</td>" for k in MIX_FIGURES)
+        body += (f"<tr><td>{_e(w['name'])}</td><td class='num'>{w['weight']:g}</td><td>{_e(w['point'])}</td>"
+                 f"<td class='num'>{w['value']:.4g}</td><td>{slo}</td>{figs}</tr>")
+    return (f"<h2>Workload mix: each workload on the best trial ({top.number if top else ''})</h2>"
+            f"<table><tr>{head}</tr>{body}</table>")
+
+
+def _fmt(v: Any) -> str:
+    return "" if v is None else _e(f"{v:.4g}")
 
 
 def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:

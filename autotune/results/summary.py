@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shlex
 from typing import Any, cast
 
 import optuna
@@ -81,6 +80,30 @@ def sglang_command(spec: StudySpec, trial: FrozenTrial, *, python: str = "python
     return render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server")
 
 
+# per-workload figures ``best`` shows for a mix (from the workload's picked point)
+MIX_FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+               "p99_itl_ms", "cache_hit_rate", "goodput")
+
+
+def mix_figures(spec: StudySpec, trial: FrozenTrial) -> list[dict[str, Any]] | None:
+    """Each workload of a mix: weight, its picked point, its value, its SLO and whether it held,
+    and the main figures of that point; None for a study with one workload."""
+    mix = trial.user_attrs.get(attrs.MIX)
+    if not mix or not spec.workloads:
+        return None
+    metrics = trial.user_attrs.get(attrs.METRICS, {})
+    out = []
+    for wl in spec.workloads:
+        part = mix.get(wl.name) or {}
+        m = metrics.get(part.get("point"), {})
+        slo = dict(wl.slo) or dict(spec.objective.slo)
+        violation = part.get("violation")
+        out.append({"name": wl.name, "weight": wl.weight, "point": part.get("point"), "value": part.get("value"),
+                    "slo": slo or None, "slo_met": None if violation is None else violation <= 0,
+                    "figures": {k: m.get(k) for k in MIX_FIGURES if m.get(k) is not None}})
+    return out
+
+
 def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     study = open_study(spec, create=False)
     top = best_trial(study)
@@ -96,11 +119,16 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
         gain = round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
+    from autotune.launch.artifacts import shell_command
     from autotune.sglang.flags import shell_line
+    from autotune.sglang_env.resolve import launch_env, launch_python
 
-    cmd = sglang_command(spec, top)
-    env = dict(space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get(attrs.BASELINE))).env)
-    env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())  # searched env vars (search_space.env)
+    # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
+    cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
+    cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
+    env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
+    searched = space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get(attrs.BASELINE))).env
+    env = {**env, **dict(searched)}  # the study's searched env vars (search_space.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
     return {
@@ -113,9 +141,10 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "slo": spec.objective.slo or None,
         "slo_met": top.user_attrs.get(attrs.SLO_MET),
         "metrics": top.user_attrs.get(attrs.METRICS, {}),
+        "workloads": mix_figures(spec, top),
         "command": cmd,
         "env": env,
-        "shell": (env_prefix + " " if env_prefix else "") + shell_line(cmd),
+        "shell": shell_command(cmd, env) if env else shell_line(cmd),
         "launched_command": top.user_attrs.get(attrs.COMMAND),
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,

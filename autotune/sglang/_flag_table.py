@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["Flag", "FLAGS", "human_readable_int"]
 
@@ -163,6 +164,7 @@ FLAGS: tuple[Flag, ...] = (
     _v("--schedule-conservativeness", type=float, default=1.0),
     _b("--disable-radix-cache"),
     _b("--disable-overlap-schedule"),
+    _b("--sleep-on-idle", help="idle scheduler sleeps instead of busy-polling a core (0.5.9 and 0.5.23)"),
     _b("--enable-mixed-chunk"),
     _v("--stream-interval", type=int, default=1),
     _b("--stream-output", until=_LAST_CLASSIC),  # absent from 0.5.23

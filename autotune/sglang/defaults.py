@@ -35,7 +35,7 @@ def _new_brackets(version: SglangVersion) -> bool:
     return R.new_memory_brackets(version)
 
 
-def auto_chunked_prefill_size(gpu_mem_mib: int | None, version: "str | SglangVersion") -> int:
+def auto_chunked_prefill_size(gpu_mem_mib: int | None, version: str | SglangVersion) -> int:
     """Default ``--chunked-prefill-size`` for a card of ``gpu_mem_mib`` (section 2.1)."""
     v = _V(version)
     if gpu_mem_mib is None:
@@ -51,7 +51,7 @@ def auto_chunked_prefill_size(gpu_mem_mib: int | None, version: "str | SglangVer
     return 16384
 
 
-def auto_cuda_graph_max_bs(gpu_mem_mib: int | None, tp_size: int, version: "str | SglangVersion",
+def auto_cuda_graph_max_bs(gpu_mem_mib: int | None, tp_size: int, version: str | SglangVersion,
                            max_running_requests: int | None = None) -> int:
     """Default decode ``cuda_graph_max_bs`` (section 2.1; the column depends on tp < 4).
 
@@ -103,7 +103,7 @@ def reserved_mib(
     *,
     tp_size: int,
     pp_size: int = 1,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     chunked_prefill_size: int,
     cuda_graph_max_bs: int,
     speculative_algorithm: str | None = None,
@@ -145,7 +145,7 @@ def auto_mem_fraction_static(
     *,
     tp_size: int,
     pp_size: int = 1,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     chunked_prefill_size: int | None = None,
     cuda_graph_max_bs: int | None = None,
     speculative_algorithm: str | None = None,
@@ -187,7 +187,7 @@ def decode_graph_batch_sizes(
     max_bs: int,
     *,
     speculative: bool,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     disable_padding: bool = False,
 ) -> list[int]:
     """The decode batch sizes SGLang captures CUDA graphs for (section 3.1)."""
@@ -211,7 +211,7 @@ def decode_graph_batch_sizes(
 def req_to_token_pool_size(
     kv_tokens: int,
     context_len: int,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     speculative: bool,
     user: int | None = None,
 ) -> int:
@@ -228,7 +228,7 @@ def req_to_token_pool_size(
 def default_max_running_requests(
     kv_tokens: int,
     context_len: int,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     speculative: bool,
     user: int | None = None,
     *,
@@ -261,7 +261,7 @@ def auto_speculative_params(
     algorithm: str,
     architecture: str,
     *,
-    version: "str | SglangVersion | None" = None,
+    version: str | SglangVersion | None = None,
 ) -> tuple[int, int, int]:
     """(num_steps, eagle_topk, num_draft_tokens) SGLang picks when steps are unset (section 4).
 

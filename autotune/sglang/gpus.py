@@ -89,6 +89,20 @@ def gpu_names() -> list[str]:
     return sorted(GPUS)
 
 
+def host_cpu() -> GpuKind:
+    """This host's CPU as the "device" of real SGLang on CPU (``server.device: cpu``).
+
+    Its memory is the machine's RAM, which is what SGLang's "avail mem" reports there
+    (psutil's available memory, shared with every other process). No speed figures:
+    the memory model only needs the capacity, and the KV pool is capped by
+    ``--max-total-tokens`` anyway.
+    """
+    import psutil
+
+    return GpuKind("cpu", int(psutil.virtual_memory().total // 2**20), 0, 0.0, 0.0, 0.0, 0.0,
+                   "host CPU (real SGLang on CPU; memory is the machine's RAM)")
+
+
 def get_gpu(name: str) -> GpuKind:
     """Look up a GPU kind by name (case, ``_`` and spaces are forgiven).
 
@@ -96,9 +110,11 @@ def get_gpu(name: str) -> GpuKind:
     """
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     key = _ALIASES.get(key, key)
+    if key == "cpu":
+        return host_cpu()
     try:
         return GPUS[key]
     except KeyError:
         raise ConfigError(
-            f"gpu: unknown GPU kind {name!r}; known: {', '.join(gpu_names())}"
+            f"gpu: unknown GPU kind {name!r}; known: {', '.join(gpu_names())}, cpu"
         ) from None

@@ -39,7 +39,7 @@ class InstalledSglang:
             if proc.returncode != 0 or len(lines) != len(todo):
                 raise ConfigError(f"server.python: {self.python!r} could not run SGLang's parser: "
                                   f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
-            for argv, line in zip(todo, lines):
+            for argv, line in zip(todo, lines, strict=False):
                 ans = json.loads(line)
                 self._cache[tuple(argv)] = None if ans.get("ok") else (ans.get("error") or "refused")
         return [self._cache[tuple(a)] for a in argvs]

@@ -11,8 +11,9 @@ lines again; see :func:`parse_log`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from autotune.outcome import FailureKind
 
@@ -269,7 +270,10 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     """
     evs = list(events)
     by = lambda kind: [e for e in evs if e.kind == kind]  # noqa: E731
-    target = lambda e: e.values.get("role", "target") == "target"
+
+    def target(e: LogEvent) -> bool:
+        return bool(e.values.get("role", "target") == "target")
+
     base = [e for e in by("baseline") if target(e)]
     loaded = [e for e in by("weights_loaded") if target(e)]
     kv = [e for e in by("kv_allocated") if not e.values.get("draft") and target(e)]

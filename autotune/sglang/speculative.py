@@ -33,7 +33,7 @@ def tokens_per_request(spec: SpeculativeConfig) -> int:
 def validate_speculative(
     spec: SpeculativeConfig,
     architecture: str,
-    version: "str | SglangVersion",
+    version: str | SglangVersion,
     *,
     attention_backend: str | None = None,
     page_size: int | None = None,

@@ -77,7 +77,7 @@ class SglangVersion:
         """``"classic"`` (< 0.5.23 flag names) or ``"modern"`` (>= 0.5.23)."""
         return "classic" if self < _V0_5_23 else "modern"
 
-    def at_least(self, other: "str | SglangVersion") -> bool:
+    def at_least(self, other: str | SglangVersion) -> bool:
         """``self >= other``, accepting a version string."""
         return not self < as_version(other)
 
@@ -99,7 +99,7 @@ def parse_version(text: str) -> SglangVersion:
     )
 
 
-def as_version(v: "str | SglangVersion") -> SglangVersion:
+def as_version(v: str | SglangVersion) -> SglangVersion:
     """Accept either a parsed version or a version string."""
     if isinstance(v, SglangVersion):
         return v

@@ -78,7 +78,8 @@ def server_info(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
     info["internal_states"] = [{"last_gen_throughput": 0.0,
                                 "effective_max_running_requests_per_dp": plan.max_running_requests,
                                 "memory_usage": memory}]
-    info["sim"] = dict(sim.to_dict(), p_gib=round(plan.p_gib, 4), a_gib=round(plan.a_gib, 4), w_gib=round(plan.w_gib, 4),
+    info["sim"] = dict(sim.to_dict(), p_gib=round(plan.p_gib, 4), a_gib=round(plan.a_gib, 4),
+                       w_gib=round(plan.w_gib, 4),
                        f=plan.f, f_is_auto=plan.f_is_auto, kv_tokens=plan.kv_tokens, cell_bytes=plan.cell_bytes,
                        slack_gib=round(plan.slack_gib, 4), graph_gib=round(plan.graph_gib, 4),
                        final_free_gib=round(plan.final_free_gib, 4), prefill_oom_tokens=plan.prefill_oom_tokens,
@@ -102,7 +103,7 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
         _die(log, children, exc)
     state = ServerState(served_model_name=launch.served_model_name, context_len=plan.context_len,
                         server_info=server_info(launch, sim, model, plan), model_info=model_info(launch, model),
-                        faults=sim.faults, emit=log.line)
+                        faults=sim.faults, emit=log.line, cache_report=bool(launch.raw.get("enable_cache_report")))
 
     def on_runtime_oom(*_args: Any, **_kwargs: Any) -> None:
         state.dead = True

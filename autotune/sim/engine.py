@@ -21,6 +21,13 @@ modelled time :class:`autotune.sim.perf.PerfModel` gives it:
   re-prefilled over input + output later; ``new_token_ratio`` then rises, as
   in ``retract_decode``. Otherwise the ratio decays from 0.7 towards 0.1
   by 0.001 per decode step (SGLang's defaults).
+* A radix prefix cache (:mod:`autotune.sim.engine_cache`, off with
+  ``--disable-radix-cache``) shares the KV pool with the running requests: a
+  request submitted with its prompt's token ids is matched at admission, its hit
+  is not prefilled (so TTFT and throughput gain exactly the modelled prefill
+  cost), it reports ``cached_tokens``, and when it finishes its prompt + output
+  enter the cache; least recently used unlocked entries are evicted when an
+  allocation needs their room.
 * The engine sleeps ``step_time / time_scale`` of wall time per step,
   anchored to the modelled clock so that drift does not accumulate. When the
   host cannot keep up (a huge time scale), the anchor moves instead: modelled
@@ -48,7 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from autotune.errors import ConfigError
@@ -79,6 +86,7 @@ class Engine:
         prefill_oom_tokens: int | None = None,
         on_runtime_oom: Callable[[int], Any] | None = None,
         stream_interval: int = 1,
+        radix_cache: bool = True,
     ) -> None:
         if not time_scale > 0:
             raise ConfigError(f"time_scale: must be > 0, got {time_scale}")
@@ -87,7 +95,7 @@ class Engine:
         self._sched = Scheduler(
             perf, self._clock, kv_tokens=kv_tokens, max_running_requests=max_running_requests,
             chunked_prefill_size=chunked_prefill_size, seed=seed, prefill_oom_tokens=prefill_oom_tokens,
-            on_runtime_oom=on_runtime_oom, stream_interval=stream_interval)
+            on_runtime_oom=on_runtime_oom, stream_interval=stream_interval, radix_cache=radix_cache)
         sched = self._sched
         self.perf = perf
         self.kv_tokens = sched.kv_tokens
@@ -140,8 +148,13 @@ class Engine:
         Stepped synchronously: the end of the last step (or :meth:`idle_until`)."""
         return self._clock.now()
 
-    def submit(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True) -> RequestHandle:
+    def submit(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
+               keys: Sequence[int] | None = None) -> RequestHandle:
         """Queue one request at the current modelled time; returns its handle at once.
+
+        ``keys`` are the prompt's token ids: with them the request is matched against the
+        radix prefix cache (its hit is not prefilled; ``handle.cached_tokens``) and its
+        prompt + output enter the cache when it finishes. Without them it does neither.
 
         A request with no output to make finishes at once ("length"); one whose input
         can never fit the KV pool is aborted at once ("abort"). ``ignore_eos`` changes
@@ -153,7 +166,9 @@ class Engine:
         if input_len < 1:
             raise ConfigError(f"input_len: must be >= 1, got {input_len}")
         now = self.modelled_now()
-        req = self._sched.submit(rid, input_len, max_new_tokens, now)
+        if keys is not None and len(keys) != input_len:
+            raise ConfigError(f"keys: {len(keys)} token ids for input_len {input_len}")
+        req = self._sched.submit(rid, input_len, max_new_tokens, now, keys)
         if req.finish_s is None and self._task is not None:
             self._clock.wake(now)
             if self._work is not None:
@@ -180,8 +195,18 @@ class Engine:
             raise EngineStopped("idle_until: only an idle engine stepped with step_once can skip time")
         self._clock.skip_to(t)
 
+    def flush_cache(self) -> bool:
+        """Empty the radix prefix cache (SGLang's ``/flush_cache``); False while requests run or wait."""
+        return self._sched.flush_cache()
+
+    def cached_tokens(self, rid: str) -> int:
+        """Prompt tokens of request ``rid`` served from the prefix cache (0 when unknown)."""
+        req = self._sched.records.get(rid)
+        return req.cached if req is not None else 0
+
     async def generate(
-        self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True
+        self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
+        keys: Sequence[int] | None = None,
     ) -> AsyncIterator[Chunk]:
         """Queue one request and yield its chunks until it finishes (the started engine).
 
@@ -191,7 +216,7 @@ class Engine:
         """
         if self._sched.dead or self._stopping or self._task is None:
             raise EngineStopped(f"request {rid}: {self._sched.dead or 'engine is not running'}")
-        self.submit(rid, input_len, max_new_tokens, ignore_eos)
+        self.submit(rid, input_len, max_new_tokens, ignore_eos, keys)
         req = self._sched.records[rid]
         sent = offset = 0
         try:

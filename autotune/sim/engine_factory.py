@@ -54,4 +54,5 @@ def build_engine(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: Model
                   max_running_requests=plan.max_running_requests * ranks, chunked_prefill_size=plan.chunked_prefill_size,
                   time_scale=sim.time_scale / sim.faults.slow_tokens, seed=sim.seed,
                   prefill_oom_tokens=plan.prefill_oom_tokens, on_runtime_oom=on_runtime_oom,
-                  stream_interval=launch.stream_interval)
+                  stream_interval=launch.stream_interval,
+                  radix_cache=not launch.raw.get("disable_radix_cache", False))

@@ -14,6 +14,8 @@ an asyncio consumer of :meth:`Engine.generate` reads them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import Any
 
 TOKEN_ID_BASE = 100  # stay clear of special-token ids
 TOKEN_ID_RANGE = 30000
@@ -25,10 +27,11 @@ class Request:
     __slots__ = (
         "rid", "seq", "input_len", "max_new", "arrival_s", "first_token_s", "finish_s", "finish_reason",
         "prefilled", "prefill_target", "output", "kv", "pending", "times", "counts", "waiter", "error",
-        "aborted", "first_id", "handle",
+        "aborted", "first_id", "handle", "keys", "cached", "match", "kv_locked", "counted", "tree_tokens",
     )
 
-    def __init__(self, rid: str, seq: int, input_len: int, max_new: int, arrival_s: float, first_id: int) -> None:
+    def __init__(self, rid: str, seq: int, input_len: int, max_new: int, arrival_s: float, first_id: int,
+                 keys: Sequence[int] | None = None) -> None:
         self.rid = rid
         self.seq = seq  # submission order
         self.input_len = input_len
@@ -48,6 +51,12 @@ class Request:
         self.error: str | None = None
         self.aborted = False
         self.first_id = first_id
+        self.keys = keys  # prompt token ids for the prefix cache (None: not cacheable)
+        self.cached = 0  # prompt tokens served from the prefix cache (SGLang's cached_tokens)
+        self.match: Any = None  # the cache match found at admission
+        self.kv_locked = False  # the match is locked in the cache (the request was admitted with it)
+        self.counted = False  # its prompt counted in the cache statistics (first admission)
+        self.tree_tokens = 0  # context tokens it reads from the cache tree (decode attention cost)
         self.handle = RequestHandle(self)
 
     @property
@@ -87,6 +96,7 @@ class Request:
             "rid": self.rid,
             "input_len": self.input_len,
             "output_len": self.output,
+            "cached_tokens": self.cached,
             "arrival_s": self.arrival_s,
             "first_token_s": self.first_token_s,
             "finish_s": self.finish_s,
@@ -136,6 +146,11 @@ class RequestHandle:
     @property
     def arrival_s(self) -> float:
         return self._req.arrival_s
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache (SGLang's ``meta_info.cached_tokens``)."""
+        return self._req.cached
 
     @property
     def first_token_s(self) -> float | None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.sim.engine_cache import RadixCache
 from autotune.sim.engine_clock import ModelledClock
 from autotune.sim.engine_req import TOKEN_ID_RANGE, Request
 from autotune.sim.engine_types import StepResult
@@ -67,6 +68,7 @@ class Scheduler:
         prefill_oom_tokens: int | None,
         on_runtime_oom: Callable[[int], Any] | None,
         stream_interval: int,
+        radix_cache: bool = True,
     ) -> None:
         if kv_tokens < 1:
             raise ConfigError(f"kv_tokens: must be >= 1, got {kv_tokens}")
@@ -109,17 +111,24 @@ class Scheduler:
 
         self.clock = clock
         self.dead: str | None = None
+        # SGLang's radix prefix cache (on unless --disable-radix-cache); it shares the KV pool
+        # with the running requests: kv_used counts their private tokens, cache.size the tree's.
+        self.cache: RadixCache | None = RadixCache() if radix_cache else None
+        self.tree_read = 0  # context tokens running requests read from the tree (attention cost, not pool use)
+        self.cached_tokens = 0  # prompt tokens served from the cache, over admitted requests
+        self.prompt_tokens = 0  # prompt tokens of admitted requests (first admission)
 
     @property
     def idle(self) -> bool:
         """Nothing waits, runs or is half prefilled."""
         return not self.waiting and not self.running and self.chunked is None
 
-    def submit(self, rid: str, input_len: int, max_new: int, now: float) -> Request:
+    def submit(self, rid: str, input_len: int, max_new: int, now: float, keys: Any = None) -> Request:
         """Queue one request arriving at modelled time ``now`` (or end it at once: nothing to
-        generate, or an input that can never fit the pool). Returns it."""
+        generate, or an input that can never fit the pool). Returns it. ``keys``: the prompt's
+        token ids, for the prefix cache (None: the request neither hits nor fills it)."""
         req = Request(rid, self.submitted, int(input_len), max(int(max_new), 0), now,
-                      self.rng.randrange(TOKEN_ID_RANGE))
+                      self.rng.randrange(TOKEN_ID_RANGE), keys if self.cache is not None else None)
         self.submitted += 1
         self.records[rid] = req
         if req.max_new == 0:
@@ -143,9 +152,79 @@ class Scheduler:
             "kv_tokens": self.kv_tokens,
             "kv_used": self.kv_used,
             "new_token_ratio": self.ratio,
+            "cache": self.cache_stats(),
             "steps": dict(self.steps),
             "dead": self.dead,
         }
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The prefix cache's ground truth: tokens held, hit tokens over prompt tokens."""
+        c = self.cache
+        return {
+            "enabled": c is not None,
+            "size_tokens": c.size if c is not None else 0,
+            "locked_tokens": c.locked if c is not None else 0,
+            "cached_tokens": self.cached_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "hit_rate": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
+        }
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache (``/flush_cache``); False while requests hold parts of it."""
+        if self.cache is None:
+            return True
+        if not self.idle:
+            return False
+        return self.cache.flush()
+
+    def _held(self) -> int:
+        """KV tokens that cannot be given out: private ones and the cache's locked paths."""
+        return self.kv_used + (self.cache.locked if self.cache is not None else 0)
+
+    def _make_room(self) -> None:
+        """Evict least recently used cache leaves until the pool holds what was allocated."""
+        cache = self.cache
+        if cache is not None:
+            over = self.kv_used + cache.size - self.kv_tokens
+            if over > 0:
+                cache.evict(over)
+
+    def _admit_match(self, req: Request) -> int:
+        """Match ``req``'s prompt against the cache before admission; returns the tokens it would
+        newly lock (they stop being evictable). Sets ``req.prefilled`` to the hit."""
+        cache = self.cache
+        if cache is None or req.keys is None or req.prefilled or req.match is not None:
+            return 0
+        m = cache.match(req.keys, max_len=req.input_len - 1)
+        if m.length == 0:
+            return 0
+        req.match = m
+        req.prefilled = m.length
+        return cache.unlocked_on(m)
+
+    def _drop_match(self, req: Request) -> None:
+        """Unlock ``req``'s cache match (finished, retracted, aborted); an unadmitted one is forgotten."""
+        m = req.match
+        if m is not None:
+            req.match = None
+            if self.cache is not None and req.kv_locked:
+                self.cache.release(m)
+            req.kv_locked = False
+        self.tree_read -= req.tree_tokens
+        req.tree_tokens = 0
+
+    def _finish_into_cache(self, req: Request) -> None:
+        """A finished request's prompt + output enter the cache (SGLang's ``cache_finished_req``)."""
+        cache = self.cache
+        if cache is None or req.keys is None:
+            self._drop_match(req)
+            return
+        seq = list(req.keys)
+        if req.output > 1:  # the last token's KV is never computed
+            seq.extend(req.token_ids(0, req.output - 1))
+        self._drop_match(req)
+        cache.insert(seq)
+        self._make_room()
 
     def begin_step(self) -> Step | None:
         """Decide the next iteration as SGLang's scheduler: prefill first, else decode, else abort."""
@@ -182,7 +261,7 @@ class Scheduler:
         if self.chunked is None and (not self.waiting or len(self.running) >= self.max_running_requests):
             return []  # nothing to continue and no request may start (the reserves need not be summed)
         budget = self.chunked_prefill_size
-        rem = self.kv_tokens - self.kv_used - sum(self._reserve(r) for r in self.running)
+        rem = self.kv_tokens - self._held() - sum(self._reserve(r) for r in self.running)
         batch: list[tuple[Request, int]] = []
         chunked = self.chunked
         if chunked is not None:
@@ -193,9 +272,24 @@ class Scheduler:
         slots = self.max_running_requests - len(self.running) - (1 if chunked is not None else 0)
         while self.waiting and budget > 0 and slots > 0:
             req = self.waiting[0]
-            if req.prefill_left + self._reserve(req) > rem:
+            newly_locked = self._admit_match(req)
+            if req.prefill_left + newly_locked + self._reserve(req) > rem:
+                if req.match is not None and not req.kv_locked:  # not admitted: match again next time
+                    req.match = None
+                    req.prefilled = 0
                 break
             self.waiting.popleft()
+            if req.match is not None and self.cache is not None:
+                self.cache.lock(req.match)
+                req.kv_locked = True
+                req.tree_tokens = req.match.length
+                self.tree_read += req.tree_tokens
+                rem -= newly_locked
+            if not req.counted:
+                req.counted = True
+                req.cached = req.prefilled
+                self.cached_tokens += req.prefilled
+                self.prompt_tokens += req.input_len
             take = min(req.prefill_left, budget)
             batch.append((req, take))
             budget -= take
@@ -231,11 +325,30 @@ class Scheduler:
             req.prefilled += take
             req.kv += take
             self.kv_used += take
+        self._make_room()
         self.chunked = None
         step.prefill = batch
         step.dt = self.perf.prefill_time_s(tokens, len(batch))
         self.steps["prefill"] += 1
         return step
+
+    def _prompt_into_cache(self, req: Request) -> None:
+        """A prefilled prompt enters the cache at once (SGLang's ``cache_unfinished_req``), so later
+        prefill steps hit it; the request keeps it locked, and its prompt KV stops being private."""
+        cache = self.cache
+        if cache is None or req.keys is None or req.prefill_target != req.input_len:
+            return
+        moved = req.input_len - req.cached
+        self._drop_match(req)
+        cache.insert(req.keys)
+        m = cache.match(req.keys, max_len=req.input_len)
+        cache.lock(m)
+        req.match = m
+        req.kv_locked = True
+        req.tree_tokens = req.input_len
+        self.tree_read += req.input_len
+        req.kv -= moved
+        self.kv_used -= moved
 
     def _end_prefill(self, step: Step, t_end: float) -> None:
         for req, _ in step.prefill:
@@ -244,27 +357,34 @@ class Scheduler:
             if req.prefill_left > 0:
                 self.chunked = req
                 continue
+            self._prompt_into_cache(req)
             self.running.append(req)
             self._emit(req, 1, t_end, step)
 
     def _begin_decode(self) -> Step:
         need = len(self.running) * self._kv_per_decode
         retracted = False
-        while self.kv_used + need > self.kv_tokens and len(self.running) > 1:
+        while self._held() + need > self.kv_tokens and len(self.running) > 1:
             self._retract_one()
             retracted = True
             need = len(self.running) * self._kv_per_decode
-        if self.kv_used + len(self.running) > self.kv_tokens:  # a lone request filled the pool
+        if self._held() + len(self.running) > self.kv_tokens:  # a lone request filled the pool
             step = Step("abort", self.clock.t)
             req = self.running.pop()
             self._free(req)
+            self._drop_match(req)
             req.finish(self.clock.t, "abort")
             req.wake()
             step.ended.append(req)
             return step
+        if self.cache is not None and self.cache.size:
+            over = self.kv_used + self.cache.size + need - self.kv_tokens
+            if over > 0:
+                self.cache.evict(over)
         step = Step("decode", self.clock.t)
         step.decode = list(self.running)
-        step.dt = self.perf.decode_step_time_s(len(step.decode), self.kv_used)
+        # attention reads every request's whole context, the shared prefix once per request
+        step.dt = self.perf.decode_step_time_s(len(step.decode), self.kv_used + self.tree_read)
         self.steps["decode"] += 1
         if not retracted:  # SGLang decays the ratio only on steps without a retraction
             self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, self.min_ratio)
@@ -333,6 +453,7 @@ class Scheduler:
         if req.output >= req.max_new:
             self.running.remove(req)
             self._free(req)
+            self._finish_into_cache(req)
             req.finish(t, "length")
             self.requests_served += 1
             req.flush(t)
@@ -347,6 +468,7 @@ class Scheduler:
         victim = min(self.running, key=lambda r: (r.output, -r.input_len))
         self.running.remove(victim)
         self._free(victim)
+        self._drop_match(victim)
         victim.prefilled = 0
         victim.prefill_target = victim.input_len + victim.output
         self.waiting.appendleft(victim)
@@ -373,6 +495,7 @@ class Scheduler:
             except ValueError:
                 pass
         self._free(req)
+        self._drop_match(req)
         req.finish(self.clock.t, "abort")
 
     def fail_all(self, reason: str) -> list[Request]:

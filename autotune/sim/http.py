@@ -20,7 +20,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,7 +35,12 @@ logger = logging.getLogger(__name__)
 class EngineLike(Protocol):
     """What the HTTP layer needs of :class:`autotune.sim.engine.Engine`."""
 
-    def generate(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True) -> AsyncIterator[Any]: ...
+    def generate(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
+                 keys: Sequence[int] | None = None) -> AsyncIterator[Any]: ...
+
+    def flush_cache(self) -> bool: ...
+
+    def cached_tokens(self, rid: str) -> int: ...
 
     def stats(self) -> dict[str, Any]: ...
 
@@ -62,6 +67,7 @@ class ServerState:
     crash: Callable[[], None] = _default_crash
     emit: Callable[[str], None] = lambda line: None  # writes one server log line
     in_flight: int = 0
+    cache_report: bool = False  # --enable-cache-report: usage.prompt_tokens_details.cached_tokens
     created: int = field(default_factory=lambda: int(time.time()))
     _rid_counter: itertools.count = field(default_factory=itertools.count)
 
@@ -92,7 +98,8 @@ def _sse(obj: Any) -> bytes:
 class _Stream:
     """One request's token stream: runs the engine, counts tokens, applies stream faults."""
 
-    def __init__(self, state: ServerState, input_len: int, max_new_tokens: int, ignore_eos: bool, rid: str | None) -> None:
+    def __init__(self, state: ServerState, input_len: int, max_new_tokens: int, ignore_eos: bool, rid: str | None,
+                 keys: Sequence[int] | None = None) -> None:
         if input_len < 1:
             raise BadRequest("The input is empty. Please provide a non-empty prompt or input_ids.")
         if input_len > state.max_req_input_len:
@@ -107,6 +114,8 @@ class _Stream:
         self.input_len = input_len
         self.max_new_tokens = min(max_new_tokens, state.context_len - input_len)
         self.ignore_eos = ignore_eos
+        self.keys = keys  # prompt token ids: the radix cache's key
+        self.cached_tokens = 0
         self.output_ids: list[int] = []
         self.text = ""  # decoded output so far, extended per chunk (not re-decoded)
         self.finish_reason: str | None = None
@@ -122,9 +131,11 @@ class _Stream:
             self.finish_reason = "length"
             return
         state_tok = self.state.tokenizer
-        agen = engine.generate(self.rid, self.input_len, self.max_new_tokens, ignore_eos=self.ignore_eos)
+        agen = engine.generate(self.rid, self.input_len, self.max_new_tokens, ignore_eos=self.ignore_eos,
+                               keys=self.keys)
         try:
             async for chunk in agen:
+                self.cached_tokens = engine.cached_tokens(self.rid)
                 piece = state_tok.decode(chunk.token_ids)
                 if piece:
                     self.text = f"{self.text} {piece}" if self.text else piece
@@ -165,7 +176,8 @@ async def _finish_request(state: ServerState) -> None:
 
 
 async def _stream_response(request: web.Request, state: ServerState, stream: _Stream,
-                           render: Callable[[list[int]], list[Any]], tail: Callable[[], list[Any]]) -> web.StreamResponse:
+                           render: Callable[[list[int]], list[Any]],
+                           tail: Callable[[], list[Any]]) -> web.StreamResponse:
     """Send ``render(new_ids)`` objects per chunk, then ``tail()`` objects, then ``[DONE]``."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
@@ -232,7 +244,7 @@ def _generate_obj(state: ServerState, stream: _Stream) -> dict[str, Any]:
         "weight_version": "default",
         "total_retractions": 0,
         "completion_tokens": len(stream.output_ids),
-        "cached_tokens": 0,
+        "cached_tokens": stream.cached_tokens,
     }
     if stream.finish_reason is not None:
         meta["e2e_latency"] = stream.e2e_latency
@@ -247,19 +259,22 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         if "input_ids" in body and body["input_ids"] is not None:
             prompts = body["input_ids"]
-            lens = [len(p) for p in prompts] if prompts and isinstance(prompts[0], list) else [len(prompts)]
             batch = bool(prompts) and isinstance(prompts[0], list)
+            keys = list(prompts) if batch else [prompts]
+            lens = [len(p) for p in keys]
         elif isinstance(body.get("text"), (str, list)):
             texts = body["text"]
             batch = isinstance(texts, list)
-            lens = [state.tokenizer.count(t) for t in (texts if batch else [texts])]
+            keys = [state.tokenizer.encode(t) for t in (texts if batch else [texts])]
+            lens = [len(k) for k in keys]
         else:
             raise BadRequest("Either text or input_ids should be provided.")
         sp = body.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens", 128) if sp.get("max_new_tokens") is not None else 128)
         ignore_eos = bool(sp.get("ignore_eos", False))
         rids = body.get("rid")
-        streams = [_Stream(state, n, max_new, ignore_eos, (rids[i] if isinstance(rids, list) else rids) if rids else None)
+        streams = [_Stream(state, n, max_new, ignore_eos,
+                           (rids[i] if isinstance(rids, list) else rids) if rids else None, keys[i])
                    for i, n in enumerate(lens)]
     except (BadRequest, ValueError, TypeError) as exc:
         return _error(400, str(exc))
@@ -275,9 +290,11 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
 
 
 # ---------------------------------------------------------------- OpenAI-compatible
-def _usage(stream: _Stream) -> dict[str, Any]:
+def _usage(state: ServerState, stream: _Stream) -> dict[str, Any]:
+    # SGLang fills prompt_tokens_details only when launched with --enable-cache-report
+    details = {"cached_tokens": stream.cached_tokens} if state.cache_report else None
     return {"prompt_tokens": stream.input_len, "completion_tokens": len(stream.output_ids),
-            "total_tokens": stream.input_len + len(stream.output_ids), "prompt_tokens_details": None,
+            "total_tokens": stream.input_len + len(stream.output_ids), "prompt_tokens_details": details,
             "reasoning_tokens": 0}
 
 
@@ -291,23 +308,25 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("messages must be a non-empty list.")
-            input_len = state.tokenizer.count_messages(messages)
+            keys = state.tokenizer.encode_messages(messages)
+            input_len = len(keys)
             default_max = state.context_len - input_len
             max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-                input_len = len(prompt)
+                keys = list(prompt)
             elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                input_len = state.tokenizer.count(prompt[0])
+                keys = state.tokenizer.encode(prompt[0])
             elif isinstance(prompt, str):
-                input_len = state.tokenizer.count(prompt)
+                keys = state.tokenizer.encode(prompt)
             else:
                 raise BadRequest("prompt must be a string or a list of token ids.")
+            input_len = len(keys)
             default_max = 16  # OpenAI's (and SGLang's) default max_tokens for completions
             max_tokens = body.get("max_tokens")
         stream = _Stream(state, input_len, int(default_max if max_tokens is None else max_tokens),
-                         bool(body.get("ignore_eos", False)), body.get("rid"))
+                         bool(body.get("ignore_eos", False)), body.get("rid"), keys)
     except (BadRequest, ValueError, TypeError) as exc:
         return _error(400, str(exc))
     model = body.get("model") or state.served_model_name
@@ -343,11 +362,11 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
                           "matched_stop": None}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish(), "matched_stop": None}
-            out.append(envelope([choice], _usage(stream) if continuous else None))
+            out.append(envelope([choice], _usage(state, stream) if continuous else None))
             return out
 
         def tail() -> list[Any]:
-            return [envelope([], _usage(stream))] if include_usage else []
+            return [envelope([], _usage(state, stream))] if include_usage else []
 
         return await _stream_response(request, state, stream, render, tail)
     if (failed := await _run_all(state, [stream])) is not None:
@@ -359,7 +378,7 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
                   "matched_stop": None}
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish(), "matched_stop": None}
-    return web.json_response(envelope([choice], _usage(stream), chunk=False))
+    return web.json_response(envelope([choice], _usage(state, stream), chunk=False))
 
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:
@@ -388,6 +407,9 @@ def _server_info(state: ServerState) -> dict[str, Any]:
         stats = state.engine.stats()
         now = state.engine.modelled_now()
         internal["last_gen_throughput"] = stats.get("tokens_emitted", 0) / now if now > 0 else 0.0
+        cache = stats.get("cache") or {}
+        if cache.get("enabled"):
+            internal["cache_hit_rate"] = cache.get("hit_rate", 0.0)
     info["internal_states"] = [internal]
     return info
 
@@ -411,11 +433,13 @@ async def handle_models(request: web.Request) -> web.Response:
 
 async def handle_flush_cache(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE_KEY]
-    if state.in_flight > 0:
-        return web.Response(status=400, text="Cache not flushed. Please check backend logs for more details. "
-                                             "(When there are running or waiting requests, the operation will not be performed.)\n")
-    return web.Response(status=200, text="Cache flushed.\nPlease check backend logs for more details. "
-                                         "(When there are running or waiting requests, the operation will not be performed.)\n")
+    if state.in_flight > 0 or (state.engine is not None and not state.engine.flush_cache()):
+        return web.Response(status=400, text="Cache not flushed. " + _FLUSH_NOTE)
+    return web.Response(status=200, text="Cache flushed.\n" + _FLUSH_NOTE)
+
+
+_FLUSH_NOTE = ("Please check backend logs for more details. "
+               "(When there are running or waiting requests, the operation will not be performed.)\n")
 
 
 async def handle_sim_stats(request: web.Request) -> web.Response:

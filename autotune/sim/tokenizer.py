@@ -7,8 +7,9 @@ rule is deliberately trivial:
 * text is split on whitespace; each word is one token (``"a b  c"`` -> 3 tokens);
 * an empty or whitespace-only text is 0 tokens;
 * ``input_ids`` count as given (one id, one token);
-* generated token ids decode to the words ``"t<id>"`` joined by single spaces, so that
-  re-encoding generated text gives back exactly the number of generated tokens.
+* generated token ids decode to the words ``"t<id>"`` joined by single spaces, and such a
+  word encodes back to ``<id>``: re-encoding generated text gives back the generated ids,
+  so a conversation that sends a reply back hits the prefix cache as on a real server.
 
 Word ids are stable hashes (CRC32 modulo the vocabulary size) so the same text always
 encodes to the same ids, on every run and every machine.
@@ -36,7 +37,25 @@ class WordTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``: one stable id per whitespace-separated word."""
-        return [zlib.crc32(word.encode("utf-8")) % self.vocab_size for word in text.split()]
+        return [self._word_id(word) for word in text.split()]
+
+    def _word_id(self, word: str) -> int:
+        if word[0] == "t" and word[1:].isdigit() and len(word) < 8:
+            return int(word[1:])
+        return zlib.crc32(word.encode("utf-8")) % self.vocab_size
+
+    def encode_messages(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of a chat request's prompt: its messages' text contents in order (no template)."""
+        ids: list[int] = []
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                ids.extend(self.encode(content))
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        ids.extend(self.encode(part["text"]))
+        return ids
 
     def decode(self, token_ids: Iterable[int]) -> str:
         """Text of generated ids: ``"t<id>"`` words joined by single spaces."""

@@ -25,6 +25,7 @@ TRIAL_DIR = "trial_dir"
 KV_TOKENS_ERROR_PCT = "kv_tokens_error_pct"
 SLO_VIOLATION = "slo_violation"
 SLO_MET = "slo_met"
+MIX = "mix"  # a workload mix: {name: {weight, point, value, violation}}
 STAGE = "stage"  # 1: base knobs, 2: speculative
 STAGE_BASE = "stage_base"
 CONFIRM_OF = "confirm_of"  # N on confirmation re-runs of trial N (outside the budget)

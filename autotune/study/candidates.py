@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -28,8 +27,9 @@ from autotune.sglang.installed import InstalledSglang, check_version, probe
 from autotune.sglang.knob_rules import resolve
 from autotune.sglang.memory import Prediction
 from autotune.sglang.speculative import validate_speculative
+from autotune.sglang_env.resolve import install_hint, launch_env, launch_python
 from autotune.space_prune import Removed, prune_space
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, resolve_workload
 from autotune.study import attrs
 from autotune.study.infeasible import Failure, implied_by, inert_knobs
 from autotune.study.prediction import Predictor
@@ -118,13 +118,16 @@ class Candidates:
         spec = self.spec
         if spec.server.backend != "sglang":
             return
-        python = spec.server.python or sys.executable
+        python = launch_python(spec)
         remote = spec.executor.kind == "ray" and bool(spec.executor.address or os.environ.get("RAY_ADDRESS"))
         installed = probe(python)
         if installed is None:
             if remote:
                 log.info("SGLang is not importable here; the cluster's GPU nodes must have it (flags unchecked)")
                 return
+            if spec.server.device == "cpu" and not spec.server.python:
+                raise ConfigError(f"server.python: no SGLang {spec.server.sglang_version} CPU venv at {python}; "
+                                  f"build it with: {install_hint(spec)}")
             raise ConfigError(f"server.backend: 'sglang' but {python} cannot import SGLang "
                               "(pip install -e '.[sglang]', or point server.python at the interpreter that has it)")
         check_version(installed, spec.server.sglang_version)
@@ -139,13 +142,20 @@ class Candidates:
         return self._widened
 
     def _resolved_baseline(self) -> dict[str, Any]:
-        pred = self.predictor.predict(space.to_config(self.spec, {}, baseline=True))
-        resolved = {
+        base_cfg = space.to_config(self.spec, {}, baseline=True)
+        pred = self.predictor.predict(base_cfg)
+        resolved: dict[str, Any] = {
             "mem_fraction_static": pred.f,
             "cuda_graph_max_bs": pred.cuda_graph_max_bs,
             "chunked_prefill_size": pred.chunked_prefill_size,
             "max_running_requests": pred.max_running_requests,
+            "max_total_tokens": base_cfg.max_total_tokens,
         }
+        if self.spec.server.device == "cpu":
+            # SGLang's automatic values on CPU follow other rules than the GPU ones the memory
+            # model knows: the baseline passes nothing, and its params say so (None).
+            resolved.update(mem_fraction_static=None, cuda_graph_max_bs=None, chunked_prefill_size=None,
+                            max_running_requests=None)
         return space.baseline_params(self.spec, resolved)
 
     def ensure_baseline(self) -> None:
@@ -192,9 +202,8 @@ class Candidates:
     # ---- the request ----------------------------------------------------------------------
     def request(self, number: int, cand: Candidate) -> TrialRequest:
         spec = self.spec
-        wl = spec.workload
-        if wl.dataset_path:
-            wl = wl.model_copy(update={"dataset_path": spec.resolve_path(wl.dataset_path)})
+        wl = resolve_workload(spec, spec.workload)
+        mix = [resolve_workload(spec, w) for w in spec.workloads] if spec.workloads else None
         return TrialRequest(
             study_name=spec.name,
             trial_number=number,
@@ -209,8 +218,9 @@ class Candidates:
             artifact_dir=str(trial_dir(spec, number)),
             run_dir=str(spec.run_path),
             startup_timeout_s=spec.server.startup_timeout_s,
-            env={**spec.server.env, **dict(cand.config.env)},
-            python=spec.server.python,
+            env={**launch_env(spec), **dict(cand.config.env)},
+            python=launch_python(spec) if spec.server.backend == "sglang" else spec.server.python,
             sim=spec.server.sim,
             prediction=cand.prediction,
+            workloads=mix,
         )

@@ -45,6 +45,7 @@ from autotune.study.phases import Phases
 from autotune.study.prediction import Predictor
 from autotune.study.record import Recorder
 from autotune.study.reuse import copy_result, launch_key, stored_result
+from autotune.study.search_policy import SearchPolicy
 from autotune.study.storage import artifact_store, open_storage, open_study
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
@@ -101,6 +102,7 @@ class StudyDriver:
         self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
         self.recorder = Recorder(spec, self.study, self.candidates)
         self.phases = Phases(spec, self.study)
+        self.phases.policy = SearchPolicy.for_study(spec, self.study, self.candidates)
         self._live: dict[int, optuna.Trial] = {}  # launched or waiting on a launch of the same argv
         self._launching: dict[str, int] = {}  # launch key -> the trial in flight with it
         self._followers: dict[int, list[optuna.Trial]] = {}  # trial in flight -> trials reusing its result
@@ -122,7 +124,7 @@ class StudyDriver:
         trial = self._live.get(number)
         if trial is None or trial.user_attrs.get(attrs.CONFIRM_OF) is not None:
             return None  # confirmation re-runs are never stopped early
-        if self.spec.objective.slo:
+        if self.spec.has_slo:
             return None  # throughput so far says nothing about meeting the SLO: no early stop
 
         def report(step: int, value: float) -> bool:
@@ -310,7 +312,8 @@ class StudyDriver:
         key = launch_key(cand.config, self.spec.server.sglang_version)
         trial.set_user_attr(attrs.LAUNCH_KEY, key)
         self._live[trial.number] = trial
-        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None:
+        if not confirming and trial.user_attrs.get(attrs.CONFIRM_OF) is None \
+                and trial.user_attrs.get(attrs.RETRY_OF) is None:
             if key in self._launching:  # the same launch is in flight: take its result when it ends
                 self._followers.setdefault(self._launching[key], []).append(trial)
                 return None

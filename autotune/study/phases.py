@@ -1,6 +1,6 @@
 """How a study spends its budget: staged search and the confirmation of the winner.
 
-Stages (``search.stages: auto``, on when the space has speculative choices): the
+Fixed stages (``search.stages: fixed``, on when the space has speculative choices): the
 first ``stage1_fraction`` of the trial budget searches the base knobs with
 speculative decoding off; the rest searches speculative settings on top of the best
 base configuration found, as SGLang's own auto_benchmark orders them. Each stage is
@@ -11,6 +11,10 @@ Confirmation (``search.confirm_top``, ``search.repeats``): once the budget is sp
 the top configurations and the baseline run again; the winner is reported with the
 median and spread of its runs. Config-only gains on one node are often single-digit
 percent, so one lucky measurement must not crown a winner.
+
+``search.stages: auto`` (the default) hands the stages to
+:class:`autotune.study.search_policy.SearchPolicy` (``Phases.policy``): a designed start
+and stages that end when they stop improving.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class Phases:
         self.study = study
         sp = spec.search_space.speculative
         self.spec_algos = [a for a in sp.algorithm.choices if a != "none"] if sp else []
-        self.staged = spec.search.stages == "auto" and bool(self.spec_algos)
+        self.staged = spec.search.stages == "fixed" and bool(self.spec_algos)
+        self.policy: Any = None  # a SearchPolicy for stages "auto", set by the driver
         self.stage1_trials = max(1, math.ceil(spec.n_trials * spec.search.stage1_fraction))
         self._rr = 0
 
@@ -65,6 +70,8 @@ class Phases:
 
     def before_ask(self, used: int) -> str | None:
         """Fix the stage's parameters for the next ask(); returns the stage name."""
+        if self.policy is not None:
+            return self.policy.before_ask(used)
         if not self.staged or self._waiting():
             return None
         with warnings.catch_warnings():

@@ -53,6 +53,8 @@ class Recorder:
         t.set_user_attr(attrs.TRIAL_DIR, str(trial_dir(self.spec, t.number)))
         if result.metrics_by_point:
             t.set_user_attr(attrs.METRICS, result.metrics_by_point)
+        if result.mix:
+            t.set_user_attr(attrs.MIX, result.mix)
         if result.slo_violation is not None:
             t.set_user_attr(attrs.SLO_VIOLATION, round(result.slo_violation, 4))
             t.set_user_attr(attrs.SLO_MET, result.slo_violation <= 0)
@@ -85,6 +87,12 @@ class Recorder:
         """The first launch that logged P and A calibrates every later prediction."""
         if self.spec.calibration is not None or self.study.user_attrs.get(attrs.CALIBRATION):
             return
+        if self.spec.server.device == "cpu":
+            # On CPU SGLang's "avail mem" is the whole machine's available RAM (psutil), shared with
+            # every other process and moving with them: P and A say nothing about this launch's
+            # budget, and the KV pool is set by --max-total-tokens. Nothing to learn; the observed
+            # figures stay in the trial's "observed" attribute.
+            return
         obs = result.observed
         if obs.get("p_gib") is None or obs.get("a_gib") is None:
             return
@@ -102,7 +110,7 @@ class Recorder:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trial.set_constraint("memory", 1.0 if violated else -1.0)
-            if self.spec.objective.slo:
+            if self.spec.has_slo:
                 # A trial that never reached a load point cannot meet the SLO either.
                 v = slo_violation if slo_violation is not None else (1.0 if violated else 0.0)
                 trial.set_constraint("slo", float(v))

@@ -14,7 +14,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from autotune.errors import ConfigError
 from autotune.spec import StudySpec
 from autotune.study.pruner import ClearlyWorsePruner
-from autotune.study.samplers import GridSampler
+from autotune.study.samplers import GridSampler, choose_sampler
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     """The study's sampler. Samplers are not persisted by optuna: build it again on resume."""
     s = spec.sampler
+    if s.kind == "auto":
+        sampler, why = choose_sampler(spec)
+        log.info("sampler: %s", why)
+        return sampler
     if s.kind == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -15,7 +15,7 @@ from autotune.objective import Objective
 from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.memory import Prediction
-from autotune.spec import SimSpec, WorkloadSpec
+from autotune.spec import MixWorkloadSpec, SimSpec, WorkloadSpec
 
 __all__ = ["Reporter", "TrialRequest", "TrialResult", "TrialState"]
 
@@ -54,6 +54,12 @@ class TrialRequest:
     sim: SimSpec = field(default_factory=SimSpec)
     prediction: Prediction | None = None  # its P and f let the live kill act at the weights-loaded line
     gpu_ids: list[int] | None = None
+    workloads: list[MixWorkloadSpec] | None = None  # a mix, measured instead of ``workload``
+
+    @property
+    def has_slo(self) -> bool:
+        """An SLO bounds the value: the objective's, or a mix workload's own."""
+        return bool(self.objective.slo) or any(w.slo for w in self.workloads or ())
 
 
 @dataclass
@@ -73,6 +79,8 @@ class TrialResult:
     gpu_seconds: float = 0.0  # modelled GPU time this trial held (startup + load) x GPUs
     time_scale: float = 1.0
     slo_violation: float | None = None  # at the chosen point; <= 0 meets the SLO, None without one
+    # a workload mix: {name: {weight, point, value, violation}}; the value is their weighted mean
+    mix: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def fail(self, kind: FailureKind | str, evidence: str) -> TrialResult:
         """Mark this result FAILED with ``kind`` and its evidence; returns self."""

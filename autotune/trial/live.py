@@ -26,7 +26,7 @@ from autotune.sglang.logparse import summarize
 from autotune.trial.argv import build_argv
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
 from autotune.trial.live_kill import LiveKill
-from autotune.trial.plan import LoadPoint, load_spec, run_plan
+from autotune.trial.plan import LoadPoint, load_spec, run_trial_plan, workload_of
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ def _measure_plan(req: TrialRequest, url: str, result: TrialResult, report: Repo
     def measure(point: LoadPoint) -> Mapping[str, Any] | None:
         return _load_point(req, url, result, report, art, point, step)
 
-    outcome = run_plan(req.workload, req.objective, measure)
+    outcome = run_trial_plan(req.workload, req.workloads, req.objective, measure)
+    result.mix = outcome.mix
     if outcome.ended_at is not None:
         return
     if outcome.picked is None:
@@ -113,13 +114,13 @@ def _measure_plan(req: TrialRequest, url: str, result: TrialResult, report: Repo
         return
     result.state = TrialState.COMPLETE
     result.best_point, result.value = outcome.picked.point, outcome.picked.value
-    result.slo_violation = outcome.picked.violation if req.objective.slo else None
+    result.slo_violation = outcome.picked.violation if req.has_slo else None
 
 
 def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Reporter | None, art: Path,
                 point: LoadPoint, step: list[int]) -> Mapping[str, Any] | None:
     """Run one load point and record it; None when the trial ends here (failed or stopped early)."""
-    spec = load_spec(req.workload, point, base_url=url, snapshot_interval_s=1.0)
+    spec = load_spec(workload_of(req.workload, req.workloads, point), point, base_url=url, snapshot_interval_s=1.0)
     name = point.name
 
     def on_snapshot(snap: Snapshot) -> bool:

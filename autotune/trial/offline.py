@@ -61,7 +61,7 @@ from autotune.trial.argv import build_argv
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 from autotune.trial.offline_load import run_point
 from autotune.trial.offline_startup import StartupOutcome, run_startup, runtime_oom_evidence
-from autotune.trial.plan import LoadPoint, load_spec, run_plan
+from autotune.trial.plan import LoadPoint, load_spec, run_trial_plan, workload_of
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class _LoadOutcome:
     picked: Picked | None = None
     error: str | None = None
     died: bool = False
+    mix: dict[str, dict[str, Any]] | None = None
 
 
 @functools.lru_cache(maxsize=64)
@@ -178,7 +179,8 @@ def evaluate(request: TrialRequest) -> TrialResult:
         return result.fail(FailureKind.LOAD_FAILED, f"no load point reported {request.objective.metric}")
     result.state = TrialState.COMPLETE
     result.best_point, result.value = load.picked.point, load.picked.value
-    result.slo_violation = load.picked.violation if request.objective.slo else None
+    result.slo_violation = load.picked.violation if request.has_slo else None
+    result.mix = dict(load.mix or {})
     return result
 
 
@@ -201,6 +203,7 @@ def _load(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProfile
         "seed": sim.seed if speculative else None,
         "ctx": plan.context_len, "maxin": plan.max_req_input_len,
         "wl": request.workload.model_dump(mode="json"), "objective": repr(request.objective),
+        "mix": [w.model_dump(mode="json") for w in request.workloads or ()],
     }, sort_keys=True, default=str)
     hit = _MEMO.get(key)
     if hit is not None:
@@ -222,7 +225,8 @@ def _measure(engine: Engine, plan: MemoryPlan, request: TrialRequest) -> _LoadOu
 
     def measure(point: LoadPoint) -> Mapping[str, Any] | None:
         nonlocal total
-        out = run_point(engine, load_spec(request.workload, point), context_len=plan.context_len,
+        wl = workload_of(request.workload, request.workloads, point)
+        out = run_point(engine, load_spec(wl, point), context_len=plan.context_len,
                         max_req_input_len=plan.max_req_input_len)
         total += out.duration_s
         if out.died or out.error:
@@ -231,13 +235,13 @@ def _measure(engine: Engine, plan: MemoryPlan, request: TrialRequest) -> _LoadOu
         return out.metrics
 
     with _engine_log_muted():
-        planned = run_plan(request.workload, request.objective, measure)
+        planned = run_trial_plan(request.workload, request.workloads, request.objective, measure)
     points = planned.metrics_by_point
     if failure:
         if failure["metrics"]:  # a point that died part-way still reports what it measured
             points[failure["name"]] = failure["metrics"]
         return _LoadOutcome(points, total, None, failure["error"], failure["died"])
-    return _LoadOutcome(points, total, planned.picked)
+    return _LoadOutcome(points, total, planned.picked, mix=planned.mix)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from autotune.load.metrics import RequestTrace, compute_metrics
-from autotune.load.prompts import Prompt, arrival_offsets, prompt_stream
+from autotune.load.prompts import Prompt, arrival_offsets
+from autotune.load.sources import is_conversational, prompt_stream
 from autotune.load.spec import LoadSpec
 from autotune.sim.engine import Engine, RequestHandle
 from autotune.sim.tokenizer import WordTokenizer
@@ -58,14 +59,14 @@ class _Sent:
     trace: RequestTrace
 
 
-def _input_len(prompt: Prompt, backend: str) -> int:
-    """Prompt tokens as the simulated server counts them (its stand-in tokenizer)."""
+def _input_keys(prompt: Prompt, backend: str) -> list[int]:
+    """Prompt token ids as the simulated server reads them (its stand-in tokenizer): the prefix cache's key."""
     if prompt.input_ids is not None:
-        return len(prompt.input_ids)
+        return prompt.input_ids
     text = prompt.text or ""
     if backend == "openai-chat":
-        return _TOKENIZER.count_messages([{"role": "user", "content": text}])
-    return _TOKENIZER.count(text)
+        return _TOKENIZER.encode_messages(prompt.messages or [{"role": "user", "content": text}])
+    return _TOKENIZER.encode(text)
 
 
 class _Client:
@@ -81,14 +82,16 @@ class _Client:
 
     def send(self, prompt: Prompt) -> _Sent:
         now = self.engine.modelled_now()
-        n_in = _input_len(prompt, self.spec.backend)
-        trace = RequestTrace(start=now, input_len=prompt.input_len, output_len=prompt.output_len)
+        keys = _input_keys(prompt, self.spec.backend)
+        n_in = len(keys)
+        trace = RequestTrace(start=now, input_len=prompt.input_len, output_len=prompt.output_len,
+                             group=prompt.group, conversation=prompt.conversation, turn=prompt.turn)
         if n_in < 1 or n_in > self.max_req_input_len:  # the server answers 400
             trace.end = now
             trace.error = f"HTTP 400: input of {n_in} tokens refused"
             return _Sent(prompt, None, trace)
         max_new = min(prompt.output_len, self.context_len - n_in)
-        handle = self.engine.submit(f"offline-{next(_RIDS)}", n_in, max_new)
+        handle = self.engine.submit(f"offline-{next(_RIDS)}", n_in, max_new, keys=keys)
         sent = _Sent(prompt, handle, trace)
         if handle.done:  # nothing to generate, or an input the pool can never hold
             self.ended.append(sent)
@@ -135,6 +138,7 @@ def _fill_trace(sent: _Sent) -> None:
     trace.end = req.finish_s if req.finish_s is not None else (trace.times[-1] if trace.times else trace.start)
     trace.prompt_tokens = req.input_len
     trace.completion_tokens = req.output_tokens
+    trace.cached_tokens = req.cached_tokens
     if req.error is not None:
         trace.error = f"ClientPayloadError: the server closed the stream ({req.error})"
     elif req.finish_reason == "abort":
@@ -158,6 +162,10 @@ def _run_until_drained(engine: Engine, client: _Client, on_done: Any) -> None:
 def run_point(engine: Engine, spec: LoadSpec, *, context_len: int, max_req_input_len: int) -> PointOutcome:
     """One load point: warm-up, then the timed closed loop (or Poisson arrivals), then metrics."""
     out = PointOutcome()
+    if is_conversational(spec):  # each turn waits for the previous reply: only the live client models that
+        out.error = (f"workload kind {spec.dataset.kind if spec.dataset else '?'} with turns is not modelled "
+                     "offline: run it against the simulated server (server.backend: sim)")
+        return out
     client = _Client(engine, spec, context_len, max_req_input_len)
     t_start = engine.modelled_now()
     # -- warm-up: excluded from the metrics, but it runs through the engine (its state carries on)
@@ -191,6 +199,8 @@ def run_point(engine: Engine, spec: LoadSpec, *, context_len: int, max_req_input
             out.duration_s = engine.modelled_now() - t_start
             out.error = out.error or "warm-up failed: the server died"
             return out
+    if spec.flush_cache:  # as the live load generator does after its warm-up
+        engine.flush_cache()
     _measure(engine, client, spec, out)
     out.duration_s = engine.modelled_now() - t_start
     return out
@@ -219,7 +229,8 @@ def _measure(engine: Engine, client: _Client, spec: LoadSpec, out: PointOutcome)
             if nxt is None:
                 exhausted = True
                 return
-            heapq.heappush(due, (t0 + nxt[1], next(order), nxt[0]))
+            at = nxt[0].at_s if nxt[0].at_s is not None else nxt[1]  # a trace's own send time
+            heapq.heappush(due, (t0 + at, next(order), nxt[0]))
 
     def dispatch() -> None:
         nonlocal sent, in_flight, exhausted

@@ -1,0 +1,245 @@
+"""Readers of the dataset and trace formats a workload can point at, with one-line errors.
+
+* ShareGPT: a JSON array (or JSONL) of ``{"conversations": [{"from": "human"|"gpt",
+  "value": str}, ...]}``.
+* Mooncake trace JSONL: ``{"timestamp": ms, "input_length": int, "output_length": int,
+  "hash_ids": [int, ...]}`` per line (``hash_ids`` optional), timestamps not decreasing.
+* Azure LLM inference trace CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens``;
+  ``TIMESTAMP`` a date-time (``2023-11-16 18:15:46.6805900``) or seconds.
+* Prompt JSONL: ``{"prompt": str}`` or ``{"input_ids": [int, ...]}``, optional ``output_len``.
+
+A malformed file raises :class:`DatasetError` (a ConfigError: exit 2) whose message is
+one line naming the file, the line and the field: ``trace.jsonl:17: input_length=-3:
+must be a positive integer``.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError
+
+
+class DatasetError(ConfigError):
+    """A dataset or trace file that cannot be used; the message names file, line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One request of a trace: when (seconds from the trace's first request) and how big."""
+
+    line: int
+    at_s: float
+    input_len: int
+    output_len: int
+    hash_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRow:
+    """One prompt of a prompt file (``text`` or ``input_ids``) and its output length, if given."""
+
+    line: int
+    text: str | None
+    input_ids: list[int] | None
+    output_len: int | None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key in _TEXT_CACHE:
+            return _TEXT_CACHE[key]
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    if not text.strip():
+        raise DatasetError(f"{path}:1: empty file (no requests)")
+    _TEXT_CACHE.clear()  # the last file read only: a load point reads its file a few times
+    _TEXT_CACHE[key] = text
+    return text
+
+
+_TEXT_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def _pos_int(path: Path, line: int, row: dict[str, Any], key: str, *, required: bool = True) -> int | None:
+    if key not in row or row[key] is None:
+        if required:
+            raise DatasetError(f"{path}:{line}: {key}: missing")
+        return None
+    v = row[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise DatasetError(f"{path}:{line}: {key}={v!r}: must be a positive integer")
+    return v
+
+
+def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    rows = []
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        rows.append((number, row))
+    return rows
+
+
+def _json_array_items(path: Path, text: str) -> list[tuple[int, Any]]:
+    """The items of a top-level JSON array with the line each starts on."""
+    dec = json.JSONDecoder()
+    i = text.index("[") + 1
+    items: list[tuple[int, Any]] = []
+    n = len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n:
+            raise DatasetError(f"{path}:{text.count(chr(10)) + 1}: not JSON (the array is not closed)")
+        if text[i] == "]":
+            return items
+        line = text.count("\n", 0, i) + 1
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+        items.append((line, obj))
+
+
+def read_sharegpt(path: Path) -> list[tuple[int, list[tuple[str, str]]]]:
+    """ShareGPT conversations as ``(line, [(role, text), ...])`` with role "human" or "gpt"."""
+    text = _read_text(path)
+    items = _json_array_items(path, text) if text.lstrip().startswith("[") else _jsonl(path)
+    out = []
+    for line, obj in items:
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
+        conv = obj.get("conversations", obj.get("conversation"))
+        if not isinstance(conv, list):
+            raise DatasetError(f"{path}:{line}: conversations: missing or not a list")
+        turns = []
+        for k, msg in enumerate(conv):
+            if not isinstance(msg, dict):
+                raise DatasetError(f"{path}:{line}: conversations[{k}]: expected an object")
+            role, value = msg.get("from"), msg.get("value")
+            if role not in ("human", "gpt", "system", "user", "assistant", "chatgpt", "bing", "bard"):
+                raise DatasetError(f"{path}:{line}: conversations[{k}].from={role!r}: unknown role")
+            if not isinstance(value, str):
+                raise DatasetError(f"{path}:{line}: conversations[{k}].value: missing or not a string")
+            turns.append(("human" if role in ("human", "user") else "system" if role == "system" else "gpt", value))
+        out.append((line, turns))
+    if not out:
+        raise DatasetError(f"{path}:1: no conversations")
+    return out
+
+
+def _check_order(path: Path, rows: list[TraceRow]) -> None:
+    for a, b in itertools.pairwise(rows):
+        if b.at_s < a.at_s:
+            raise DatasetError(
+                f"{path}:{b.line}: timestamp: earlier than line {a.line}'s (timestamps must not decrease)")
+
+
+def read_mooncake(path: Path) -> list[TraceRow]:
+    """A Mooncake trace: timestamps in ms, rebased so the first request is at 0 s."""
+    rows: list[TraceRow] = []
+    for line, row in _jsonl(path):
+        ts = row.get("timestamp")
+        if ts is None:
+            raise DatasetError(f"{path}:{line}: timestamp: missing")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+            raise DatasetError(f"{path}:{line}: timestamp={ts!r}: must be a number of ms >= 0")
+        n_in = _pos_int(path, line, row, "input_length")
+        n_out = _pos_int(path, line, row, "output_length")
+        hashes = row.get("hash_ids")
+        if hashes is not None and (not isinstance(hashes, list)
+                                   or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes)):
+            raise DatasetError(f"{path}:{line}: hash_ids: must be a list of integers")
+        rows.append(TraceRow(line, float(ts) / 1000.0, int(n_in or 0), int(n_out or 0),
+                             tuple(hashes) if hashes else None))
+    if not rows:
+        raise DatasetError(f"{path}:1: empty file (no requests)")
+    _check_order(path, rows)
+    t0 = rows[0].at_s
+    return [TraceRow(r.line, r.at_s - t0, r.input_len, r.output_len, r.hash_ids) for r in rows]
+
+
+def _azure_time(path: Path, line: int, text: str) -> float:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    head, _, frac = text.partition(".")
+    try:
+        base = datetime.fromisoformat(head)
+        return base.timestamp() + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        raise DatasetError(f"{path}:{line}: TIMESTAMP={text!r}: not a date-time or a number of seconds") from None
+
+
+def read_azure(path: Path) -> list[TraceRow]:
+    """An Azure LLM inference trace CSV, rebased so the first request is at 0 s."""
+    reader = csv.DictReader(_read_text(path).splitlines())
+    fields = reader.fieldnames or []
+    for need in ("TIMESTAMP", "ContextTokens", "GeneratedTokens"):
+        if need not in fields:
+            raise DatasetError(f"{path}:1: {need}: missing column (header has {', '.join(fields) or 'nothing'})")
+    rows: list[TraceRow] = []
+    for k, rec in enumerate(reader):
+        line = k + 2
+        vals: dict[str, Any] = {}
+        for key in ("ContextTokens", "GeneratedTokens"):
+            raw = (rec.get(key) or "").strip()
+            try:
+                vals[key] = int(raw)
+            except ValueError:
+                raise DatasetError(f"{path}:{line}: {key}={raw!r}: must be a positive integer") from None
+            _pos_int(path, line, vals, key)
+        rows.append(TraceRow(line, _azure_time(path, line, rec.get("TIMESTAMP") or ""),
+                             vals["ContextTokens"], vals["GeneratedTokens"]))
+    if not rows:
+        raise DatasetError(f"{path}:2: no requests (only a header)")
+    _check_order(path, rows)
+    t0 = rows[0].at_s
+    return [TraceRow(r.line, r.at_s - t0, r.input_len, r.output_len) for r in rows]
+
+
+def read_trace(path: Path, fmt: str | None) -> list[TraceRow]:
+    """Read a trace in ``fmt`` ("mooncake" | "azure"; None: .csv is Azure, anything else Mooncake)."""
+    fmt = fmt or ("azure" if path.suffix.lower() == ".csv" else "mooncake")
+    return read_azure(path) if fmt == "azure" else read_mooncake(path)
+
+
+def read_prompts(path: Path) -> list[PromptRow]:
+    """A prompt file (JSONL)."""
+    out: list[PromptRow] = []
+    for line, row in _jsonl(path):
+        out_len = _pos_int(path, line, row, "output_len", required=False)
+        ids = row.get("input_ids")
+        if ids is not None:
+            if not isinstance(ids, list) or not ids or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise DatasetError(f"{path}:{line}: input_ids: must be a non-empty list of token ids")
+            out.append(PromptRow(line, None, ids, out_len))
+            continue
+        text = row.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise DatasetError(f"{path}:{line}: prompt: missing or empty (or give input_ids)")
+        out.append(PromptRow(line, text, None, out_len))
+    if not out:
+        raise DatasetError(f"{path}:1: empty file (no requests)")
+    return out

@@ -1,0 +1,303 @@
+"""Designed starting points: what the search launches right after the baseline.
+
+Optuna's samplers start from random draws (TPE: 8 of them). A designed start spends
+those launches where they say the most:
+
+1. **Memory boundaries.** ``mem_fraction_static`` has monotone feasibility for fixed
+   other knobs: below the lowest feasible f the KV pool formula goes negative
+   (``rest = A - P x (1 - f)``), above the highest one the slack left for CUDA graphs
+   and activations is too small. Both edges are found by bisection on the memory
+   model's verdict (no launch), so the interval costs ~2 log2(steps) predictions per
+   CUDA-graph size. The highest ``fits`` f (largest KV pool that keeps the slack the
+   model asks for) is launched for the baseline's, the smallest and the largest
+   ``cuda_graph_max_bs``.
+2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
+   with that algorithm at mid-range settings, so the data says at once whether the
+   "speculative decoding after the base knobs" prior holds (see
+   :mod:`autotune.study.search_policy`).
+   When the workload's live tokens (concurrency x (input + output)) do not fit the
+   baseline's KV pool at its largest f, the ``kv_cache_dtype`` of the space that holds the
+   most tokens there is used instead.
+3. **A space-filling set**: scrambled Sobol points over the base knobs, with f mapped
+   into each point's predicted-feasible interval, so no designed launch is a predicted OOM.
+
+Every point is snapped to the space (stepped floats, choices) and de-duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotune import space
+from autotune.spec import (
+    BoolChoices,
+    FloatRange,
+    IntChoices,
+    IntRange,
+    StrChoices,
+    StudySpec,
+)
+
+#: The memory model's verdict for one candidate's params (a Prediction as a dict).
+Predictor = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class DesignPoint:
+    params: dict[str, Any]
+    why: str  # "boundary", "speculative probe", "space-filling"
+
+
+def design_size(n_trials: int, requested: int | None) -> int:
+    """Designed points after the baseline: a fifth of the budget, 3 to 10 (``requested`` wins)."""
+    if requested is not None:
+        return requested
+    return max(3, min(10, n_trials // 5))
+
+
+def _axis_values(dom: Any) -> list[Any]:
+    if isinstance(dom, FloatRange) and dom.step is None:
+        return [dom.low, (dom.low + dom.high) / 2, dom.high]
+    return space._values(dom)
+
+
+def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
+    """Every non-speculative knob of the space with its values (floats stepped)."""
+    sp = spec.search_space
+    out: dict[str, list[Any]] = {}
+    for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *space._SIMPLE_KNOBS):
+        dom = getattr(sp, name)
+        if isinstance(dom, (FloatRange, IntRange, IntChoices, BoolChoices, StrChoices)):
+            out[name] = _axis_values(dom)
+    return out
+
+
+def _feasible(pred: dict[str, Any], strict: bool) -> bool:
+    if strict:
+        return pred.get("verdict") == "fits"
+    return not pred.get("should_prune", False)
+
+
+def f_interval(fs: list[float], feasible: Callable[[float], bool]) -> tuple[int, int] | None:
+    """Indices (lo, hi) of the feasible run of the sorted ``fs``, by bisection on each edge.
+
+    Assumes monotone feasibility on each side of a feasible point (KV pool grows with f,
+    slack shrinks with f). A feasible anchor is looked for coarse to fine (the middle, then
+    the quarters, the eighths, ...), so a window of w values costs about n / w probes."""
+    n = len(fs)
+    if n == 0:
+        return None
+    anchor = next((i for i in _coarse_to_fine(n) if feasible(fs[i])), None)
+    if anchor is None:
+        return None
+    lo_bad, lo_ok = -1, anchor  # lowest feasible index in (lo_bad, lo_ok]
+    while lo_ok - lo_bad > 1:
+        mid = (lo_bad + lo_ok) // 2
+        if feasible(fs[mid]):
+            lo_ok = mid
+        else:
+            lo_bad = mid
+    hi_ok, hi_bad = anchor, n  # highest feasible index in [hi_ok, hi_bad)
+    while hi_bad - hi_ok > 1:
+        mid = (hi_ok + hi_bad) // 2
+        if feasible(fs[mid]):
+            hi_ok = mid
+        else:
+            hi_bad = mid
+    return lo_ok, hi_ok
+
+
+def _coarse_to_fine(n: int) -> list[int]:
+    """Indices 0..n-1, the middle first, then each halving's midpoints."""
+    order: list[int] = []
+    seen: set[int] = set()
+    parts = 2
+    while len(order) < n:
+        for k in range(1, parts, 2):
+            i = min(n - 1, (k * n) // parts)
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+        parts *= 2
+        if parts > 4 * n:
+            order.extend(i for i in range(n) if i not in seen)
+            break
+    return order
+
+
+def _sobol(dims: int, n: int, seed: int | None) -> list[list[float]]:
+    if dims == 0 or n <= 0:
+        return []
+    from scipy.stats import qmc
+
+    m = max(1, math.ceil(math.log2(max(2, n))))
+    pts = qmc.Sobol(d=dims, scramble=True, seed=seed).random_base2(m)
+    return [list(map(float, p)) for p in pts[:n]]
+
+
+def _spec_probe(spec: StudySpec, algo: str) -> dict[str, Any]:
+    """Mid-range speculative settings for ``algo`` (topk 1 where SGLang allows the chain form)."""
+    sp = spec.search_space.speculative
+    out: dict[str, Any] = {"speculative_algorithm": algo}
+    if sp is None:
+        return out
+    if algo == "NGRAM":
+        if sp.num_draft_tokens is not None:
+            vals = space._values(sp.num_draft_tokens)
+            out["speculative_num_draft_tokens"] = vals[len(vals) // 2]
+        return out
+    if sp.num_steps is None:
+        return out
+    steps_vals = space._values(sp.num_steps)
+    steps = steps_vals[(len(steps_vals) - 1) // 2]
+    topks = space._values(sp.eagle_topk) if sp.eagle_topk is not None else [1]
+    topk = 1 if 1 in topks else topks[0]
+    out.update(speculative_num_steps=steps, speculative_eagle_topk=topk)
+    if topk == 1:
+        out["speculative_num_draft_tokens"] = steps + 1
+    elif sp.num_draft_tokens is not None:
+        vals = space._values(sp.num_draft_tokens)
+        out["speculative_num_draft_tokens"] = vals[len(vals) // 2]
+    return out
+
+
+def kv_demand(spec: StudySpec) -> int:
+    """KV tokens the workload keeps live at its highest concurrency (every request's prompt and output)."""
+    wl = spec.workload
+    return max(wl.concurrency) * (wl.input_len + wl.output_len)
+
+
+def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
+          seed: int | None = 0) -> list[DesignPoint]:
+    """Up to ``n`` designed points (module docstring), best-informed first.
+
+    ``spec`` is the study's own search space; ``baseline`` trial 0's params;
+    ``predict(params)`` the memory model's verdict.
+
+    Space-filling points draw f from the part of the feasible interval whose predicted KV
+    pool holds the workload's live tokens (:func:`kv_demand`; the KV pool grows with f, so
+    that edge is bisected too): below it requests queue for KV space, throughput collapses
+    and, with a fixed number of prompts, the launch also runs longest."""
+    if n <= 0:
+        return []
+    axes = base_axes(spec)
+    # The baseline's automatic values (max_running_requests 2048, ...) are SGLang's, not the
+    # user's: a knob whose baseline value is not one of the study's own choices starts mid-range.
+    base = {k: v for k, v in baseline.items() if k in axes and (k == "mem_fraction_static" or v in axes[k])}
+    for k, vals in axes.items():
+        base.setdefault(k, vals[len(vals) // 2])
+    fs = sorted(axes.get("mem_fraction_static", []))
+    cache: dict[str, dict[str, Any]] = {}
+
+    def verdict(params: dict[str, Any]) -> dict[str, Any]:
+        key = json.dumps(params, sort_keys=True, default=str)
+        if key not in cache:
+            cache[key] = predict(params)
+        return cache[key]
+
+    demand = kv_demand(spec)
+
+    def roomy(others: dict[str, Any], iv: tuple[float, float]) -> tuple[float, float]:
+        """``iv`` with its low edge raised to the first f whose KV pool holds ``demand``."""
+        lo, hi = fs.index(iv[0]), fs.index(iv[1])
+
+        def enough(i: int) -> bool:
+            return (verdict({**others, "mem_fraction_static": fs[i]}).get("kv_tokens") or 0) >= demand
+
+        if not enough(hi):
+            return iv
+        bad, ok = lo - 1, hi
+        while ok - bad > 1:
+            mid = (bad + ok) // 2
+            if enough(mid):
+                ok = mid
+            else:
+                bad = mid
+        return fs[ok], iv[1]
+
+    def interval(others: dict[str, Any]) -> tuple[float, float] | None:
+        if not fs:
+            return None
+        for strict in (True, False):
+            def ok(f: float, strict: bool = strict) -> bool:
+                return _feasible(verdict({**others, "mem_fraction_static": f}), strict)
+
+            got = f_interval(fs, ok)
+            if got is not None:
+                return fs[got[0]], fs[got[1]]
+        return None
+
+    points: list[DesignPoint] = []
+    seen = {json.dumps(baseline, sort_keys=True, default=str)}
+
+    def add(params: dict[str, Any], why: str) -> None:
+        key = json.dumps(params, sort_keys=True, default=str)
+        if key not in seen and len(points) < n:
+            seen.add(key)
+            points.append(DesignPoint(params, why))
+
+    spec_none = {"speculative_algorithm": "none"} if spec.search_space.speculative is not None else {}
+    # When the workload's live tokens do not fit the baseline's KV pool even at its largest f,
+    # the KV cache dtype (when the space has it) that holds the most tokens is the design's base.
+    if fs and len(axes.get("kv_cache_dtype", [])) > 1:
+        def top_tokens(dtype: Any) -> int:
+            others = {**base, **spec_none, "kv_cache_dtype": dtype}
+            iv = interval(others)
+            if iv is None:
+                return -1
+            return int(verdict({**others, "mem_fraction_static": iv[1]}).get("kv_tokens") or 0)
+
+        if top_tokens(base.get("kv_cache_dtype")) < demand:
+            base["kv_cache_dtype"] = max(axes["kv_cache_dtype"], key=top_tokens)
+    # 1. boundaries: the largest KV pool that fits, at the baseline's, the smallest and the largest
+    #    graph size; 2. before the first of them, one speculative probe per algorithm at its base
+    #    knobs: the prior that costs most when wrong ("speculative last") is tested first
+    bs_vals = axes.get("cuda_graph_max_bs", [None])
+    bs_pick = [b for b in dict.fromkeys([base.get("cuda_graph_max_bs"), bs_vals[0], bs_vals[-1]]) if b is not None] \
+        or [None]
+    sp = spec.search_space.speculative
+    algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
+    boundary_of_base: dict[str, Any] | None = None
+    for bs in bs_pick:
+        others = {**base, **({"cuda_graph_max_bs": bs} if bs is not None else {}), **spec_none}
+        iv = interval(others)
+        if iv is None:
+            continue
+        point = {**others, "mem_fraction_static": iv[1]} if fs else others
+        if boundary_of_base is None:
+            boundary_of_base = point
+            for algo in algos:
+                anchor = {k: v for k, v in point.items() if k not in space.SPEC_PARAMS}
+                probe = {**anchor, **_spec_probe(spec, algo)}
+                if fs:  # the draft model takes memory: the boundary moves down
+                    piv = interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
+                    if piv is None:
+                        continue
+                    probe["mem_fraction_static"] = min(probe.get("mem_fraction_static", piv[1]), piv[1])
+                add(probe, "speculative probe")
+        add(point, "boundary")
+    # 3. space-filling: Sobol over the base knobs, f inside each point's feasible interval
+    names = list(axes)
+    for u in _sobol(len(names), max(0, n - len(points)) * 2, seed):
+        if len(points) >= n:
+            break
+        params = {name: axes[name][min(len(axes[name]) - 1, int(x * len(axes[name])))]
+                  for name, x in zip(names, u, strict=True) if name != "mem_fraction_static"}
+        params.update(spec_none)
+        if fs:
+            iv = interval(params)
+            if iv is None:
+                continue
+            iv = roomy(params, iv)
+            i = names.index("mem_fraction_static")
+            lo, hi = fs.index(iv[0]), fs.index(iv[1])
+            params["mem_fraction_static"] = fs[lo + min(hi - lo, int(u[i] * (hi - lo + 1)))]
+        add(params, "space-filling")
+    return points
+
+
+__all__ = ["DesignPoint", "base_axes", "build", "design_size", "f_interval"]

@@ -1,0 +1,286 @@
+"""How the search spends its trials: the sampler chosen by the space, a designed start,
+and stages that end when they stop paying (``search.stages: auto``).
+
+Priors are hypotheses the data can overturn:
+
+* **Design** (:mod:`autotune.study.initial_design`): after the baseline, the memory
+  model's boundary points, one speculative probe per algorithm and a space-filling
+  set replace the sampler's random start-up trials.
+* **Order from the data.** "Speculative decoding after the base knobs" (SGLang's
+  auto_benchmark order) is the default; when a speculative probe of the design beats
+  every non-speculative point, the speculative stage runs first.
+* **A stage ends when it stops improving**: after ``patience`` launched trials of the
+  stage without a gain of ``MIN_GAIN`` over the study's best (or at its cap:
+  ``stage1_fraction`` of the budget for the base stage, the speculative sub-space's size
+  for the speculative one). Pruned-before-launch trials cost nothing and do not count.
+* **Later stages revisit earlier knobs**: the last stage ("joint") fixes only the
+  winning speculative algorithm (``none`` included) and lets the sampler move every
+  other knob again, so base knobs are re-tuned under speculative decoding and a
+  speculative winner can still lose to a better base configuration.
+
+The stage of every trial is stored in its ``stage`` user attribute, so a resumed study
+picks up where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import space
+from autotune.errors import AutotuneError
+from autotune.outcome import FailureKind
+from autotune.spec import (
+    StudySpec,
+)
+from autotune.study import initial_design
+from autotune.study.phases import SPEC_KEYS, is_extra, json_key, ranked
+
+if TYPE_CHECKING:
+    from autotune.study.candidates import Candidates
+
+log = logging.getLogger(__name__)
+
+#: A stage's trial counts as progress when it beats the study's best by this much (relative).
+#: Run-to-run noise of a throughput measurement is about 1 % (benchmarks/search_efficiency.py):
+#: smaller steps are not evidence.
+MIN_GAIN = 0.005
+#: A speculative probe that beats every other launch by this much (far beyond noise) ends the
+#: design: the speculative stage runs at once.
+BIG_GAIN = 0.10
+#: Failures that say f left too little slack: every higher f (other knobs equal) fails too.
+SLACK_KINDS = (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.RUNTIME_OOM.value)
+
+
+# ---- the stages ---------------------------------------------------------------------
+def _launched(t: FrozenTrial) -> bool:
+    return t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_extra(t) and not t.user_attrs.get("retried")
+
+
+def _as_suggested(variant: dict[str, Any]) -> dict[str, Any]:
+    """A speculative variant as optuna stores it: with top-k 1 the draft-token count follows
+    from the steps (``space._suggest_spec``) and is not a parameter."""
+    if variant.get("speculative_eagle_topk", 1) == 1 and "speculative_num_steps" in variant:
+        return {k: v for k, v in variant.items() if k != "speculative_num_draft_tokens"}
+    return dict(variant)
+
+
+class SearchPolicy:
+    """Fixes each stage's parameters before the sampler's ``ask`` (see module docstring)."""
+
+    def __init__(self, spec: StudySpec, study: optuna.Study, candidates: Candidates) -> None:
+        self.spec = spec
+        self.study = study
+        self.candidates = candidates
+        sp = spec.search_space.speculative
+        self.spec_algos = [a for a in sp.algorithm.choices if a != "none"] if sp else []
+        self.n_design = initial_design.design_size(spec.n_trials, spec.search.initial_design)
+        self.patience = spec.search.patience or max(3, round(spec.n_trials / 10))
+        self.sign = 1.0 if spec.objective.resolved_direction == "maximize" else -1.0
+        self._rr = 0
+
+    @classmethod
+    def for_study(cls, spec: StudySpec, study: optuna.Study, candidates: Candidates) -> SearchPolicy | None:
+        from autotune.study.samplers import GridSampler
+
+        # a grid tries every candidate anyway: nothing to design or stage
+        if spec.search.stages != "auto" or isinstance(study.sampler, (GridSampler, optuna.samplers.BruteForceSampler)):
+            return None
+        return cls(spec, study, candidates)
+
+    # -- what the study holds
+    def _trials(self) -> list[FrozenTrial]:
+        return self.study.get_trials(deepcopy=False)
+
+    def _stage_of(self, t: FrozenTrial) -> str | None:
+        return t.user_attrs.get("stage")
+
+    def _enqueue(self, params: dict[str, Any], stage: str, **attrs: Any) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.study.enqueue_trial(params, user_attrs={"stage": stage, **attrs})
+
+    def _stage_sequence(self, trials: list[FrozenTrial]) -> list[str]:
+        if not self.spec_algos:
+            return ["joint"]
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                and not is_extra(t)]
+        base = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") == "none"]
+        spec = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") != "none"]
+        best_spec = max(spec, key=lambda v: self.sign * v) if spec else None
+        best_base = max(base, key=lambda v: self.sign * v) if base else None
+        # Speculative first only when it wins by more than measurement noise.
+        if best_spec is not None and (best_base is None or
+                                      self.sign * (best_spec - best_base) > MIN_GAIN * abs(best_base)):
+            return ["speculative", "base", "joint"]
+        return ["base", "speculative", "joint"]
+
+    def _stalled(self, trials: list[FrozenTrial], stage: str, cap: int) -> bool:
+        """The stage has had ``patience`` launches without a gain of MIN_GAIN, or reached ``cap``."""
+        trials = [t for t in trials if not is_extra(t)]
+        mine = [t for t in trials if self._stage_of(t) == stage and _launched(t)]
+        if len(mine) >= cap:
+            return True
+        best: float | None = None
+        since = 0
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.state != TrialState.COMPLETE or t.value is None or t.user_attrs.get("slo_met") is False:
+                if self._stage_of(t) == stage and _launched(t):
+                    since += 1
+                continue
+            gain = best is None or self.sign * (t.value - best) > MIN_GAIN * abs(best)
+            if gain:
+                best = t.value
+            if self._stage_of(t) == stage:
+                since = 0 if gain else since + 1
+        return since >= self.patience
+
+    def _spec_cap(self) -> int:
+        sp = self.spec.search_space.speculative
+        n = sum(1 for v in space._spec_variants(sp) if v.get("speculative_algorithm") != "none") if sp else 0
+        return max(1, min(n, math.ceil(self.spec.n_trials * 0.3)))
+
+    # -- the hook
+    def before_ask(self, used: int) -> str | None:
+        """Enqueue what the next ``ask`` must hold; returns the stage name (None: nothing fixed)."""
+        if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return None
+        if self.n_design > 0 and self.study.user_attrs.get("design_points") is None:
+            self._plan_design()
+        trials = self._trials()
+        if self._enqueue_next_design(trials):
+            return "design"
+        stage = self._current_stage(trials)
+        best = ranked(self.study)
+        if stage == "base":
+            self._enqueue({"speculative_algorithm": "none"}, "base")
+        elif stage == "speculative" and best:
+            # the small speculative sub-space on the best base is walked, not sampled: no repeats
+            base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
+            nxt = self._next_spec_variant(trials, base, best[0].params)
+            self._enqueue({**base, **(nxt or {"speculative_algorithm": self.spec_algos[0]})}, "speculative",
+                          stage_base=best[0].number)
+        elif stage == "joint" and self.spec_algos and best:
+            self._enqueue({"speculative_algorithm": best[0].params.get("speculative_algorithm", "none")}, "joint")
+        elif stage == "joint":
+            self._enqueue({}, "joint")
+        return stage
+
+    def _next_spec_variant(self, trials: list[FrozenTrial], base: dict[str, Any],
+                           best: dict[str, Any]) -> dict[str, Any] | None:
+        """The untried speculative setting on ``base`` nearest the best one so far (ordinal
+        distance over steps, top-k and draft tokens; ties broken by the sampler's seed)."""
+        sp = self.spec.search_space.speculative
+        if sp is None:
+            return None
+        tried = {json_key({k: v for k, v in t.params.items() if k in SPEC_KEYS}) for t in trials
+                 if {k: v for k, v in t.params.items() if k not in SPEC_KEYS} == base}
+        variants = [_as_suggested(v) for v in space._spec_variants(sp) if v.get("speculative_algorithm") != "none"]
+        variants = [v for v in variants if json_key(v) not in tried]
+        if not variants:
+            return None
+        ref_algo = best.get("speculative_algorithm", "none")
+
+        def distance(v: dict[str, Any]) -> float:
+            d = 0.0 if v["speculative_algorithm"] == ref_algo or ref_algo == "none" else 100.0
+            for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+                if k in v and k in best:
+                    d += abs(float(v[k]) - float(best[k]))
+            return d
+
+        rng = random.Random(f"{self.spec.sampler.seed}-{len(trials)}")
+        return min(variants, key=lambda v: (distance(v), rng.random()))
+
+    def _current_stage(self, trials: list[FrozenTrial]) -> str:
+        seq = self._stage_sequence(trials)
+        caps = {"base": max(1, math.ceil(self.spec.n_trials * self.spec.search.stage1_fraction)),
+                "speculative": self._spec_cap(), "joint": 1 << 30}
+        # A stage once left is not re-entered: the first of the sequence not yet stalled.
+        best = ranked(self.study)
+        for stage in seq:
+            if stage == "speculative" and best:
+                base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
+                if self._next_spec_variant(trials, base, best[0].params) is None:
+                    continue  # every speculative setting was tried on the best base
+            if not self._stalled(trials, stage, caps[stage]):
+                return stage
+        return "joint"
+
+    def _plan_design(self) -> None:
+        cands = self.candidates
+        wide = cands.widened_spec()
+        base = next((t for t in self._trials() if t.user_attrs.get("baseline")), None)
+        baseline = dict(base.params) if base is not None else {}
+
+        def predict(params: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return cands.predictor.predict(space.to_config(wide, params)).to_dict()
+            except AutotuneError as exc:  # a candidate the model cannot judge is simply not designed
+                log.debug("design: no prediction for %s: %s", params, exc)
+                return {"should_prune": True, "verdict": "unknown"}
+
+        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed)
+        self.study.set_user_attr("design_points", [{"params": p.params, "why": p.why} for p in points])
+        log.info("designed start: %d point(s) (%s)", len(points), ", ".join(p.why for p in points))
+
+    def _enqueue_next_design(self, trials: list[FrozenTrial]) -> bool:
+        """One designed point per ask, so each learns from the launches before it: a boundary
+        point above an f that already ran out of slack moves below it (monotone feasibility);
+        after a speculative probe won, the rest carry its speculative settings; a point that
+        became a repeat of a launched one is skipped."""
+        points = self.study.user_attrs.get("design_points") or []
+        used = int(self.study.user_attrs.get("design_used") or 0)
+        if used < len(points) and self._probe_won_big(trials):
+            # the "speculative last" prior is overturned by far more than noise: the
+            # speculative stage runs now, the rest of the design is dropped
+            self.study.set_user_attr("design_used", len(points))
+            log.info("a speculative probe beat every other launch by > %.0f %%: speculative stage first",
+                     BIG_GAIN * 100)
+            return False
+        seen = {json_key(t.params) for t in trials}
+        while used < len(points):
+            params = self._adapt(points[used], trials)
+            used += 1
+            if json_key(params) not in seen:
+                self.study.set_user_attr("design_used", used)
+                self._enqueue(params, "design", design=points[used - 1]["why"])
+                return True
+        self.study.set_user_attr("design_used", used)
+        return False
+
+    def _probe_won_big(self, trials: list[FrozenTrial]) -> bool:
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and not is_extra(t)
+                and t.user_attrs.get("slo_met") is not False]
+        spec = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") != "none"]
+        base = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") == "none"]
+        if not spec or not base:
+            return False
+        s, b = max(spec, key=lambda v: self.sign * v), max(base, key=lambda v: self.sign * v)
+        return self.sign * (s - b) > BIG_GAIN * abs(b)
+
+    def _adapt(self, point: dict[str, Any], trials: list[FrozenTrial]) -> dict[str, Any]:
+        params = dict(point["params"])
+        best = ranked(self.study)
+        won = best[0].params if best else {}
+        if point["why"] != "speculative probe" and won.get("speculative_algorithm", "none") != "none" \
+                and params.get("speculative_algorithm", "none") == "none":
+            # a speculative probe beat everything: the rest of the design carries its settings
+            params = {**{k: v for k, v in params.items() if k not in SPEC_KEYS},
+                      **{k: v for k, v in won.items() if k in SPEC_KEYS}}
+        f = params.get("mem_fraction_static")
+        slack_fails = [t.params["mem_fraction_static"] for t in trials
+                       if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params]
+        if f is not None and slack_fails and point["why"] != "space-filling" and f >= min(slack_fails):
+            dom = self.candidates.widened_spec().search_space.mem_fraction_static
+            step = (dom.step if dom is not None and dom.step else 0.01)
+            params["mem_fraction_static"] = round(min(slack_fails) - step, 6)
+        return params
+
+
+__all__ = ["MIN_GAIN", "SearchPolicy"]

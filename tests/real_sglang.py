@@ -1,0 +1,101 @@
+"""Finding the real-SGLang CPU venv for tests (not a test module).
+
+The venv is the one ``autotune sglang-env install --version V --device cpu`` builds
+(``AUTOTUNE_SGLANG_CPU_PYTHON`` names another). When it is missing or broken a test
+that needs it is skipped with the command that builds it, except under ``CI=true``,
+where it FAILS: CI builds the venv first (.ci/run), so a missing one is a broken CI.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from autotune.sglang.cpu import CPU_ENV, cpu_flags
+from autotune.sglang_env.install import SglangEnv, check, default_prefix
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_LLAMA = REPO / "studies" / "models" / "tiny-llama-cpu"
+TINY_QWEN3 = REPO / "studies" / "models" / "tiny-qwen3-cpu"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+@functools.cache
+def _find(version: str) -> tuple[SglangEnv | None, str]:
+    explicit = os.environ.get(f"AUTOTUNE_SGLANG_CPU_PYTHON_{version.replace('.', '_')}")
+    prefix = Path(explicit).parent.parent if explicit else default_prefix(version, "cpu")
+    env = SglangEnv(prefix, version, "cpu")
+    why = check(env)
+    return (env, "") if why is None else (None, why)
+
+
+def need_real_sglang(version: str = "0.5.23") -> SglangEnv:
+    """The CPU venv of ``version``; fails under CI=true, skips otherwise, when it does not work."""
+    env, why = _find(version)
+    if env is not None:
+        return env
+    msg = (f"real SGLang {version} on CPU is not usable ({why}); build it with: "
+           f"autotune sglang-env install --version {version} --device cpu")
+    if in_ci():
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_argv(env: SglangEnv, model: Path, port: int, *extra: str) -> list[str]:
+    return [str(env.python), "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",
+            "--port", str(port), *cpu_flags(env.version), "--attention-backend", "torch_native",
+            "--max-total-tokens", "8192", "--load-format", "dummy", *extra]
+
+
+def launch_env(env: SglangEnv) -> dict[str, str]:
+    return {**os.environ, **CPU_ENV, **env.env}
+
+
+@contextmanager
+def real_server(env: SglangEnv, model: Path, log_path: Path, *extra: str,
+                timeout_s: float = 240.0) -> Iterator[str]:
+    """A real SGLang server through autotune's own launcher; yields its base URL, stops it after."""
+    from autotune.launch import ServerProcess
+
+    port = free_port()
+    server = ServerProcess(server_argv(env, model, port, *extra), env=dict(CPU_ENV), log_path=log_path,
+                           host="127.0.0.1", port=port, startup_timeout_s=timeout_s)
+    try:
+        server.start()
+        server.wait_ready()
+        yield server.url
+    finally:
+        server.stop()
+
+
+def sglang_pids() -> list[str]:
+    """Command lines of SGLang processes on this machine (launcher, scheduler, detokenizer)."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines()
+            if ("sglang.launch_server" in line or "sglang::" in line) and "ps -eo" not in line]
+
+
+def wait_until(pred: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,100 @@
+"""The designed start and the adaptive stages (autotune.study.initial_design, search_policy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autotune.spec import load_study_spec
+from autotune.study import initial_design
+from autotune.study.driver import budget_used, run_study
+from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.samplers import choose_sampler
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(tmp_path: Path, **over):
+    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
+    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data["workload"].update({"num_prompts": 64, "output_len": 32})
+    data.pop("sampler")
+    data.update({"n_trials": 16, "search": {"confirm_top": 0}, **over})
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_study_spec(path)
+
+
+def test_f_interval_bisects_both_edges_of_a_feasible_run():
+    fs = [round(0.5 + 0.01 * i, 2) for i in range(46)]
+    calls: list[float] = []
+
+    def feasible(f: float) -> bool:
+        calls.append(f)
+        return 0.78 <= f <= 0.93
+
+    lo, hi = initial_design.f_interval(fs, feasible)
+    assert (fs[lo], fs[hi]) == (0.78, 0.93)
+    assert len(calls) <= 20  # coarse-to-fine anchor and bisection, not a scan of 46 values
+    assert initial_design.f_interval(fs, lambda f: False) is None
+    # a narrow window away from the middle is still found
+    lo, hi = initial_design.f_interval(fs, lambda f: 0.90 <= f <= 0.91)
+    assert (fs[lo], fs[hi]) == (0.90, 0.91)
+
+
+def test_design_stays_inside_the_predicted_feasible_interval(tmp_path: Path):
+    spec = _spec(tmp_path)
+
+    def predict(params):  # a stand-in memory model: feasible for 0.80 <= f <= 0.92, less with a draft model
+        top = 0.90 if params.get("speculative_algorithm", "none") != "none" else 0.92
+        ok = 0.80 <= params["mem_fraction_static"] <= top
+        return {"verdict": "fits" if ok else "kv_oom", "should_prune": not ok}
+
+    baseline = {"mem_fraction_static": 0.85, "cuda_graph_max_bs": 512, "custom_allreduce": True,
+                "speculative_algorithm": "none"}
+    points = initial_design.build(spec, baseline, predict, 6, seed=0)
+    assert len(points) == 6
+    whys = [p.why for p in points]
+    assert whys[:2] == ["speculative probe", "boundary"] and "space-filling" in whys  # the prior tested first
+    assert points[1].params["mem_fraction_static"] == 0.92  # the largest KV pool that fits
+    probe = next(p for p in points if p.why == "speculative probe")
+    assert probe.params["speculative_algorithm"] == "EAGLE3" and probe.params["mem_fraction_static"] <= 0.90
+    assert all(predict(p.params)["verdict"] == "fits" for p in points)
+    assert len({str(sorted(p.params.items())) for p in points}) == len(points)
+
+
+def test_auto_sampler_is_chosen_by_the_space(tmp_path: Path):
+    spec = _spec(tmp_path)
+    sampler, why = choose_sampler(spec)
+    assert isinstance(sampler, optuna.samplers.TPESampler) and why.startswith("tpe")
+    small = _spec(tmp_path, search_space={"mem_fraction_static": {"low": 0.8, "high": 0.9, "step": 0.05},
+                                          "cuda_graph_max_bs": {"choices": [64, 128]}})
+    sampler, why = choose_sampler(small)
+    assert why.startswith("grid")
+
+
+def test_adaptive_stages_on_the_driver(tmp_path: Path):
+    spec = _spec(tmp_path)
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    trials = study.trials
+    assert budget_used(study) == 16
+    design = [t for t in trials if t.user_attrs.get("stage") == "design"]
+    assert 0 < len(design) <= initial_design.design_size(16, None)  # repeats of launched points are skipped
+    assert any(t.params.get("speculative_algorithm") == "EAGLE3" for t in design)  # the prior is tested early
+    stages = [t.user_attrs.get("stage") for t in trials if t.user_attrs.get("stage") not in (None, "design")]
+    assert stages and set(stages) <= {"base", "speculative", "joint"}
+    # stages are never re-entered once left
+    order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
+    assert len(order) == len(set(order))
+    assert all(t.params.get("speculative_algorithm") == "none" for t in trials if t.user_attrs.get("stage") == "base")
+    # a designed point never repeats an f that already ran out of slack: it moves below it
+    slack_kinds = ("runtime_oom", "graph_capture_oom")
+    for t in design:
+        earlier = [t2.params["mem_fraction_static"] for t2 in trials
+                   if t2.number < t.number and t2.user_attrs.get("failure_kind") in slack_kinds]
+        if earlier and t.user_attrs.get("design") != "space-filling":
+            assert t.params["mem_fraction_static"] < min(earlier)
