@@ -5,7 +5,10 @@ Parameter names (what optuna stores, what tables and ``--set`` use):
 ``mem_fraction_static``, ``cuda_graph_max_bs``, ``custom_allreduce``,
 ``speculative_algorithm``, ``speculative_num_steps``, ``speculative_eagle_topk``,
 ``speculative_num_draft_tokens`` and the optional knobs of
-:class:`~autotune.spec.SearchSpace` under their own names.
+:class:`~autotune.spec.SearchSpace` under their own names; flags and
+environment variables searched by name under the flag (``--moe-runner-backend``)
+or the variable (``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``); the node layout under
+``layout`` (``tp4-dp2``).
 
 Speculative parameters are conditional: they exist only when the algorithm is not
 ``none``. SGLang's rule "topk 1 => draft tokens = steps + 1" is applied here, up
@@ -25,7 +28,17 @@ import optuna
 from autotune.errors import ConfigError
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.cpu import on_cpu
-from autotune.spec import BoolChoices, FloatRange, IntChoices, IntRange, StrChoices, StudySpec
+from autotune.spec import (
+    AnyChoices,
+    BoolChoices,
+    FloatRange,
+    IntChoices,
+    IntRange,
+    LayoutChoices,
+    StrChoices,
+    StudySpec,
+    parse_layout,
+)
 
 # Optional knobs that map 1:1 onto ServerConfig fields.
 _SIMPLE_KNOBS = (
@@ -51,7 +64,7 @@ def _suggest(trial: optuna.Trial, name: str, dom: Any) -> Any:
         return round(trial.suggest_float(name, dom.low, dom.high, step=dom.step), 6)
     if isinstance(dom, IntRange):
         return trial.suggest_int(name, dom.low, dom.high, step=dom.step)
-    if isinstance(dom, (IntChoices, BoolChoices, StrChoices)):
+    if isinstance(dom, (IntChoices, BoolChoices, StrChoices, AnyChoices, LayoutChoices)):
         return trial.suggest_categorical(name, list(dom.choices))
     raise TypeError(f"no suggestion for {name}: {dom!r}")  # pragma: no cover - a programming error
 
@@ -84,6 +97,8 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
             dom = getattr(space, knob)
             if dom is not None:
                 params[knob] = _suggest(trial, knob, dom)
+        for name, dom in _named_axes(spec):
+            params[name] = _suggest(trial, name, dom)
         sp = space.speculative
         if sp is not None:
             algo = _suggest(trial, "speculative_algorithm", sp.algorithm)
@@ -111,6 +126,14 @@ def _suggest_spec(trial: optuna.Trial, algo: str, sp: Any) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _named_axes(spec: StudySpec) -> list[tuple[str, Any]]:
+    """The layout, the flags and the environment variables of the space, in a stable order."""
+    space = spec.search_space
+    axes: list[tuple[str, Any]] = [("layout", space.layout)] if space.layout is not None else []
+    axes += list(space.flags.items()) + list(space.env.items())
+    return axes
+
+
 def iter_grid(spec: StudySpec) -> Iterator[dict[str, Any]]:
     """Every candidate of the space, floats stepped by their step (for ``plan`` and grid search)."""
     space = spec.search_space
@@ -119,6 +142,7 @@ def iter_grid(spec: StudySpec) -> Iterator[dict[str, Any]]:
         dom = getattr(space, name)
         if dom is not None:
             axes.append((name, _values(dom)))
+    axes += [(name, _values(dom)) for name, dom in _named_axes(spec)]
     spec_variants = list(_spec_variants(space.speculative)) if space.speculative else [{}]
     names = [a[0] for a in axes]
     for combo in itertools.product(*(a[1] for a in axes)):
@@ -157,6 +181,7 @@ def param_names(spec: StudySpec) -> list[str]:
     for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
         if getattr(space, name) is not None:
             names.append(name)
+    names += [name for name, _ in _named_axes(spec)]
     if space.speculative is not None:
         names.extend(SPEC_PARAMS)
     return names
@@ -171,11 +196,38 @@ def parse_overrides(spec: StudySpec, items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"--set: expected KNOB=VALUE, got {item!r}")
         key, raw = item.split("=", 1)
-        key = key.strip().replace("-", "_")
+        key = key.strip()
+        named = dict(_named_axes(spec))
+        if key in named:
+            out[key] = _coerce_named(key, named[key], raw.strip())
+            continue
+        key = key.replace("-", "_")
         if key not in known:
             raise ConfigError(f"--set: unknown knob {key!r}; known: {', '.join(sorted(known))}")
         out[key] = _coerce(key, raw.strip())
     return out
+
+
+def _coerce_named(key: str, dom: Any, raw: str) -> Any:
+    """A ``--set`` value for a flag, variable or layout: the choice whose text matches."""
+    for choice in dom.choices:
+        if str(choice).lower() == raw.lower() or (not isinstance(choice, bool) and _same_number(choice, raw)):
+            return choice
+    raise ConfigError(f"--set: bad value for {key}: {raw!r} (choices: {', '.join(map(str, dom.choices))})")
+
+
+def _same_number(choice: Any, raw: str) -> bool:
+    try:
+        return isinstance(choice, (int, float)) and float(raw) == float(choice)
+    except ValueError:
+        return False
+
+
+def env_text(value: Any) -> str:
+    """An environment variable's text for a searched value (True -> "1", False -> "0")."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def _coerce(key: str, raw: str) -> Any:
@@ -213,7 +265,7 @@ def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False
     )
     if baseline:
         return _on_device(spec, cfg)
-    updates: dict[str, Any] = {}
+    updates: dict[str, Any] = _named_updates(spec, params)
     for key in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
         if key in params and params[key] is not None:
             value = params[key]
@@ -240,6 +292,68 @@ def _on_device(spec: StudySpec, cfg: ServerConfig) -> ServerConfig:
     return on_cpu(cfg, spec.server.sglang_version)
 
 
+def _named_updates(spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:
+    """Layout, flags and variables of ``params`` as ServerConfig updates (a known flag that the config
+    models sets its field, so it renders version-correctly: ``--attn-dp-size`` is
+    ``--enable-dp-attention --dp-size N`` before 0.5.22)."""
+    from autotune.sglang.knobs import lookup
+
+    space = spec.search_space
+    updates: dict[str, Any] = {}
+    if space.layout is not None and params.get("layout"):
+        tp, dp, ep = parse_layout(params["layout"])
+        updates.update(tp_size=tp, dp_size=dp, ep_size=ep)
+    flags: list[tuple[str, Any]] = []
+    for name in space.flags:
+        value = params.get(name)
+        if value is None:
+            continue
+        knob = lookup(name)
+        if knob is not None and knob.field is not None:
+            updates[knob.field] = int(value) if knob.value == "int" else value
+        else:
+            flags.append((name, value))
+    env = [(name, env_text(params[name])) for name in space.env if params.get(name) is not None]
+    if flags:
+        updates["flags"] = tuple(flags)
+    if env:
+        updates["env"] = tuple(env)
+    return updates
+
+
+def named_defaults(spec: StudySpec) -> dict[str, Any]:
+    """SGLang's defaults for the layout, flags and variables of the space (trial 0): the server's own
+    layout, each flag's default in the release's table (bools off), a catalogue variable's off value;
+    ``None`` (not passed / not set) where there is none."""
+    from autotune.sglang.flag_tables import table_for
+    from autotune.sglang.knobs import lookup, spelling
+
+    space = spec.search_space
+    out: dict[str, Any] = {}
+    if space.layout is not None:
+        srv = spec.server
+        out["layout"] = f"tp{srv.tp_size}" + (f"-dp{srv.dp_size}" if srv.dp_size > 1 else "")
+    table = table_for(spec.server.sglang_version)
+    for name in space.flags:
+        knob = lookup(name)
+        spelled = (spelling(knob, spec.server.sglang_version) if knob else None) or name
+        entry = table.by_name.get(spelled)
+        default = None if entry is None else entry["default"]
+        if knob is not None and knob.name == "--attn-dp-size":
+            default = 1
+        if entry is not None and entry["kind"] == "bool":
+            default = bool(default)
+        out[name] = default
+    for name in space.env:
+        knob = lookup(name)
+        out[name] = knob.values[0] if knob is not None and knob.value == "bool" and knob.values else None
+        if out[name] is not None:
+            choices = space.env[name].choices
+            match = [c for c in choices if env_text(c) == out[name]]
+            out[name] = match[0] if match else out[name]
+    return out
+
+
 def baseline_params(spec: StudySpec, resolved: dict[str, Any]) -> dict[str, Any]:
     """Params of trial 0: SGLang's defaults, with automatic values resolved (``resolved`` from the
     memory model: ``mem_fraction_static`` and ``cuda_graph_max_bs``) so the sampler sees real numbers."""
@@ -257,6 +371,7 @@ def baseline_params(spec: StudySpec, resolved: dict[str, Any]) -> dict[str, Any]
     for knob in _SIMPLE_KNOBS:
         if getattr(space, knob) is not None:
             params[knob] = defaults[knob] if knob in defaults else resolved.get(knob)
+    params.update(named_defaults(spec))
     if space.speculative is not None:
         params["speculative_algorithm"] = "none"
     return params
@@ -270,9 +385,15 @@ def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> tuple[StudySp
     space = spec.search_space
     updates: dict[str, Any] = {}
     params = dict(params)
+    named = dict(_named_axes(spec))
+    flag_updates: dict[str, Any] = {}
+    env_updates: dict[str, Any] = {}
     for name, value in list(params.items()):
-        dom = getattr(space, name, None)
-        if isinstance(dom, (IntChoices, BoolChoices, StrChoices)) and value not in dom.choices:
+        dom = named[name] if name in named else getattr(space, name, None)
+        if name in named and name != "layout" and dom is not None and value not in dom.choices:
+            target = flag_updates if name in space.flags else env_updates
+            target[name] = dom.model_copy(update={"choices": [*dom.choices, value]})
+        elif isinstance(dom, (IntChoices, BoolChoices, StrChoices, LayoutChoices)) and value not in dom.choices:
             updates[name] = dom.model_copy(update={"choices": [*dom.choices, value]})
         elif isinstance(dom, FloatRange) and value is not None:
             low, high = dom.low, dom.high
@@ -288,6 +409,10 @@ def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> tuple[StudySp
                 low, high = min(low, value), max(high, value)
             if (low, high) != (dom.low, dom.high):
                 updates[name] = dom.model_copy(update={"low": low, "high": high})
+    if flag_updates:
+        updates["flags"] = {**space.flags, **flag_updates}
+    if env_updates:
+        updates["env"] = {**space.env, **env_updates}
     sp = space.speculative
     if sp is not None and "none" not in sp.algorithm.choices:
         updates["speculative"] = sp.model_copy(

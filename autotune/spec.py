@@ -22,7 +22,17 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from autotune.errors import ConfigError
 from autotune.load.workloads import Workload
@@ -218,6 +228,39 @@ class SpeculativeSpace(_Model):
         return self
 
 
+class AnyChoices(_Model):
+    """Choices of a flag or environment variable searched by name (bool, int, float or text)."""
+
+    choices: list[StrictBool | StrictInt | StrictFloat | str] = Field(min_length=1)
+
+
+_LAYOUT_RE = re.compile(r"tp(\d+)(?:-dp(\d+))?(?:-ep(\d+))?")
+
+
+def parse_layout(text: str) -> tuple[int, int, int]:
+    """``"tp4-dp2"`` -> (tp 4, dp 2, ep 1); ``"tp8-ep8"`` -> (8, 1, 8). ValueError on anything else."""
+    m = _LAYOUT_RE.fullmatch(text.strip().lower())
+    if not m or int(m.group(1)) < 1:
+        raise ValueError(f"layout {text!r}: expected tpN[-dpM][-epK], e.g. tp8, tp4-dp2, tp8-ep8")
+    tp, dp, ep = (int(g) if g else 1 for g in m.groups())
+    if dp < 1 or ep < 1 or tp % ep:
+        raise ValueError(f"layout {text!r}: dp and ep must be >= 1 and ep must divide tp")
+    return tp, dp, ep
+
+
+class LayoutChoices(_Model):
+    """TP x DP x EP per trial on one node: ``tp8``, ``tp4-dp2`` (two TP-4 replicas in one server), ``tp8-ep8``."""
+
+    choices: list[str] = Field(min_length=1)
+
+    @field_validator("choices")
+    @classmethod
+    def _layouts(cls, v: list[str]) -> list[str]:
+        for item in v:
+            parse_layout(item)
+        return list(dict.fromkeys(x.strip().lower() for x in v))
+
+
 class SearchSpace(_Model):
     mem_fraction_static: MemFractionRange | None = None
     cuda_graph_max_bs: IntChoices | None = None
@@ -231,6 +274,28 @@ class SearchSpace(_Model):
     enable_torch_symm_mem: BoolChoices | None = None
     kv_cache_dtype: StrChoices | None = None
     attention_backend: StrChoices | None = None
+    # Any flag or environment variable by name (autotune.sglang.knobs says what it knows of each).
+    flags: dict[str, AnyChoices] = Field(default_factory=dict)
+    env: dict[str, AnyChoices] = Field(default_factory=dict)
+    layout: LayoutChoices | None = None  # overrides server.tp_size / dp_size per trial
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, v: dict[str, AnyChoices]) -> dict[str, AnyChoices]:
+        for name in v:
+            if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", name):
+                raise ValueError(f"flag {name!r}: must look like --some-flag")
+            if name in ("--port", "--host", "--model-path", "--tp-size", "--dp-size"):
+                raise ValueError(f"flag {name!r} is set by autotune; use the study's own field instead")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, AnyChoices]) -> dict[str, AnyChoices]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"environment variable {name!r}: must look like SOME_VAR")
+        return v
 
 
 class RateSearchSpec(_Model):
@@ -469,6 +534,12 @@ class StudySpec(_Model):
     @model_validator(mode="after")
     def _fits(self) -> StudySpec:
         need = self.server.tp_size * self.server.dp_size
+        if self.search_space.layout is not None:
+            for item in self.search_space.layout.choices:
+                tp, dp, _ = parse_layout(item)
+                if tp * dp > self.hardware.num_gpus:
+                    raise ValueError(f"search_space.layout {item!r} needs {tp * dp} GPUs, more than "
+                                     f"hardware.num_gpus = {self.hardware.num_gpus}")
         if need > self.hardware.num_gpus:
             raise ValueError(
                 f"server.tp_size x dp_size = {need} needs more GPUs than hardware.num_gpus = {self.hardware.num_gpus}"

@@ -416,3 +416,17 @@ def test_worker_death_when_the_local_instance_itself_died_stops_the_study(
         monkeypatch.setattr(ex, "_owned", False)
         ex.shutdown(cancel=True)
     assert _gone(info["server_pids"]) == []
+
+
+def test_a_layout_reserves_tp_x_dp_gpus(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    """search_space.layout: each trial reserves its own layout's GPUs (tp x dp of one server)."""
+    from dataclasses import replace
+
+    def req(tp: int, dp: int) -> TrialRequest:
+        r = _request(0, tmp_path)
+        r.config = replace(ServerConfig(model_path="models/x"), tp_size=tp, dp_size=dp)
+        return r
+
+    assert ray_owner.slots_free(req(2, 1)) == 4
+    assert ray_owner.slots_free(req(4, 2)) == 1 and ray_owner.slots_free(req(2, 4)) == 1
+    assert ray_owner.slots_free(req(8, 1)) == 1

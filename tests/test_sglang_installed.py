@@ -108,6 +108,9 @@ def test_a_knob_the_installed_parser_lacks_is_pruned_before_launch(fake_sglang: 
     from autotune.study.storage import open_study
 
     spec = load_study_spec(_study(tmp_path, "0.5.23", {"custom_allreduce": {"choices": [False]}}))
+    # TP 2 on NVLink: custom allreduce matters there (at TP 1 the space would drop it before the study)
+    spec = spec.model_copy(update={"server": spec.server.model_copy(update={"tp_size": 2}),
+                                   "hardware": spec.hardware.model_copy(update={"num_gpus": 2})})
     study = open_study(spec)
     candidates = Candidates(spec, study, Predictor(spec, lambda: None))
     candidates.preflight()

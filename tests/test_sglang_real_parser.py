@@ -1,7 +1,7 @@
 """autotune's SGLang flag dialects against SGLang's REAL argument parser (optional: marker ``sglang``).
 
 Every argv the demo study can launch (the baseline and every candidate of its
-grid, at the study's SGLang version and again at 0.5.23), plus a few knobs the
+grid, at the study's SGLang version and again at 0.5.9), plus a few knobs the
 demo does not search, is fed to the parser of a real SGLang install
 (``ServerArgs.add_cli_args`` on a plain ``argparse.ArgumentParser``, then
 ``parse_args``; see autotune/sglang/_real_parser_script.py). Every one must be accepted.
@@ -59,7 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 HELPER = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "_real_parser_script.py"
 DEMO = REPO / "studies" / "demo.yaml"
 MODULE = "sglang.launch_server"
-STUDY_VERSIONS = ("demo", "0.5.23")  # "demo": the version the demo study names
+STUDY_VERSIONS = ("demo", "0.5.9")  # "demo": the version the demo study names (0.5.23)
 HELPER_TIMEOUT_S = 240  # importing torch + sglang on a loaded 2-core machine (under pytest-timeout 300)
 
 
@@ -215,12 +215,12 @@ def _study_argvs(spec: StudySpec, version: str) -> list[list[str]]:
     draft = spec.resolve_path(spec.search_space.speculative.draft_model_path) if spec.search_space.speculative else None
     base = to_config(spec, {}, baseline=True)
     configs = [base, *(to_config(spec, params) for params in iter_grid(spec)), *_extra_configs(base, draft)]
-    argvs = []
+    argvs: dict[tuple[str, ...], None] = {}  # searched env vars repeat an argv: each distinct one once
     for cfg in configs:
         argv = render_argv(cfg, version, python="python", module=MODULE, check=False)
         assert argv[:3] == ["python", "-m", MODULE]
-        argvs.append(argv[3:])
-    return argvs
+        argvs[tuple(argv[3:])] = None
+    return [list(a) for a in argvs]
 
 
 @pytest.mark.parametrize("study_version", STUDY_VERSIONS)

@@ -24,20 +24,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.plan import ROW_KEYS, plan_rows
+    from autotune.study.plan import ROW_KEYS, plan_rows, plan_space
 
-    rows = plan_rows(load_study_spec(args.study), args.set)
+    spec = load_study_spec(args.study)
+    rows = plan_rows(spec, args.set)
+    space = plan_space(spec)
     if args.json:
         print_json(rows)
         return 0
+    for r in space["removed"]:
+        print(r["line"])
+    print("space that remains:")
+    for line in space["space"]:
+        print(f"  {line}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    shown = {*ROW_KEYS, "uncertain", "command"}  # the verdict's columns; the rest are the candidate's knobs
+    shown = {*ROW_KEYS, "uncertain", "command", "notes"}  # the verdict's columns; the rest are the candidate's knobs
     knobs = [k for k in rows[0] if k not in shown] if rows else []
     for r in rows:
         vals = " ".join(f"{k}={r[k]}" for k in knobs)
         tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"
+        server = r.get("server_kv_tokens")
+        if isinstance(server, int) and r.get("kv_tokens") and server != r["kv_tokens"]:  # per pool, then the server
+            tokens += f" tok each (DP ranks / replicas), {server:,}"
         print(f"{r['verdict']:<17} {tokens} tok  {vals}  | {r['reason']}")
     print(f"{len(rows)} candidates: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0

@@ -126,6 +126,8 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
     cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
     env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
+    searched = space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get(attrs.BASELINE))).env
+    env = {**env, **dict(searched)}  # the study's searched env vars (search_space.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = [t for t in phases.ranked(study) if t.number != top.number]
     choice = _choice(spec, study, top, others, conf)

@@ -59,6 +59,11 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 30000
     extra_args: tuple[str, ...] = ()
+    #: Searched flags by name (``search_space.flags``): ``(flag, value)`` rendered for the release
+    #: (:mod:`autotune.sglang.knobs`); a bool True is the bare flag, False is not passed.
+    flags: tuple[tuple[str, Any], ...] = ()
+    #: Searched environment variables (``search_space.env``), added to the server's environment.
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_gpus(self) -> int:
@@ -71,11 +76,22 @@ class ServerConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["extra_args"] = list(self.extra_args)
+        d["flags"] = [list(kv) for kv in self.flags]
+        d["env"] = [list(kv) for kv in self.env]
         return d
+
+    def flag(self, name: str, default: Any = None) -> Any:
+        """The searched value of flag ``name`` (``default`` when not searched)."""
+        return dict(self.flags).get(name, default)
+
+    def env_value(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.env).get(name, default)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
         d = dict(d)
         d["speculative"] = SpeculativeConfig(**(d.get("speculative") or {}))
         d["extra_args"] = tuple(d.get("extra_args") or ())
+        d["flags"] = tuple((str(k), v) for k, v in (d.get("flags") or ()))
+        d["env"] = tuple((str(k), str(v)) for k, v in (d.get("env") or ()))
         return cls(**d)

@@ -29,6 +29,7 @@ from autotune.sglang.versions import SglangVersion, as_version
 __all__ = [
     "build_parser",
     "render_argv",
+    "render_flag",
     "shell_line",
     "flags_for",
     "flag_names",
@@ -242,10 +243,34 @@ def render_argv(
         a += ["--load-format", cfg.load_format]
     if cfg.trust_remote_code:
         a += ["--trust-remote-code"]
+    for name, value in cfg.flags:
+        a += render_flag(name, value, v)
     a += [str(x) for x in cfg.extra_args]
     if check:
         _parser(v).parse_args(a)
     return [python, "-m", module, *a]
+
+
+def render_flag(name: str, value: Any, version: str | SglangVersion) -> list[str]:
+    """One flag searched by name, for ``version``: the spelling the release has (a catalogue knob renamed
+    across releases renders its release's name), a bool as the bare flag (False: not passed; a
+    ``--x/--no-x`` flag: ``--no-x``), a value as ``--flag VALUE``. A flag the release lacks renders as
+    written, so the release's parser refuses it with its own message."""
+    from autotune.sglang.knobs import lookup, spelling
+
+    if value is None:
+        return []
+    v = as_version(version)
+    knob = lookup(name)
+    spelled = (spelling(knob, v) if knob is not None else None) or name
+    entry = table_for(v).by_name.get(spelled)
+    is_bool = isinstance(value, bool) or (entry is not None and entry["kind"] == "bool")
+    if is_bool:
+        on = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "on", "yes")
+        if entry is not None and entry["action"] == "BooleanOptionalAction":
+            return [spelled] if on else ["--no-" + spelled[2:]]
+        return [spelled] if on else []
+    return [spelled, _num(value) if isinstance(value, (int, float)) else str(value)]
 
 
 def _render_speculative(spec: SpeculativeConfig, v: SglangVersion) -> list[str]:
@@ -306,7 +331,7 @@ def config_from_namespace(ns: argparse.Namespace, version: str | SglangVersion) 
     )
     del v  # the namespace already carries the dialect's dests
     return ServerConfig(
-        model_path=g("model_path"),
+        model_path=str(g("model_path") or ""),
         tp_size=g("tp_size") or 1,
         dp_size=dp_size,
         ep_size=g("ep_size") or 1,
@@ -344,14 +369,15 @@ def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerC
     (0.5.9 and 0.5.23 ``environ.py`` read), so knobs and ``extra_args`` are
     every path a memory-relevant setting can take.
     """
-    if not cfg.extra_args:
+    if not cfg.extra_args and not cfg.flags:
         return cfg
     v = as_version(version)
     parser = _parser(v)
-    knobs_only = replace(cfg, extra_args=())
+    knobs_only = replace(cfg, extra_args=(), flags=())
     try:
         ns_all = parser.parse_args(render_argv(cfg, v, python="python", check=False)[3:])
-        extra = parser.parse_args(["--model-path", cfg.model_path, *map(str, cfg.extra_args)])
+        extra = parser.parse_args(["--model-path", cfg.model_path, *map(str, cfg.extra_args),
+                                   *(x for n, val in cfg.flags for x in render_flag(n, val, v))])
     except ConfigError as exc:
         raise ConfigError(f"server.extra_args: {exc}") from None
     ns_knobs = parser.parse_args(render_argv(knobs_only, v, python="python", check=False)[3:])
@@ -364,4 +390,4 @@ def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerC
             raise ConfigError(f"server.extra_args: sets {dest}={value!r}, contradicting the knob's {knob_value!r} "
                               "(set it in one place)")
     folded = config_from_namespace(ns_all, v)
-    return replace(folded, extra_args=cfg.extra_args, host=cfg.host, port=cfg.port)
+    return replace(folded, extra_args=cfg.extra_args, flags=cfg.flags, env=cfg.env, host=cfg.host, port=cfg.port)

@@ -28,6 +28,7 @@ from autotune.sglang.defaults import (
     default_max_running_requests,
     req_to_token_pool_size,
 )
+from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.flags import effective_config
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
@@ -126,6 +127,7 @@ class Calibration:
     num_draft_tokens: int | None = None
     comm_gib: float | None = None
     draft_w_gib: float | None = None
+    attn_dp_size: int = 1  # DP attention at the calibration launch (its replicated weights are in A)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +148,7 @@ class Calibration:
             f_is_auto=cfg.mem_fraction_static is None, cuda_graph_max_bs=cfg.cuda_graph_max_bs,
             custom_allreduce=cfg.custom_allreduce, enable_torch_symm_mem=cfg.enable_torch_symm_mem,
             speculative_algorithm=cfg.speculative.algorithm, num_draft_tokens=cfg.speculative.num_draft_tokens,
+            attn_dp_size=cfg.attn_dp_size,
         )
 
 
@@ -175,6 +178,7 @@ class Prediction:
     chunked_prefill_size: int = 0
     graph_batch_sizes: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    server_kv_tokens: int = 0  # KV tokens of the whole server: kv_tokens x DP-attention ranks x --dp-size replicas
 
     @property
     def should_prune(self) -> bool:
@@ -278,6 +282,14 @@ def predict(
         p = cap_gib - S.base_overhead_gib(tp) - comm
         a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
         notes.append("P and A estimated from capacity and weight size (no calibration)")
+    dp_attn = cfg.attn_dp_size
+    if dp_attn > 1 or (cal is not None and cal.attn_dp_size > 1):
+        cal_rep = replicated_weight_gib(model, cal.tp_size or tp, cal.attn_dp_size) if cal is not None else 0.0
+        a -= replicated_weight_gib(model, tp, dp_attn) - cal_rep
+        if dp_attn > 1:
+            notes.append(f"DP attention {dp_attn}: attention and embedding weights whole on each of "
+                         f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{replicated_weight_gib(model, tp, dp_attn):.2f}"
+                         " GiB per GPU)")
     w = p - a
 
     attn_dp = cfg.attn_dp_size
@@ -344,6 +356,7 @@ def predict(
         chunked_prefill_size=chunk,
         notes=notes,
         pa_estimated=cal is None,
+        server_kv_tokens=tokens * dp_attn * max(cfg.dp_size, 1),
     )
     # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
     margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0

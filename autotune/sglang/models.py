@@ -100,6 +100,7 @@ class ModelProfile:
     is_draft: bool = False  # an EAGLE/EAGLE3 draft head
     weight_bytes_estimated: bool = False  # True when no index.json gave the exact size
     tie_word_embeddings: bool = False
+    q_lora_rank: int = 0  # MLA: the query's low-rank projection (0 = a full query projection)
 
     @property
     def is_moe(self) -> bool:
@@ -275,6 +276,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         is_draft=is_draft,
         weight_bytes_estimated=estimated,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if is_mla else 0,
     )
 
 

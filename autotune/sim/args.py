@@ -33,11 +33,13 @@ class SimOptions:
     time_scale: float
     seed: int
     faults: Faults = field(default_factory=Faults)
+    #: The server's SGLANG_* / NCCL_* environment (knobs searched under search_space.env act through it).
+    env: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sglang_version": str(self.version), "gpu": self.gpu.name, "num_gpus": self.num_gpus,
                 "interconnect": self.interconnect, "time_scale": self.time_scale, "seed": self.seed,
-                "faults": self.faults.to_dict()}
+                "faults": self.faults.to_dict(), "env": dict(self.env)}
 
 
 @dataclass(frozen=True)
@@ -191,8 +193,9 @@ def launch_from_namespace(ns: argparse.Namespace) -> Launch:
     )
 
 
-def parse_args(argv: list[str]) -> tuple[Launch, SimOptions]:
-    """Parse the command line; argparse exits 2 on a bad flag, ConfigError on a bad sim value."""
+def parse_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[Launch, SimOptions]:
+    """Parse the command line; argparse exits 2 on a bad flag, ConfigError on a bad sim value.
+    ``env``: the server's environment (default: this process's)."""
     version = _version_of(argv)
     parser = build_sim_parser(version)
     ns = parser.parse_args(argv)
@@ -215,5 +218,6 @@ def parse_args(argv: list[str]) -> tuple[Launch, SimOptions]:
         time_scale=float(ns.sim_time_scale),
         seed=int(ns.sim_seed),
         faults=parse_faults(ns.sim_fault),
+        env={k: v for k, v in (os.environ if env is None else env).items() if k.startswith(("SGLANG_", "NCCL_"))},
     )
     return launch, sim

@@ -18,6 +18,7 @@ from autotune.sim.args import Launch, SimOptions
 from autotune.sim.engine import Engine
 from autotune.sim.hardware import MemoryPlan
 from autotune.sim.perf import PerfInputs, PerfModel
+from autotune.sim.perf_knobs import knob_speed
 
 __all__ = ["build_engine", "perf_inputs"]
 
@@ -32,6 +33,8 @@ def perf_inputs(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelP
         torch_symm_mem_active=plan.torch_symm_active, speculative=plan.speculative, draft=plan.draft,
         kv_cache_dtype_bytes=kv_bytes, chunked_prefill_size=plan.chunked_prefill_size,
         graph_batch_sizes=tuple(plan.graph_bs), sglang_version=str(sim.version),
+        knobs=knob_speed(launch.raw, sim.env, version=sim.version, interconnect=sim.interconnect,
+                         tp_size=launch.tp_size, attn_dp=launch.attn_dp_size),
     )
 
 
@@ -44,8 +47,11 @@ def build_engine(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: Model
     time scale is the server's, slowed by the ``slow_tokens`` fault; the offline
     evaluator passes options with time scale 1 or steps the engine without sleeping.
     """
-    return Engine(PerfModel(perf_inputs(plan, launch, sim, model)), kv_tokens=plan.kv_tokens,
-                  max_running_requests=plan.max_running_requests, chunked_prefill_size=plan.chunked_prefill_size,
+    # One KV pool and one scheduler per attention-DP rank and per plain DP replica (--dp-size replicas of
+    # one server, fed by its router): the engine holds them all; the speed model steps replicas in lockstep.
+    ranks = max(plan.attn_dp_size, 1) * max(launch.dp_size, 1)
+    return Engine(PerfModel(perf_inputs(plan, launch, sim, model)), kv_tokens=plan.kv_tokens * ranks,
+                  max_running_requests=plan.max_running_requests * ranks, chunked_prefill_size=plan.chunked_prefill_size,
                   time_scale=sim.time_scale / sim.faults.slow_tokens, seed=sim.seed,
                   prefill_oom_tokens=plan.prefill_oom_tokens, on_runtime_oom=on_runtime_oom,
                   stream_interval=launch.stream_interval,

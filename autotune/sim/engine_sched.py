@@ -99,6 +99,10 @@ class Scheduler:
         self.records: dict[str, Request] = {}
         self.kv_used = 0
         self.ratio = INIT_NEW_TOKEN_RATIO
+        knobs = getattr(perf, "inputs", None) and getattr(perf.inputs, "knobs", None)
+        self.min_ratio = MIN_NEW_TOKEN_RATIO
+        if knobs is not None and knobs.schedule_conservativeness != 1.0:  # --schedule-conservativeness
+            self.ratio, self.min_ratio = knobs.new_token_ratios()
         self.tokens_emitted = 0
         self.requests_served = 0
         self.submitted = 0
@@ -383,7 +387,7 @@ class Scheduler:
         step.dt = self.perf.decode_step_time_s(len(step.decode), self.kv_used + self.tree_read)
         self.steps["decode"] += 1
         if not retracted:  # SGLang decays the ratio only on steps without a retraction
-            self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, self.min_ratio)
         return step
 
     def _end_decode(self, step: Step, t_end: float) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from autotune.sglang import defaults, releases
 from autotune.sglang.config import SpeculativeConfig
+from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
 from autotune.sglang.memory import cell_size_bytes
 from autotune.sglang.models import ModelProfile
@@ -114,6 +115,7 @@ class MemoryPlan:
     draft: ModelProfile | None
     warnings: list[str] = field(default_factory=list)
     fails_at: str | None = None  # None | "kv_rest" | "kv_tokens" | "graph" | "draft" | "symm_mem"
+    attn_dp_size: int = 1  # DP attention: kv_tokens and max_running_requests are per attention-DP rank
 
     @property
     def slack_gib(self) -> float:
@@ -211,6 +213,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
 
     # -- weights (regime B loads the draft before A is measured)
     w = model.weight_bytes / tp / GIB + LOADER_RESIDUE_GIB
+    w += replicated_weight_gib(model, tp, launch.attn_dp_size)  # DP attention: attention weights whole per rank
     draft_w = _draft_weight_bytes(model, draft) / tp / GIB if draft is not None else 0.0
     if v.regime == "B":
         w += draft_w
@@ -308,7 +311,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         fi_fusion_gib=fi_gib, symm_prealloc_gib=symm, draft_weights_gib=draft_weights, draft_kv_gib=draft_kv,
         prefill_bytes_per_token=per_token, prefill_oom_tokens=None, custom_ar_active=custom_ar,
         torch_symm_active=torch_symm, fi_fusion_active=fi_active, speculative=spec, draft=draft,
-        warnings=warnings, fails_at=fails_at,
+        warnings=warnings, fails_at=fails_at, attn_dp_size=launch.attn_dp_size,
     )
     if fails_at is None:
         if plan.after_graph_gib < 0:

@@ -100,6 +100,7 @@ from autotune.sim.perf_forward import (
     Forward,
     mtp_head,
 )
+from autotune.sim.perf_knobs import TORCH_COMPILE_FACTOR, KnobSpeed
 
 __all__ = ["PerfInputs", "PerfModel", "graph_ladder"]
 
@@ -141,6 +142,7 @@ class PerfInputs:
     chunked_prefill_size: int = 8192
     graph_batch_sizes: tuple[int, ...] | None = None  # the server's ladder; None = derive
     sglang_version: str = "0.5.9"  # only picks the graph ladder when graph_batch_sizes is None
+    knobs: KnobSpeed = field(default_factory=KnobSpeed)  # the catalogue's speed knobs (perf_knobs)
 
     def __post_init__(self) -> None:
         if self.tp_size < 1 or self.dp_size < 1:
@@ -163,6 +165,9 @@ class PerfModel:
             custom_allreduce_active=inputs.custom_allreduce_active,
             flashinfer_allreduce_fusion=inputs.flashinfer_allreduce_fusion,
             torch_symm_mem_active=inputs.torch_symm_mem_active,
+            pcie_ipc_max_bytes=self._ipc_max_bytes(inputs),
+            nccl_tree=inputs.knobs.nccl_tree,
+            nccl_no_p2p=inputs.knobs.nccl_no_p2p,
         )
         self.target = Forward(inputs.model, inputs, self.comm)
         spec = inputs.speculative
@@ -181,6 +186,16 @@ class PerfModel:
         else:
             ladder = graph_ladder(max_bs, speculative=self.spec_algorithm is not None, version=inputs.sglang_version)
         self.ladder: list[int] = ladder if inputs.cuda_graph_enabled else []
+
+    @staticmethod
+    def _ipc_max_bytes(inputs: PerfInputs) -> float:
+        """The PCIe-IPC workspace: the widest decode reduction (max_bs x draft tokens x hidden x 2 B)."""
+        if not inputs.knobs.pcie_ipc:
+            return 0.0
+        spec = inputs.speculative
+        draft = (spec.num_draft_tokens or (spec.num_steps or 3) + 1) if spec.enabled else 1
+        rows = (inputs.cuda_graph_max_bs if inputs.cuda_graph_enabled and inputs.cuda_graph_max_bs else 64) * draft
+        return float(rows * inputs.model.hidden_size * 2)
 
     def _init_speculative(self, spec: SpeculativeConfig) -> None:
         algo = self.spec_algorithm or ""
@@ -222,9 +237,11 @@ class PerfModel:
         padded = self.graph_batch(batch_size)
         graph = padded is not None
         bs = padded if padded is not None else batch_size
-        overhead = STEP_FIXED_S + STEP_PER_REQ_S * batch_size
+        knobs = self.inputs.knobs
+        overhead = knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * batch_size, batch_size, decode=True)
+        compiled = TORCH_COMPILE_FACTOR if 0 < batch_size <= knobs.torch_compile_max_bs else 1.0
         if not self.spec_algorithm:
-            return self.target.step_s(bs, context_tokens, graph=graph) + overhead
+            return self.target.step_s(bs, context_tokens, graph=graph) * compiled + overhead
         routed = bs * (1.0 + SPEC_ROUTING_LOCALITY * (self.spec_draft_tokens - 1))
         verify = self.target.step_s(bs * self.spec_draft_tokens, context_tokens, graph=graph, routed=routed)
         if self.draft is not None:
@@ -249,7 +266,8 @@ class PerfModel:
         extra = 0.0
         if self.draft is not None:  # the draft extends over the same tokens
             extra = self.draft.step_s(num_tokens, 0.0, graph=False, efficiency=PREFILL_EFFICIENCY)
-        return base + attn + kv_write + extra + STEP_FIXED_S + STEP_PER_REQ_S * reqs
+        overhead = self.inputs.knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * reqs, reqs, decode=False)
+        return base + attn + kv_write + extra + overhead
 
     def describe(self) -> dict[str, Any]:
         """The constants and derived figures this model uses (for /sim/stats and logs)."""
@@ -281,4 +299,6 @@ class PerfModel:
             "speculative_num_draft_tokens": self.spec_draft_tokens,
             "speculative_accept_p": self.accept_p,
             "accepted_tokens_per_step": self._accepted,
+            "pcie_ipc_max_bytes": self.comm.pcie_ipc_max_bytes,
+            "knobs": dict(vars(self.inputs.knobs)),
         }

@@ -66,7 +66,14 @@ seed case's observations come out) or **[modelled]** (a physical estimate):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from autotune.sim.perf_knobs import (
+    NCCL_NO_P2P_BW_FACTOR,
+    NCCL_TREE_BW_FACTOR,
+    PCIE_IPC_NCCL_RATIO,
+    tree_hops,
+)
 
 #: [measured] NCCL allreduce, 8 x SM120 over PCIe across NUMA nodes: (message bytes, seconds).
 #: Source: SGLang 0.5.23 sglang/srt/distributed/device_communicators/pcie_ipc_ar.py, module docstring.
@@ -109,6 +116,9 @@ class CommSetup:
     custom_allreduce_active: bool
     flashinfer_allreduce_fusion: bool
     torch_symm_mem_active: bool
+    pcie_ipc_max_bytes: float = 0.0  # > 0: the FlashInfer PCIe-IPC allreduce serves messages up to this size
+    nccl_tree: bool = False
+    nccl_no_p2p: bool = False
 
     @property
     def nvlink(self) -> bool:
@@ -134,15 +144,20 @@ def _pcie_measured_s(size_bytes: float) -> float:
 def nccl_allreduce_s(setup: CommSetup, size_bytes: float, *, captured: bool) -> float:
     """NCCL allreduce time; ``captured`` applies the PCIe CUDA-graph penalty."""
     tp = setup.tp_size
+    ring_hops = max(2 * (tp - 1), 1)
+    hops = tree_hops(tp) if setup.nccl_tree else ring_hops  # NCCL_ALGO=Tree (perf_knobs)
+    bw_factor = NCCL_TREE_BW_FACTOR if setup.nccl_tree else 1.0
+    if setup.nccl_no_p2p and not setup.nvlink:  # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL LOC|PIX (perf_knobs)
+        hops, bw_factor = hops * 2, bw_factor * NCCL_NO_P2P_BW_FACTOR
     if not setup.nvlink:
         last_size, last_t = PCIE_NCCL_TP8_MEASURED[-1]
-        steps = (tp - 1) / 7  # the measured figures are TP 8's 2 x 7 ring steps
+        steps = (tp - 1) / 7 * hops / ring_hops  # the measured figures are TP 8's 2 x 7 ring steps
         latency = _pcie_measured_s(min(size_bytes, last_size)) * steps
         extra = max(size_bytes - last_size, 0.0)
-        bw_term = extra * 2 * (tp - 1) / tp / (PCIE_NCCL_LARGE_BUSBW_GB_S * 1e9)
+        bw_term = extra * 2 * (tp - 1) / tp / (PCIE_NCCL_LARGE_BUSBW_GB_S * 1e9 * bw_factor)
     else:
-        latency = NCCL_BASE_LATENCY_S + NVLINK_HOP_LATENCY_S * 2 * (tp - 1)
-        bw_term = size_bytes * 2 * (tp - 1) / tp / (setup.link_bytes_s * NCCL_BUS_EFFICIENCY)
+        latency = NCCL_BASE_LATENCY_S + NVLINK_HOP_LATENCY_S * hops
+        bw_term = size_bytes * 2 * (tp - 1) / tp / (setup.link_bytes_s * NCCL_BUS_EFFICIENCY * bw_factor)
     if captured and not setup.nvlink:
         ratio = GRAPH_PCIE_PENALTY_SIZE / max(size_bytes, 1.0)
         bw_term *= 1.0 + GRAPH_PCIE_PENALTY_MAX / (1.0 + ratio**GRAPH_PCIE_PENALTY_STEEPNESS)
@@ -161,6 +176,9 @@ def allreduce_s(setup: CommSetup, tokens: int, hidden: int, *, captured: bool) -
         eff = IPC_LINK_EFFICIENCY if setup.nvlink else FUSION_PCIE_LINK_EFFICIENCY
         factor = (tp - 1) if size <= FUSION_ONESHOT_MAX_BYTES else 2 * (tp - 1) / tp
         return max(lat + size * factor / (link * eff) - FUSION_SAVED_S, 1e-6), "flashinfer_fusion"
+    if setup.pcie_ipc_max_bytes and not setup.nvlink and size <= setup.pcie_ipc_max_bytes:
+        plain = replace(setup, nccl_tree=False, nccl_no_p2p=False)
+        return PCIE_IPC_NCCL_RATIO * nccl_allreduce_s(plain, size, captured=False), "pcie_ipc"
     if setup.custom_allreduce_active and size <= CUSTOM_AR_MAX_BYTES:
         lat = CUSTOM_AR_LATENCY_NVLINK_S if setup.nvlink else CUSTOM_AR_LATENCY_PCIE_S
         # two-shot (reduce-scatter + all-gather) moves 2 (tp-1)/tp of the message per rank
@@ -187,4 +205,7 @@ PROVENANCE: dict[str, tuple[str, str]] = {
     "NCCL_BASE_LATENCY_S, NVLINK_HOP_LATENCY_S": ("modelled", "nccl-tests order of magnitude over NVLink"),
     "NCCL_BUS_EFFICIENCY": ("modelled", "share of the NVLink datasheet bandwidth"),
     "CUSTOM_AR_*, SYMM_MEM_*, IPC_LINK_EFFICIENCY": ("modelled", "no published figure on this node"),
+    "PCIE_IPC_NCCL_RATIO (perf_knobs)": ("derived", ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: 143 / 205 us per decode "
+                                                     "allreduce from TPOT 21.14 -> 13.62 ms (pcie_ipc_ar.py)")),
+    "NCCL_TREE_*, NCCL_NO_P2P_* (perf_knobs)": ("modelled", "NCCL_ALGO=Tree, NCCL_P2P_DISABLE / NCCL_P2P_LEVEL"),
 }

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
+from autotune.sglang.dp_attention import attention_weight_bytes
 from autotune.sglang.gpus import GpuKind
 from autotune.sim.perf_comm import CommSetup, allreduce_s
+from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
 
 
 class ForwardInputs(Protocol):
@@ -25,6 +27,8 @@ class ForwardInputs(Protocol):
     def gpu(self) -> GpuKind: ...
     @property
     def kv_cache_dtype_bytes(self) -> int: ...
+    @property
+    def knobs(self) -> KnobSpeed: ...
 
 HBM_EFFICIENCY = 0.8
 GEMM_EFFICIENCY = 0.55
@@ -82,8 +86,18 @@ class Forward:
             self.dense_bytes = model.weight_bytes / tp
             self.expert_bytes = 0.0
             self.route_share = 1.0
+        knobs = inputs.knobs
+        attn_dp = max(knobs.attn_dp, 1)
+        attn_tp = max(tp // attn_dp, 1)
+        # DP attention (perf_knobs): attention weights whole per attention-TP rank, KV read of own requests only
+        self.dense_bytes += attention_weight_bytes(model) * (1.0 / attn_tp - 1.0 / tp) if attn_dp > 1 else 0.0
+        self.expert_bytes *= knobs.moe_factor
+        self.attn_comm = replace(comm, tp_size=attn_tp) if attn_dp > 1 else None
+        self.attn_dp = attn_dp
+        self.fp8_factor = FP8_GEMM_SPEED.get(knobs.fp8_gemm, 1.0) if getattr(model, "quant_method", None) == "fp8" else 1.0
         self.params = flop_params(model) / tp
-        self.kv_token_bytes = kv_bytes_per_token(model, tp, inputs.kv_cache_dtype_bytes)
+        self.kv_token_bytes = (kv_bytes_per_token(model, attn_tp, inputs.kv_cache_dtype_bytes) / attn_dp
+                               * knobs.attention_factor)
         kind = "moe" if e > 0 else "dense"
         self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers
         self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
@@ -101,10 +115,14 @@ class Forward:
         coverage); it defaults to ``tokens``.
         """
         weights = self.weight_read_s(tokens if routed is None else routed)
-        compute = 2.0 * self.params * tokens / (self.flops * efficiency)
+        compute = 2.0 * self.params * tokens / (self.flops * efficiency) * self.fp8_factor
         kv = context_tokens * self.kv_token_bytes / self.bw
         ar, _ = allreduce_s(self.comm, tokens, self.model.hidden_size, captured=captured)
-        return max(weights, compute) + kv + 2 * self.model.num_layers * ar
+        if self.attn_comm is None:
+            return max(weights, compute) + kv + 2 * self.model.num_layers * ar
+        # DP attention: the MoE gather/scatter ~ one allreduce of the batch, attention output over attn_tp only
+        ar_attn, _ = allreduce_s(self.attn_comm, -(-tokens // self.attn_dp), self.model.hidden_size, captured=captured)
+        return max(weights, compute) + kv + self.model.num_layers * (ar + ar_attn)
 
     def step_s(
         self,

@@ -24,9 +24,11 @@ from autotune.outcome import FailureKind
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.flags import render_argv
 from autotune.sglang.installed import InstalledSglang, check_version, probe
+from autotune.sglang.knob_rules import resolve
 from autotune.sglang.memory import Prediction
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang_env.resolve import install_hint, launch_env, launch_python
+from autotune.space_prune import Removed, prune_space
 from autotune.spec import StudySpec, resolve_workload
 from autotune.study import attrs
 from autotune.study.infeasible import Failure, implied_by, inert_knobs
@@ -55,11 +57,55 @@ class Refusal:
     reason: str
 
 
+def without_dead_knobs(spec: StudySpec, predictor: Predictor) -> tuple[StudySpec, list[Removed]]:
+    """The space without the knobs that cannot matter on this node and release (autotune.space_prune)."""
+    sp = spec.search_space
+    if not (sp.flags or sp.env or sp.custom_allreduce or sp.flashinfer_allreduce_fusion or sp.enable_torch_symm_mem):
+        return spec, []
+    model, gpu, _ = predictor.profiles()
+    return prune_space(spec, model, gpu)
+
+
+def vet(cfg: ServerConfig, spec: StudySpec, predictor: Predictor,
+        installed: InstalledSglang | None = None) -> tuple[ServerConfig, list[str], str | None]:
+    """Before launch: SGLang's overrides applied up front (notes) and what it would refuse (``invalid``,
+    quoting its rule or its parser): knob rules, speculative rules, then the parser (the installed
+    SGLang's when there is one, else the release's flag table, as the simulated server parses)."""
+    version = spec.server.sglang_version
+    cfg, notes, invalid = resolve(cfg, version)
+    if invalid is None and cfg.speculative.enabled:
+        model, _, _ = predictor.profiles()
+        try:
+            resolved, spec_notes = validate_speculative(cfg.speculative, model.architecture, version,
+                                                        attention_backend=cfg.attention_backend)
+            cfg = replace(cfg, speculative=resolved)
+            notes += spec_notes
+        except ConfigError as exc:
+            invalid = str(exc)
+    argv: list[str] = []
+    if invalid is None:
+        try:
+            argv = render_argv(cfg, version, python="python", module="sglang.launch_server",
+                               check=installed is None)[3:]
+        except ConfigError as exc:
+            invalid = f"SGLang {version} refuses this launch: {exc}"
+    if invalid is None and installed is not None:
+        refusal = installed.refusals([argv])[0]
+        if refusal:
+            invalid = f"SGLang {installed.version} refuses this launch: {refusal}"
+    return cfg, notes, invalid
+
+
 class Candidates:
-    """Builds and checks the study's candidates (the study is only read here)."""
+    """Builds and checks the study's candidates (the study is only read here).
+
+    Knobs that cannot matter on this node and release leave the space here
+    (:func:`without_dead_knobs`); ``removed`` says which and why."""
 
     def __init__(self, spec: StudySpec, study: optuna.Study, predictor: Predictor) -> None:
-        self.spec = spec
+        self.spec, self.removed = without_dead_knobs(spec, predictor)
+        for r in self.removed:
+            log.debug("%s", r.line())
         self.study = study
         self.predictor = predictor
         self._widened: StudySpec | None = None
@@ -134,24 +180,12 @@ class Candidates:
         params = space.suggest(trial, spec)
         baseline = bool(trial.user_attrs.get(attrs.BASELINE))
         cfg = space.to_config(spec, params, baseline=baseline)
-        invalid: str | None = None
-        notes: list[str] = []
-        if cfg.speculative.enabled:
-            model, _, _ = self.predictor.profiles()
-            try:
-                resolved, notes = validate_speculative(
-                    cfg.speculative, model.architecture, spec.server.sglang_version,
-                    attention_backend=cfg.attention_backend,
-                )
-                cfg = replace(cfg, speculative=resolved)
-            except ConfigError as exc:
-                invalid = str(exc)
-        if invalid is None and self.installed is not None:
-            argv = render_argv(cfg, spec.server.sglang_version, python="python", module="sglang.launch_server")[3:]
-            refusal = self.installed.refusals([argv])[0]
-            if refusal:
-                invalid = f"SGLang {self.installed.version} refuses this launch: {refusal}"
-        return Candidate(params=params, config=cfg, prediction=self.predictor.predict(cfg), baseline=baseline,
+        cfg, notes, invalid = vet(cfg, self.spec, self.predictor, self.installed)
+        try:
+            prediction = self.predictor.predict(cfg)
+        except ConfigError:  # a refused flag (invalid already says so): predict the rest of the launch
+            prediction = self.predictor.predict(replace(cfg, flags=()))
+        return Candidate(params=params, config=cfg, prediction=prediction, baseline=baseline,
                          invalid=invalid, notes=list(notes))
 
     def refusal(self, cand: Candidate, failures: Sequence[Failure]) -> Refusal | None:
@@ -184,7 +218,7 @@ class Candidates:
             artifact_dir=str(trial_dir(spec, number)),
             run_dir=str(spec.run_path),
             startup_timeout_s=spec.server.startup_timeout_s,
-            env=launch_env(spec),
+            env={**launch_env(spec), **dict(cand.config.env)},
             python=launch_python(spec) if spec.server.backend == "sglang" else spec.server.python,
             sim=spec.server.sim,
             prediction=cand.prediction,

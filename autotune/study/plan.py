@@ -14,7 +14,8 @@ from autotune.study import attrs
 from autotune.study.prediction import Predictor
 from autotune.study.storage import open_study
 
-ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction")
+ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
+            "server_kv_tokens")
 
 
 def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
@@ -41,18 +42,34 @@ def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, An
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
+def plan_space(spec: StudySpec) -> dict[str, Any]:
+    """The knobs removed from the space before the study starts (each with its reason) and what remains."""
+    from autotune.space_prune import space_summary
+    from autotune.study.candidates import without_dead_knobs
+
+    pruned, removed = without_dead_knobs(spec, Predictor(spec, lambda: None))
+    return {"removed": [{"name": r.name, "value": r.value, "reason": r.reason, "line": r.line()} for r in removed],
+            "space": space_summary(pruned)}
+
+
 def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
     """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
+    from autotune.study.candidates import vet, without_dead_knobs
+
     predictor = Predictor(spec, lambda: stored_calibration(spec))  # the driver's own prediction path
+    spec, _ = without_dead_knobs(spec, predictor)  # plan_space says what left and why
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
     for params in cands:
-        cfg = space.to_config(spec, params)
-        p = predictor.predict(cfg).to_dict()
+        cfg, notes, invalid = vet(space.to_config(spec, params), spec, predictor)
+        p = predictor.predict(cfg).to_dict() if invalid is None else {"verdict": "invalid_args", "reason": invalid}
         row = dict(params)
         for key in ROW_KEYS:
             row[key] = p.get(key)
         row["uncertain"] = p.get("uncertain")
-        row["command"] = render_argv(cfg, spec.server.sglang_version, python="python3", module="sglang.launch_server")
+        if notes:
+            row["notes"] = notes
+        row["command"] = render_argv(cfg, spec.server.sglang_version, python="python3", module="sglang.launch_server",
+                                     check=False)
         rows.append(row)
     return rows

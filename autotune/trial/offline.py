@@ -115,12 +115,12 @@ def cache_info() -> dict[str, int]:
     return {**_MEMO_STATS, "size": len(_MEMO)}
 
 
-def _parse(argv: list[str]) -> tuple[Launch, SimOptions] | str:
+def _parse(argv: list[str], env: dict[str, str]) -> tuple[Launch, SimOptions] | str:
     """The simulated server's own argument handling; on refusal, the line its stderr would show."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return parse_args(argv)
+            return parse_args(argv, env)
     except SystemExit:
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         return lines[-1] if lines else "argument parsing failed"
@@ -139,7 +139,7 @@ def evaluate(request: TrialRequest) -> TrialResult:
     cfg = request.config
     argv = build_argv(request)
     result = TrialResult(state=TrialState.FAILED, command=argv, time_scale=1.0)
-    parsed = _parse(argv[3:])  # [python, -m, autotune.sim, flags...]
+    parsed = _parse(argv[3:], dict(request.env))  # [python, -m, autotune.sim, flags...]
     if isinstance(parsed, str):
         return result.fail(*classify([parsed], 2))
     launch, sim = parsed
