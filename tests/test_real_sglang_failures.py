@@ -21,11 +21,14 @@ from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 from autotune.errors import LaunchError
 from autotune.launch import ServerProcess
+from autotune.objective import Objective
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.cpu import CPU_ENV, on_cpu
 from autotune.sglang.flags import render_argv
 from autotune.sglang.installed import probe
-from autotune.study.trial import TrialRequest, run_trial_body
+from autotune.spec import WorkloadSpec
+from autotune.trial import TrialRequest
+from autotune.trial.live import run_trial_body
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
@@ -96,11 +99,11 @@ def test_server_killed_under_load_fails_the_trial_without_raising(tmp_path: Path
     env = need_real_sglang("0.5.23")
     cfg = on_cpu(ServerConfig(model_path=str(TINY_LLAMA), load_format="dummy"), "0.5.23")
     req = TrialRequest(
-        study_name="real-kill", trial_number=0, config=cfg.to_dict(), backend="sglang", sglang_version="0.5.23",
+        study_name="real-kill", trial_number=0, config=cfg, backend="sglang", sglang_version="0.5.23",
         gpu="cpu", num_gpus=1, interconnect="pcie",
-        workload={"backend": "sglang", "input_len": 32, "output_len": 512, "range_ratio": 1.0, "num_prompts": 64,
-                  "concurrency": [8], "warmup_requests": 1, "flush_cache": False, "seed": 0},
-        objective_metric="output_throughput", objective_direction="maximize",
+        workload=WorkloadSpec(backend="sglang", input_len=32, output_len=512, range_ratio=1.0, num_prompts=64,
+                              concurrency=[8], warmup_requests=1, flush_cache=False, seed=0),
+        objective=Objective(metric="output_throughput"),
         artifact_dir=str(tmp_path / "trial"), run_dir=str(tmp_path / "run"), startup_timeout_s=300,
         env=dict(CPU_ENV), python=str(env.python),
     )
