@@ -20,6 +20,11 @@ H100 = ("NVIDIA H100 80GB HBM3", 81559, (9, 0))
 
 def _study(tmp_path: Path, **over: object) -> Path:
     data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    # The demo's node and model on SGLang 0.5.9 (the checks below name its dialect), without the
+    # demo's 0.5.23-only searched flags and env vars.
+    data["server"]["sglang_version"] = "0.5.9"
+    for key in ("flags", "env"):
+        data["search_space"].pop(key, None)
     data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
     data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
     for key, value in over.items():
@@ -31,7 +36,7 @@ def _study(tmp_path: Path, **over: object) -> Path:
 
 def _real(tmp_path: Path, **over: object) -> Path:
     server = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())["server"]
-    server.update(backend="sglang", model_path=str(ROOT / "studies" / "models" / "kimi-k2-class"))
+    server.update(backend="sglang", sglang_version="0.5.9", model_path=str(ROOT / "studies" / "models" / "kimi-k2-class"))
     return _study(tmp_path, server=server, hardware={"gpu": "h100", "num_gpus": 8, "interconnect": "nvlink"},
                   executor={"kind": "inline"}, **over)
 
