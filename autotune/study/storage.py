@@ -58,6 +58,17 @@ def _engine_url(url: str) -> str:
     return url
 
 
+#: How the schema-creation race reads: SQLite's alembic_version row; PostgreSQL's enum type
+#: (pg_type_typname_nsp_index), alembic_version key or a table created by the other process.
+_SCHEMA_RACE = ("UNIQUE constraint failed: alembic_version", "pg_type_typname_nsp_index",
+                "alembic_version_pkc", "DuplicateTable", "already exists")
+
+
+def _schema_race(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in _SCHEMA_RACE)
+
+
 def open_storage(spec: StudySpec) -> optuna.storages.RDBStorage:
     """The study's storage (SQLite by default; any SQLAlchemy URL)."""
     url = _engine_url(spec.storage_url)
@@ -68,9 +79,9 @@ def open_storage(spec: StudySpec) -> optuna.storages.RDBStorage:
         except StorageUnavailable:
             raise
         except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
-            # Two processes opening a new SQLite study at once race on creating its schema
-            # (alembic_version UNIQUE): the loser just opens what the winner created.
-            if "UNIQUE constraint failed: alembic_version" in str(exc) and attempt < 4:
+            # Two processes opening a new database at once race on creating optuna's schema;
+            # the loser just opens what the winner created.
+            if _schema_race(exc) and attempt < 4:
                 time.sleep(0.5)
                 continue
             raise ConfigError(f"storage: cannot open {spec.storage_url!r}: {exc}".splitlines()[0]) from None
