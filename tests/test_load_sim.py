@@ -10,53 +10,25 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from sim_server import MODEL, sim_server
 
 from autotune.load import LoadSpec, run_load
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL = REPO / "studies" / "models" / "qwen3-32b-class"
 QUIET = os.getloadavg()[0] < (os.cpu_count() or 1)
 REL = 0.01 if QUIET else 0.05
 
 pytestmark = pytest.mark.skipif(not MODEL.is_dir(), reason="simulated model profile not present")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("sim") / "sim.log"
-    argv = [sys.executable, "-m", "autotune.sim", "--model-path", str(MODEL), "--sim-gpu", "h100",
-            "--sim-time-scale", "2", "--port", str(port)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_SIM_")}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while "The server is fired up and ready to roll!" not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"simulated server did not start: {log_path.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    with sim_server(tmp_path_factory.mktemp("sim"), "--sim-time-scale", "2") as url:
+        yield url
 
 
 def _stats(url: str) -> dict[str, Any]:
