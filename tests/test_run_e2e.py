@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -184,3 +185,40 @@ def test_live_kill_when_the_weights_loaded_line_proves_the_formula_negative(tmp_
     log = (tmp_path / "t7" / "server.log").read_text()
     assert "Load weight end" in log and "Not enough memory" not in log, "killed before the pool failed"
     assert not _sim_servers()
+
+
+def test_a_ctrl_c_swallowed_inside_the_load_point_still_stops_the_trial(tmp_path: Path, monkeypatch):
+    """uvloop reports a KeyboardInterrupt raised in a transport callback as that connection's
+    error, so the load point merely fails. The signal handler also records the signal, and the
+    trial body raises it again instead of recording a load failure (the study then exits 130)."""
+    from autotune import space
+    from autotune.errors import LoadGenError
+    from autotune.launch import cleanup
+    from autotune.spec import SimSpec, load_study_spec
+    from autotune.trial import live
+    from autotune.trial.contract import TrialRequest
+
+    def swallowed(*_a, **_k):
+        cleanup.note_interrupt(signal.SIGINT)  # what the handler records before its raise is lost
+        raise LoadGenError("load point failed: connection closed")
+
+    monkeypatch.setattr(live, "run_load", swallowed)
+    spec = load_study_spec(_study(tmp_path))
+    cfg = space.to_config(spec, {"mem_fraction_static": 0.88})
+    req = TrialRequest(
+        study_name="e2e", trial_number=3, config=cfg, backend="sim", sglang_version="0.5.9",
+        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=spec.workload,
+        objective=spec.objective.as_objective(),
+        artifact_dir=str(tmp_path / "t3"), run_dir=str(tmp_path / "runs"), startup_timeout_s=60,
+        sim=SimSpec(time_scale=20.0, seed=0),
+    )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            live.run_trial_body(req)
+        assert not _sim_servers()  # the server was still stopped on the way out
+    finally:
+        cleanup.clear_interrupt()
+    # without a recorded signal the same failure is a load failure, as before
+    monkeypatch.setattr(live, "run_load", lambda *_a, **_k: (_ for _ in ()).throw(LoadGenError("boom")))
+    res = live.run_trial_body(dataclasses.replace(req, trial_number=4, artifact_dir=str(tmp_path / "t4")))
+    assert res.state == "failed" and res.failure_kind == "load_failed"

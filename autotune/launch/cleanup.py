@@ -8,6 +8,12 @@ KeyboardInterrupt, SIGTERM raises SystemExit(143)), so the driver's own
 ``finally`` blocks still run. A second signal during teardown SIGKILLs at once.
 An ``atexit`` hook does the same on a normal interpreter exit. A SIGKILL of the
 orchestrator cannot be caught: the per-server watchdog covers that.
+
+The exception a handler raises can be lost: raised inside a transport callback
+that uvloop (or aiohttp) calls from C, it is reported as that connection's error
+and the load point merely fails. So the handler also records the signal, and
+:func:`raise_if_interrupted` (called by the trial body after each load point and
+by the driver between trials) raises it again where nothing swallows it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ _live_lock = threading.Lock()
 _tearing_down = False
 _installed = False
 _atexit_registered = False
+_pending_signal: int | None = None
 
 
 def add_live(server: _Stoppable) -> None:
@@ -81,9 +88,33 @@ def kill_all() -> None:
         s.send_signal(signal.SIGKILL)
 
 
+def note_interrupt(sig: int) -> None:
+    """Remember that ``sig`` asked this process to stop (see :func:`raise_if_interrupted`)."""
+    global _pending_signal
+    _pending_signal = sig
+
+
+def pending_interrupt() -> int | None:
+    """The signal that asked this process to stop, or None."""
+    return _pending_signal
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if a SIGINT/SIGTERM arrived, even if its first raise was swallowed."""
+    if _pending_signal is not None:
+        raise KeyboardInterrupt(f"signal {_pending_signal}")
+
+
+def clear_interrupt() -> None:
+    """Forget a recorded signal (tests, or a caller that handled it)."""
+    global _pending_signal
+    _pending_signal = None
+
+
 def _handler_for(signum: int, previous: Any, grace_s: float) -> Any:
     def handle(sig: int, frame: FrameType | None) -> None:
         global _tearing_down
+        note_interrupt(sig)
         if _tearing_down:
             logger.warning("second %s: killing servers now", signal.Signals(sig).name)
             kill_all()

@@ -35,6 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
 from autotune.launch import ProcessRegistry
+from autotune.launch.cleanup import note_interrupt, raise_if_interrupted
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import attrs
@@ -232,6 +233,7 @@ class StudyDriver:
         # A resumed study may hold confirmation re-runs queued by the interrupted run.
         st = _LoopState(t0=time.monotonic(), confirming=bool(self.study.user_attrs.get(attrs.CONFIRMATION_STARTED)))
         while True:
+            raise_if_interrupted()  # a Ctrl-C whose KeyboardInterrupt a transport callback swallowed
             self._budget_phase(st)
             self._confirmation_phase(st)
             self._launch_phase(st)
@@ -415,6 +417,7 @@ def _fmt_params(params: dict[str, Any]) -> str:
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    note_interrupt(signum)  # raised again between trials if a callback swallows this raise
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from autotune.errors import LaunchError, LoadGenError
 from autotune.launch import ProcessRegistry, ServerProcess, classify, free_port
 from autotune.launch.artifacts import write_launch_artifacts
+from autotune.launch.cleanup import raise_if_interrupted
 from autotune.load import Snapshot, run_load
 from autotune.outcome import FailureKind
 from autotune.sglang.logparse import summarize
@@ -73,6 +74,7 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
         try:
             server.wait_ready()
         except LaunchError as exc:
+            raise_if_interrupted()  # the server died because Ctrl-C stopped it
             return result.fail(exc.kind, exc.evidence or str(exc))
         result.timings["startup_s"] = time.monotonic() - t0
         t1 = time.monotonic()
@@ -132,8 +134,10 @@ def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Report
     try:
         res = run_load(url, spec, on_snapshot=on_snapshot)
     except LoadGenError as exc:
+        raise_if_interrupted()  # a Ctrl-C swallowed in a transport callback: not a load failure
         result.fail(FailureKind.LOAD_FAILED, str(exc))
         return None
+    raise_if_interrupted()
     metrics = dict(res.metrics)
     result.metrics_by_point[name] = metrics
     _write_json(art / f"load_{name}.json", metrics)
