@@ -28,6 +28,7 @@ from autotune.sglang.gpus import get_gpu
 from autotune.sglang.models import load_model_profile
 from autotune.sim.engine import Engine
 from autotune.sim.perf import PerfInputs, PerfModel
+from autotune.sglang._slack import PROVENANCE as MEMORY_PROVENANCE
 from autotune.sim.perf_comm import PROVENANCE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
               "below were chosen to reproduce it, so this is not a validation)")
     print("allreduce constants (autotune/sim/perf_comm.py):")
     for name, (kind, source) in PROVENANCE.items():
+        print(f"  {kind:9s} {name}: {source}")
+    print("memory constants (autotune/sglang/_slack.py, shared by the simulator and the predictor):")
+    for name, (kind, source) in MEMORY_PROVENANCE.items():
         print(f"  {kind:9s} {name}: {source}")
 
     # the engine's own capacity: chunks (= tokens, stream_interval 1) per second of this process,

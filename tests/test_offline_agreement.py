@@ -34,7 +34,7 @@ EAGLE3 = {"mem_fraction_static": 0.9, "cuda_graph_max_bs": 64, "custom_allreduce
           "speculative_num_draft_tokens": 4}
 KV_OOM = {"mem_fraction_static": 0.6, "cuda_graph_max_bs": 64, "custom_allreduce": False,
           "speculative_algorithm": "none"}
-RUNTIME_OOM = {"mem_fraction_static": 0.95, "cuda_graph_max_bs": 512, "custom_allreduce": False,
+RUNTIME_OOM = {"mem_fraction_static": 0.90, "cuda_graph_max_bs": 512, "custom_allreduce": False,
                "speculative_algorithm": "none"}
 
 

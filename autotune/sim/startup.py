@@ -213,7 +213,7 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
         else:
             log.all_ranks(f"Capture cuda graph end. Time elapsed: {cap_s:.2f} s. mem usage={_g(used)} GB. "
                           f"avail mem={_g(after)} GB.")
-        if plan.prefill_graph_gib:
+        if plan.prefill_graphs_on:
             log.all_ranks(f"Capture target prefill CUDA graph begin. backend=full, num_tokens="
                           f"{min(plan.chunked_prefill_size, 8192)}, avail mem={_g(after)} GB")
             await _sleep(sim, cap_s / 2)
