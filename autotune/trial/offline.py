@@ -204,7 +204,7 @@ def _startup(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProf
         cache = "warm" if (node, launch.model_path) in _READ else "cold"
     outcome = run_startup(plan, launch, replace(sim, time_scale=1.0, page_cache=cache), model,
                           live_kill_f=request.config.mem_fraction_static, p_predicted=p_predicted)
-    if any(line.find("Load weight end") >= 0 for line in outcome.lines):
+    if any("Load weight end" in line for line in outcome.lines):
         _READ.add((node, launch.model_path))
     return outcome
 
