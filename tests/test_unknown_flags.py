@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -13,7 +14,7 @@ import yaml
 from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.sglang.config import ServerConfig
-from autotune.sglang.flags import render_argv
+from autotune.sglang.flags import effective_config, render_argv
 from autotune.sglang.unknown_flags import verdict
 from autotune.sim.args import parse_args
 from autotune.spec import load_study_spec
@@ -57,6 +58,10 @@ def test_the_simulated_server_takes_a_newer_flag_and_refuses_a_typo_in_argparses
     assert render_argv(cfg, "0.5.23", python="p")[-2:] == ["--some-new-flag", "fast"]
     with pytest.raises(ConfigError, match="unrecognized arguments: --cuda-graph-max-bz 64"):
         render_argv(ServerConfig(model_path="m", tp_size=8, flags=(("--cuda-graph-max-bz", 64),)), "0.5.23")
+    # and so does the memory model's reading of the final argv (extra_args too)
+    assert effective_config(replace(cfg, extra_args=("--yet-another-knob", "1")), "0.5.23").tp_size == 8
+    with pytest.raises(ConfigError, match="server.extra_args: .*unrecognized arguments: --cuda-graph-max-bz 64"):
+        effective_config(ServerConfig(model_path="m", extra_args=("--cuda-graph-max-bz", "64")), "0.5.23")
 
 
 def _study(tmp_path: Path) -> Path:

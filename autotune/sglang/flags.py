@@ -378,10 +378,11 @@ def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerC
     if not cfg.extra_args and not cfg.flags:
         return cfg
     v = as_version(version)
-    parser = _parser(v)
+    argv = render_argv(cfg, v, python="python", check=False)[3:]
+    parser = _parser(v, tuple(newer_flags(argv, v)))
     knobs_only = replace(cfg, extra_args=(), flags=())
     try:
-        ns_all = parser.parse_args(render_argv(cfg, v, python="python", check=False)[3:])
+        ns_all = parser.parse_args(argv)
         extra = parser.parse_args(["--model-path", cfg.model_path, *map(str, cfg.extra_args),
                                    *(x for n, val in cfg.flags for x in render_flag(n, val, v))])
     except ConfigError as exc:
