@@ -5,7 +5,9 @@ at TP > 2 on PCIe, FlashInfer allreduce fusion off SM90/SM100, a catalogue
 flag or variable the release lacks, an MoE knob on a dense model) is removed;
 so is a value that cannot run (a DP-attention size that divides no TP size of
 the space, an all-to-all back-end that needs NVLink on a PCIe node). A knob
-autotune does not know stays: the release's parser judges each candidate.
+autotune does not know stays: the release's parser judges each candidate
+(a flag none of autotune's release tables has is taken for a newer build's:
+:mod:`autotune.sglang.unknown_flags`).
 The rules live in :mod:`autotune.sglang.knob_rules`; this module applies them
 to a :class:`~autotune.spec.StudySpec`.
 """
@@ -103,6 +105,7 @@ def prune_space(spec: StudySpec, model: Any, gpu: Any) -> tuple[StudySpec, list[
 def space_summary(spec: StudySpec) -> list[str]:
     """One line per axis of the space that remains (``plan``)."""
     from autotune.sglang.knobs import describe
+    from autotune.sglang.unknown_flags import plan_note
 
     space = spec.search_space
     lines = []
@@ -118,9 +121,15 @@ def space_summary(spec: StudySpec) -> list[str]:
             lines.append(f"{name}: {dom.low}..{dom.high}" + (f" step {dom.step}" if dom.step else ""))
     if space.layout is not None:
         lines.append(f"layout: {', '.join(space.layout.choices)}")
-    for name, dom in [*space.flags.items(), *space.env.items()]:
-        info = describe(name)
-        mem = info["memory"] or ("no memory effect" if info["known"] else "unknown to autotune: no memory effect "
-                                 "assumed")
-        lines.append(f"{name}: {', '.join(map(str, dom.choices))}  ({mem})")
+    real_parser = spec.server.backend == "sglang"  # the installed SGLang's parser vets every candidate
+    for group in ("flags", "env"):
+        for name, dom in getattr(space, group).items():
+            info = describe(name)
+            if info["known"]:
+                mem = info["memory"] or "no memory effect"
+            elif group == "flags":
+                mem = plan_note(name, spec.server.sglang_version, real_parser=real_parser)
+            else:
+                mem = "unknown variable: no memory effect assumed, set in the server's environment as written"
+            lines.append(f"{name}: {', '.join(map(str, dom.choices))}  ({mem})")
     return lines

@@ -23,9 +23,14 @@ simulated server's parser, memory plan and engine in modelled time (what
    and the memory model's prediction. Source: the reference's "for MLA models
    DP attention multiplies KV capacity by up to dp" (latent KV no longer
    copied to every rank). The modelled figure also pays SGLang's own auto-f
-   reserve (``cuda_graph_max_bs x dp x 3 MB``, x1.5 above 300:
-   ``memory_hook.py``) and the attention and embedding weights that DP
-   attention keeps whole on every rank (``deepseek_v2.py``).
+   reserve (``max_bs x dp x 3 MiB``, x1.5 above 300: 0.5.23
+   ``memory_hook.py:376-378``, 0.5.9 ``server_args.py:1033-1041``) and the
+   attention-TP-sharded attention weights, MLA's absorbed ``kv_b`` copies and
+   the embedding that DP attention keeps whole per attention-TP group
+   (``autotune/sglang/dp_attention.py``, each term with its source lines).
+   At SGLang's defaults that reserve alone leaves no KV cache (f 0.644), so
+   the run also prints the smallest ``--mem-fraction-static`` that launches and
+   the smallest that reaches x4.
 
 Usage::
 
@@ -54,6 +59,9 @@ VERSION = "0.5.23"
 IPC_SOURCE = ("SGLang 0.5.23 pcie_ipc_ar.py: TP 8, 8 x SM120, 8k context: TPOT 21.14 -> 13.62 ms (-35.6 %), "
               "output 35.0 -> 48.1 tok/s")
 DP_SOURCE = "reference (sglang-release-facts.md): DP attention multiplies MLA KV capacity by up to dp (8x at dp 8)"
+DP_RULE = ("automatic mem_fraction_static reserves decode max_bs x dp x 3 MiB more under DP attention, x1.5 more "
+           "above max_bs 300 (0.5.23 arg_groups/memory_hook.py:376-378; 0.5.9 server_args.py:1033-1041), computed "
+           "before chunked prefill is divided by dp (0.5.23 arg_groups/pipeline.py:218 before :274)")
 
 
 def _request(cfg: ServerConfig, workload: dict[str, Any], *, env: dict[str, str], seed: int) -> TrialRequest:
@@ -97,36 +105,62 @@ def ipc_section(seeds: int) -> None:
         print(f"   {label:<34} NCCL {_fmt(off)}  IPC {_fmt(on)}  change {change:+.1f} %")
 
 
+def _predict(cfg: ServerConfig) -> Any:
+    return predict(load_model_profile(MODEL), get_gpu("rtx-pro-6000"), cfg, version=VERSION, num_gpus=8,
+                   interconnect="pcie")
+
+
 def _capacity(cfg: ServerConfig) -> tuple[str, int, int]:
     """(verdict, server KV tokens the simulated server reports, the memory model's prediction)."""
     wl = _workload(1, 512, 2)
     res = offline.evaluate(_request(cfg, wl, env={}, seed=0))
-    model, gpu = load_model_profile(MODEL), get_gpu("rtx-pro-6000")
-    pred = predict(model, gpu, cfg, version=VERSION, num_gpus=8, interconnect="pcie")
     observed = int(res.observed.get("kv_tokens") or 0) * cfg.attn_dp_size
     verdict = "complete" if res.state == TrialState.COMPLETE else str(res.failure_kind)
-    return verdict, observed, pred.server_kv_tokens
+    return verdict, observed, _predict(cfg).server_kv_tokens
+
+
+def _dp(**kw: Any) -> ServerConfig:
+    return ServerConfig(model_path=str(MODEL), tp_size=8, attn_dp_size=8, **kw)
+
+
+def _first_f(at_least_tokens: int) -> float:
+    """The smallest mem_fraction_static (0.01 steps) at which the memory model gives DP attention 8 that many tokens."""
+    f = 0.80
+    while f < 0.99 and _predict(_dp(mem_fraction_static=round(f, 2))).server_kv_tokens < max(at_least_tokens, 1):
+        f += 0.01
+    return round(f, 2)
 
 
 def dp_section() -> None:
     print("2. DP attention 8 vs TP 8: KV token capacity of the server (ranks x tokens per rank)")
     print(f"   source: {DP_SOURCE}")
+    print(f"   SGLang's rule: {DP_RULE}")
     base = ServerConfig(model_path=str(MODEL), tp_size=8)
+    p0, pd = _predict(base), _predict(_dp())
     v0, obs0, pred0 = _capacity(base)
-    print(f"   TP 8, SGLang defaults:                 {v0:<10} observed {obs0:>9,}  predicted {pred0:>9,}")
-    rows = (("DP attention 8, SGLang defaults", ServerConfig(model_path=str(MODEL), tp_size=8, attn_dp_size=8)),
-            ("DP attention 8, graph max bs 64", ServerConfig(model_path=str(MODEL), tp_size=8, attn_dp_size=8,
-                                                             cuda_graph_max_bs=64)),
-            ("DP attention 8, f 0.95, graph bs 64", ServerConfig(model_path=str(MODEL), tp_size=8, attn_dp_size=8,
-                                                                 cuda_graph_max_bs=64, mem_fraction_static=0.95)))
+    extra = pd.cuda_graph_max_bs * 8 * (3 + (1.5 if pd.cuda_graph_max_bs > 300 else 0)) / 1024
+    print(f"   at the node's automatic max_bs {pd.cuda_graph_max_bs}: {extra:.1f} GiB more, f {p0.f} -> {pd.f}")
+    print(f"   {'TP 8, SGLang defaults (f ' + str(p0.f) + ')':<43} {v0:<10} observed {obs0:>9,}  predicted {pred0:>9,}")
+    rows = [(f"DP attention 8, SGLang defaults (f {pd.f})", _dp())]
+    f_min, f_4x = _first_f(1), _first_f(4 * obs0)
+    for f in sorted({f_min, f_4x, 0.95}):
+        rows.append((f"DP attention 8, --mem-fraction-static {f}", _dp(mem_fraction_static=f)))
+    rows.append(("DP attention 8, f 0.95, graph max bs 64", _dp(mem_fraction_static=0.95, cuda_graph_max_bs=64)))
     for label, cfg in rows:
         verdict, obs, pred = _capacity(cfg)
         ratio = f"x{obs / obs0:.2f}" if obs0 and obs else "-"
-        print(f"   {label:<38} {verdict:<10} observed {obs:>9,}  predicted {pred:>9,}  {ratio}")
-    same_rest = 8 * obs0
-    print(f"   the reference's figure, latent KV alone (same rest per GPU): {same_rest:,} tokens = x8.00")
-    print("   modelled, not measured: the replicated attention/embedding weights (11.97 GiB per GPU for this "
-          "bf16-attention checkpoint) and SGLang's DP reserve are what keep the defaults from launching")
+        print(f"   {label:<43} {verdict:<10} observed {obs:>9,}  predicted {pred:>9,}  {ratio}")
+    print(f"   the reference's figure, latent KV alone (same rest per GPU): {8 * obs0:,} tokens = x8.00")
+    rep = p0.a_gib - pd.a_gib
+    print(f"   at the defaults: rest = A - P(1 - f) = {pd.a_gib:.2f} - {pd.p_gib:.2f} x (1 - {pd.f}) = "
+          f"{pd.a_gib - pd.p_gib * (1 - pd.f):.2f} GiB; without the {rep:.2f} GiB/GPU of weights DP attention "
+          f"keeps whole it would still be {p0.a_gib - pd.p_gib * (1 - pd.f):.2f} GiB: SGLang's own reserve refuses")
+    print("   the defaults (the must-show's 'x4 at the defaults' contradicts that rule). What the user changes: "
+          f"--mem-fraction-static only, >= {f_min} to launch, >= {f_4x} for x4")
+    print(f"   modelled, not measured: {rep:.2f} GiB/GPU replicated weights (autotune/sglang/dp_attention.py: "
+          "attn-TP-sharded q_b/kv_b/o projections bf16 in this checkpoint, MLA's absorbed bf16 kv_b copies, the "
+          "embedding; lm_head over all TP without --enable-dp-lm-head); the simulator does not model the DP "
+          "padding memory SGLang's reserve stands for, so f 0.95 at graph bs 512 is optimistic on a real node")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,7 @@ def test_sim_becomes_ready_and_leaves_nothing(tmp_path: Path) -> None:
     [
         (("--mem-fraction-static", "0.2"), FailureKind.KV_OOM, "memory"),
         (("--sim-fault", "memory_imbalance"), FailureKind.MEMORY_IMBALANCE, "The memory capacity is unbalanced"),
-        (("--no-such-flag", "1"), FailureKind.INVALID_ARGS, "unrecognized arguments"),
+        (("--mem-fraction-statik", "0.5"), FailureKind.INVALID_ARGS, "unrecognized arguments"),  # a typo
     ],
 )
 def test_sim_failures_are_classified(tmp_path: Path, extra: tuple[str, ...], kind: FailureKind, needle: str) -> None:

@@ -41,7 +41,7 @@ CASES = {
     "unreadable dataset": (_bad_dataset, "workload.dataset_path: unreadable"),
     "missing dataset": (lambda tmp: lambda d: d["workload"].update(dataset_path=str(tmp / "none.jsonl")),
                         "workload.dataset_path: no such file"),
-    "flag the parser refuses": (lambda tmp: lambda d: d["server"].update(extra_args=["--no-such-flag"]),
+    "flag the parser refuses": (lambda tmp: lambda d: d["server"].update(extra_args=["--disable-cuda-grph"]),
                                 "server.extra_args: "),
     "storage driver missing": (lambda tmp: lambda d: d.update(storage="mysql+mysqldb://u@127.0.0.1/db"),
                                "storage: mysql+mysqldb needs the MySQLdb driver"),

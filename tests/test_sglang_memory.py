@@ -261,6 +261,13 @@ def test_dp_attention_in_the_memory_model() -> None:
     mla_plain = predict(KIMI, "rtx-pro-6000", _seed(0.88), version="0.5.9", calibration=SEED_CAL)
     mla_dp = predict(KIMI, "rtx-pro-6000", _seed(0.88, attn_dp_size=8), version="0.5.9", calibration=SEED_CAL)
     assert mla_dp.cell_bytes == mla_plain.cell_bytes  # latent per rank
-    # attention (bf16 in this int4 checkpoint) and embedding whole on every rank: 11.97 GiB more weights per GPU
-    assert mla_dp.a_gib == pytest.approx(mla_plain.a_gib - 11.97, abs=0.01)
-    assert mla_dp.verdict == "kv_oom"  # 21.71 - 11.97 - 94 x 0.12 < 0: the seed's 0.88 no longer fits
+    # whole on every rank at attention TP 1 instead of 1/8: q_b, kv_b, o (bf16 in this int4 checkpoint: self_attn
+    # is in its quantization ignore list), MLA's absorbed bf16 w_kc/w_vc copies of kv_b, and the embedding;
+    # not the q_a/kv_a projections (ReplicatedLinear at any TP) nor the lm_head (all TP without --enable-dp-lm-head)
+    per_layer = 1536 * 64 * 192 + 512 * 64 * 256 * 2 + 64 * 128 * 7168
+    more_gib = (61 * per_layer + 163840 * 7168) * 2 * (1 - 1 / 8) / 2**30
+    assert mla_dp.a_gib == pytest.approx(mla_plain.a_gib - more_gib, abs=0.01)
+    assert mla_dp.verdict == "kv_oom"  # 21.71 - 11.30 - 94 x 0.12 < 0: the seed's 0.88 no longer fits
+    lm = predict(KIMI, "rtx-pro-6000", _seed(0.95, attn_dp_size=8, flags=(("--enable-dp-lm-head", True),)),
+                 version="0.5.9", calibration=SEED_CAL)
+    assert lm.a_gib == pytest.approx(mla_dp.a_gib - 163840 * 7168 * 2 * (1 - 1 / 8) / 2**30, abs=0.01)  # lm_head too

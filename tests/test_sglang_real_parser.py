@@ -260,6 +260,10 @@ KNOWN_CASES: list[tuple[str, list[str], bool]] = [
     ("0.5.23", ["--stream-output"], False),
     ("0.5.23", ["--enable-piecewise-cuda-graph"], False),
     ("0.5.23", ["--speculative-algorithm", "DFLASH"], True),
+    ("0.5.23", ["--cuda-graph-max-bz", "64"], False),  # a typo: "unrecognized arguments", the words sim and plan use
+    # the real release refuses a flag it lacks: with a real parser it decides (the simulator's table parser
+    # takes this one for a newer build's only on top of build_parser, autotune/sglang/unknown_flags.py)
+    ("0.5.23", ["--some-new-flag", "fast"], False),
     ("0.5.9", ["--cuda-graph-max-bs-decode", "128"], False),  # unrecognized
     ("0.5.9", ["--cuda-graph-max-bs", "128"], True),
     ("0.5.9", ["--attn-dp-size", "2"], False),

@@ -58,7 +58,7 @@ def test_ipc_allreduce_speeds_up_decode_steps() -> None:
 
 
 def test_dp_attention_reads_less_kv_and_more_attention_weights() -> None:
-    from autotune.sglang.dp_attention import attention_weight_bytes
+    from autotune.sglang.dp_attention import attn_tp_weight_bytes
 
     base, dp = KnobSpeed(), KnobSpeed(attn_dp=8)
 
@@ -66,7 +66,7 @@ def test_dp_attention_reads_less_kv_and_more_attention_weights() -> None:
         return PerfModel(PerfInputs(model=KIMI, gpu=PRO, tp_size=8, interconnect="pcie", knobs=k)).target
 
     plain, dpa = fwd(base), fwd(dp)
-    assert dpa.dense_bytes - plain.dense_bytes == pytest.approx(attention_weight_bytes(KIMI) * 7 / 8)
+    assert dpa.dense_bytes - plain.dense_bytes == pytest.approx(attn_tp_weight_bytes(KIMI) * 7 / 8)
     assert dpa.kv_token_bytes == pytest.approx(plain.kv_token_bytes / 8)  # each rank reads its own requests' KV
     assert _step(dp, 256, 256 * 4096) < 0.7 * _step(base, 256, 256 * 4096)  # one allreduce a layer, 1/8 the KV
     assert _step(KnobSpeed(overlap=False), 64, 64 * 1024) > _step(base, 64, 64 * 1024)

@@ -24,6 +24,7 @@ from autotune.sglang._flag_table import FLAGS, Flag, human_readable_int
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.flag_tables import table_for
 from autotune.sglang.speculative import validate_speculative
+from autotune.sglang.unknown_flags import accept_newer_flags, newer_flags
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
@@ -187,7 +188,9 @@ def render_argv(
     Only knobs that differ from SGLang's defaults are passed (``None`` = not
     passed); ``--host`` and ``--port`` are always passed. ``extra_args`` are
     appended verbatim. Raises :class:`ConfigError` for a knob the version lacks
-    and, with ``check``, when the version's parser would refuse the result.
+    and, with ``check``, when the version's parser would refuse the result (a
+    flag no release has and no flag of this one is near is taken for a newer
+    build's: :mod:`autotune.sglang.unknown_flags`).
     """
     v = as_version(version)
     _check_positive(cfg)
@@ -247,7 +250,7 @@ def render_argv(
         a += render_flag(name, value, v)
     a += [str(x) for x in cfg.extra_args]
     if check:
-        _parser(v).parse_args(a)
+        _parser(v, tuple(newer_flags(a, v))).parse_args(a)
     return [python, "-m", module, *a]
 
 
@@ -289,13 +292,16 @@ def _render_speculative(spec: SpeculativeConfig, v: SglangVersion) -> list[str]:
     return out
 
 
-_PARSERS: dict[str, argparse.ArgumentParser] = {}
+_PARSERS: dict[tuple[str, tuple[str, ...]], argparse.ArgumentParser] = {}
 
 
-def _parser(v: SglangVersion) -> argparse.ArgumentParser:
-    key = str(v)
+def _parser(v: SglangVersion, newer: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The release's parser; ``newer``: flags taken for a newer build's (see autotune.sglang.unknown_flags)."""
+    key = (str(v), newer)
     if key not in _PARSERS:
-        _PARSERS[key] = build_parser(v, parser_class=_RaisingParser)
+        parser = build_parser(v, parser_class=_RaisingParser)
+        accept_newer_flags(parser, newer, v)
+        _PARSERS[key] = parser
     return _PARSERS[key]
 
 
@@ -372,10 +378,11 @@ def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerC
     if not cfg.extra_args and not cfg.flags:
         return cfg
     v = as_version(version)
-    parser = _parser(v)
+    argv = render_argv(cfg, v, python="python", check=False)[3:]
+    parser = _parser(v, tuple(newer_flags(argv, v)))
     knobs_only = replace(cfg, extra_args=(), flags=())
     try:
-        ns_all = parser.parse_args(render_argv(cfg, v, python="python", check=False)[3:])
+        ns_all = parser.parse_args(argv)
         extra = parser.parse_args(["--model-path", cfg.model_path, *map(str, cfg.extra_args),
                                    *(x for n, val in cfg.flags for x in render_flag(n, val, v))])
     except ConfigError as exc:

@@ -90,8 +90,9 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
     _k("--attn-dp-size", "flag", flags=("--attn-dp-size", "--enable-dp-attention"), value="int", field="attn_dp_size",
        needs="a divisor of tp_size; a model SGLang supports DP attention for (DeepSeek/Qwen MoE class)",
        excludes="plain --dp-size replicas in the same server; FlashInfer allreduce fusion",
-       memory="KV pool per attention-DP rank (server capacity x dp for MLA); attention and embedding weights "
-              "replicated over the attention-TP group; SGLang's auto f reserve +max_bs x dp x 3 MB (x1.5 above 300)",
+       memory="KV pool per attention-DP rank (server capacity x dp for MLA); the attn-TP-sharded attention "
+              "projections (MLA: and the absorbed kv_b copies) and the embedding whole per attention-TP group "
+              "(dp_attention.py); SGLang's auto f reserve +max_bs x dp x 3 MiB (x1.5 above 300)",
        speed="attention over B/dp requests per rank, the attention allreduce replaced by one gather per layer"),
     _k("--ep-size", "flag", flags=("--ep-size", "--expert-parallel-size"), value="int", field="ep_size",
        needs="an MoE model; ep_size divides tp_size", speed="expert GEMMs whole on ep ranks: an all-to-all per MoE "

@@ -285,11 +285,11 @@ def predict(
     dp_attn = cfg.attn_dp_size
     if dp_attn > 1 or (cal is not None and cal.attn_dp_size > 1):
         cal_rep = replicated_weight_gib(model, cal.tp_size or tp, cal.attn_dp_size) if cal is not None else 0.0
-        a -= replicated_weight_gib(model, tp, dp_attn) - cal_rep
+        rep = replicated_weight_gib(model, tp, dp_attn, dp_lm_head=bool(dict(cfg.flags).get("--enable-dp-lm-head")))
+        a -= rep - cal_rep
         if dp_attn > 1:
             notes.append(f"DP attention {dp_attn}: attention and embedding weights whole on each of "
-                         f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{replicated_weight_gib(model, tp, dp_attn):.2f}"
-                         " GiB per GPU)")
+                         f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{rep:.2f} GiB per GPU)")
     w = p - a
 
     attn_dp = cfg.attn_dp_size

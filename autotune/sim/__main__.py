@@ -85,7 +85,8 @@ def server_info(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
                        final_free_gib=round(plan.final_free_gib, 4), prefill_oom_tokens=plan.prefill_oom_tokens,
                        max_running_requests=plan.max_running_requests,
                        custom_allreduce_active=plan.custom_ar_active, torch_symm_mem_active=plan.torch_symm_active,
-                       flashinfer_allreduce_fusion_active=plan.fi_fusion_active, tokenizer="whitespace-words")
+                       flashinfer_allreduce_fusion_active=plan.fi_fusion_active, tokenizer="whitespace-words",
+                       newer_flags={k: str(v) for k, v in launch.newer_flags.items()})
     return info
 
 
@@ -97,6 +98,9 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     children = [spawn_child(rank=0)]
+    for name, value in launch.newer_flags.items():
+        log.line(f"autotune.sim: {name} {value} is no flag of SGLang {sim.version}'s tables: taken for a newer "
+                 "build's flag, with no modelled effect")
     try:
         await boot(plan, launch, sim, model, log)
     except StartupFailure as exc:

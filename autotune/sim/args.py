@@ -2,7 +2,10 @@
 
 SGLang's own flags come from :func:`autotune.sglang.flags.build_parser` for the dialect
 of ``--sim-sglang-version``, so a flag that version does not know is refused exactly as
-its argparse refuses it (exit code 2, "unrecognized arguments" / "ambiguous option").
+its argparse refuses it (exit code 2, "unrecognized arguments" / "ambiguous option"):
+a typo of one of its flags, or a flag of another release. A flag no release has and
+no flag of this one is near is taken for a newer build's: accepted, with no modelled
+effect (:mod:`autotune.sglang.unknown_flags`; ``Launch.newer_flags``).
 The ``--sim-*`` flags describe the pretend machine; each has an ``AUTOTUNE_SIM_*``
 environment variable as its default (``--sim-fault`` takes a comma-separated list there).
 """
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.sglang.gpus import GpuKind, get_gpu
+from autotune.sglang.unknown_flags import accept_newer_flags, newer_values
 from autotune.sglang.versions import SglangVersion, parse_version
 from autotune.sim.faults import Faults, parse_faults
 from autotune.sim.weight_load import PAGE_CACHE_MODES
@@ -82,6 +86,7 @@ class Launch:
     raw: dict[str, Any]  # every parsed SGLang arg, for /server_info
     attn_dp_size: int = 1  # DP attention width (--attn-dp-size, or --enable-dp-attention --dp-size N before 0.5.22)
     prefill_graphs: bool | None = None  # asked on (0.5.9 --enable-piecewise-cuda-graph) / off; None = the release's default
+    newer_flags: dict[str, Any] = field(default_factory=dict)  # flags of a newer build: accepted, no modelled effect
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -145,7 +150,7 @@ def _fusion(ns: argparse.Namespace) -> bool | None:
 
 def launch_from_namespace(ns: argparse.Namespace) -> Launch:
     """The :class:`Launch` knobs from SGLang's parsed args (either dialect)."""
-    raw = {k: v for k, v in vars(ns).items() if not k.startswith("sim_")}
+    raw = {k: v for k, v in vars(ns).items() if not k.startswith(("sim_", "newer_flag:"))}
     bs_list = _get(ns, "cuda_graph_bs", "cuda_graph_bs_decode")
     disable_graph = bool(_get(ns, "disable_cuda_graph", "disable_decode_cuda_graph", default=False))
     if str(_get(ns, "cuda_graph_backend_decode", default="")).lower() == "disabled":
@@ -196,6 +201,7 @@ def launch_from_namespace(ns: argparse.Namespace) -> Launch:
         raw=raw,
         attn_dp_size=attn_dp,
         prefill_graphs=prefill_graphs,
+        newer_flags=newer_values(ns),
     )
 
 
@@ -204,6 +210,7 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[Laun
     ``env``: the server's environment (default: this process's)."""
     version = _version_of(argv)
     parser = build_sim_parser(version)
+    accept_newer_flags(parser, argv, version)
     ns = parser.parse_args(argv)
     launch = launch_from_namespace(ns)
     gpu = get_gpu(ns.sim_gpu)

@@ -210,7 +210,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
 
     # -- weights (regime B loads the draft before A is measured)
     w = model.weight_bytes / tp / GIB + LOADER_RESIDUE_GIB
-    w += replicated_weight_gib(model, tp, launch.attn_dp_size)  # DP attention: attention weights whole per rank
+    w += replicated_weight_gib(model, tp, launch.attn_dp_size,  # DP attention: attention weights whole per rank
+                               dp_lm_head=bool(launch.raw.get("enable_dp_lm_head")))
     draft_w = _draft_weight_bytes(model, draft) / tp / GIB if draft is not None else 0.0
     if v.regime == "B":
         w += draft_w

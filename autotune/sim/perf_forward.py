@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
-from autotune.sglang.dp_attention import attention_weight_bytes
+from autotune.sglang.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.gpus import GpuKind
 from autotune.sim.perf_comm import CommSetup, allreduce_s
 from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
@@ -89,8 +89,9 @@ class Forward:
         knobs = inputs.knobs
         attn_dp = max(knobs.attn_dp, 1)
         attn_tp = max(tp // attn_dp, 1)
-        # DP attention (perf_knobs): attention weights whole per attention-TP rank, KV read of own requests only
-        self.dense_bytes += attention_weight_bytes(model) * (1.0 / attn_tp - 1.0 / tp) if attn_dp > 1 else 0.0
+        # DP attention (perf_knobs): attn-TP-sharded attention weights whole per attention-TP group (dp_attention.py),
+        # KV read of own requests only
+        self.dense_bytes += attn_tp_weight_bytes(model) * (1.0 / attn_tp - 1.0 / tp) if attn_dp > 1 else 0.0
         self.expert_bytes *= knobs.moe_factor
         self.attn_comm = replace(comm, tp_size=attn_tp) if attn_dp > 1 else None
         self.attn_dp = attn_dp

@@ -1,0 +1,98 @@
+"""A flag no SGLang release autotune knows has: a typo (refused in argparse's words) or a newer build's (accepted)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.cli import main
+from autotune.errors import ConfigError
+from autotune.sglang.config import ServerConfig
+from autotune.sglang.flags import effective_config, render_argv
+from autotune.sglang.unknown_flags import verdict
+from autotune.sim.args import parse_args
+from autotune.spec import load_study_spec
+from autotune.study.driver import run_study
+from autotune.study.offline_executor import OfflineExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
+KIMI = ROOT / "studies" / "models" / "kimi-k2-class"
+STUDY = ROOT / "studies" / "unknown-flag.yaml"
+
+
+def test_the_rule_tells_a_typo_from_a_newer_builds_flag() -> None:
+    assert verdict("--some-new-flag", "0.5.23") == ("newer", "")
+    assert verdict("--cuda-graph-max-bz", "0.5.23") == ("typo", "--cuda-graph-max-bs-decode")  # an abbreviation's
+    assert verdict("--cuda-graph-max-bz", "0.5.9") == ("typo", "--cuda-graph-max-bs")
+    assert verdict("--disable-overlapp-schedule", "0.5.23")[0] == "typo"
+    assert verdict("--cuda-graph-bs-decode", "0.5.9") == ("other_release", "0.5.14..0.5.23")  # not 0.5.9's
+    assert verdict("--cuda-graph-max-bs", "0.5.23")[0] == "prefix"  # argparse's ambiguity, not ours
+    assert verdict("--cuda-graph-max-bs-decode", "0.5.23") == ("known", "")
+
+
+def _refusal(argv: list[str]) -> str:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    return err.getvalue().strip().splitlines()[-1]
+
+
+def test_the_simulated_server_takes_a_newer_flag_and_refuses_a_typo_in_argparses_words() -> None:
+    base = ["--model-path", str(KIMI), "--tp-size", "8", "--sim-sglang-version", "0.5.23", "--sim-gpu", "rtx-pro-6000"]
+    launch, _ = parse_args([*base, "--some-new-flag", "fast", "--another-new-switch", "--port", "31000"])
+    assert launch.newer_flags == {"--some-new-flag": "fast", "--another-new-switch": True}
+    assert launch.port == 31000 and "some_new_flag" not in str(launch.raw)
+    assert _refusal([*base, "--cuda-graph-max-bz", "64"]).endswith("error: unrecognized arguments: --cuda-graph-max-bz 64")
+    assert "ambiguous option: --cuda-graph-max-bs could match" in _refusal([*base, "--cuda-graph-max-bs", "64"])
+    old = [*base[:-4], "--sim-sglang-version", "0.5.9", "--sim-gpu", "rtx-pro-6000"]
+    assert "unrecognized arguments: --attn-dp-size 8" in _refusal([*old, "--attn-dp-size", "8"])  # 0.5.22's flag
+    # the orchestrator's check before launch follows the same rule
+    cfg = ServerConfig(model_path="m", tp_size=8, flags=(("--some-new-flag", "fast"),))
+    assert render_argv(cfg, "0.5.23", python="p")[-2:] == ["--some-new-flag", "fast"]
+    with pytest.raises(ConfigError, match="unrecognized arguments: --cuda-graph-max-bz 64"):
+        render_argv(ServerConfig(model_path="m", tp_size=8, flags=(("--cuda-graph-max-bz", 64),)), "0.5.23")
+    # and so does the memory model's reading of the final argv (extra_args too)
+    assert effective_config(replace(cfg, extra_args=("--yet-another-knob", "1")), "0.5.23").tp_size == 8
+    with pytest.raises(ConfigError, match="server.extra_args: .*unrecognized arguments: --cuda-graph-max-bz 64"):
+        effective_config(ServerConfig(model_path="m", extra_args=("--cuda-graph-max-bz", "64")), "0.5.23")
+
+
+def _study(tmp_path: Path) -> Path:
+    data = yaml.safe_load(STUDY.read_text())
+    data["server"]["model_path"] = str(KIMI)
+    path = tmp_path / "unknown-flag.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_plan_says_what_becomes_of_each_unknown_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(_study(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "--some-new-flag: fast  (unknown flag: no memory effect assumed, not validated by a real parser" in out
+    assert "--cuda-graph-max-bz: 64  (not a flag of SGLang 0.5.23 (near miss of --cuda-graph-max-bs-decode)" in out
+    assert "SGLANG_SOME_NEW_VAR: 1  (unknown variable: no memory effect assumed" in out
+
+
+def test_the_study_launches_the_newer_flag_and_variable_and_prunes_the_typo(tmp_path: Path) -> None:
+    spec = load_study_spec(_study(tmp_path))
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    newer = next(t for t in study.trials if t.params.get("--some-new-flag") == "fast")
+    assert newer.state.name == "COMPLETE"
+    cmd = newer.user_attrs["command"]
+    assert cmd[cmd.index("--some-new-flag") + 1] == "fast"
+    typo = next(t for t in study.trials if t.params.get("--cuda-graph-max-bz") == 64)
+    assert typo.state.name == "PRUNED" and typo.user_attrs["failure_kind"] == "invalid_args"
+    assert "unrecognized arguments: --cuda-graph-max-bz 64" in typo.user_attrs["reason"]
+    from autotune.results.summary import best
+
+    top = best(spec)  # the point with the IPC allreduce wins; its newer flag and variable are in its launch line
+    assert top["number"] == newer.number and top["env"]["SGLANG_SOME_NEW_VAR"] == "1"
+    assert "SGLANG_SOME_NEW_VAR=1 " in top["shell"].split("python3")[0] and "--some-new-flag fast" in top["shell"]
