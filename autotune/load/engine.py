@@ -1,9 +1,11 @@
-"""The load generator: one asyncio loop, one shared keep-alive aiohttp session.
+"""The load generator: one asyncio loop, one pool of keep-alive connections.
 
 Design (measured in /work/shared/reference/anchors-loadgen.md): a single process and
-thread; uvloop when installed; one ``ClientSession`` whose connector allows exactly
-``concurrency`` connections, pre-opened before the timed run; responses read as raw
-chunks with one timestamp per read; SSE split by hand and one orjson parse per event
+thread; uvloop when installed; one :class:`~autotune.load.http.StreamPool` allowing
+exactly ``concurrency`` connections, pre-opened before the timed run, whose protocol
+hands each read of a response body, with one timestamp, to the request's callback
+(aiohttp's per-read machinery cost two thirds of the client's CPU per token; it still
+carries the control requests); SSE split by hand and one orjson parse per event
 (:mod:`autotune.load.stream`); all statistics computed once at the end with numpy
 (:mod:`autotune.load.metrics`). A watchdog enforces the first-token and between-token
 timeouts for every in-flight request, so a hung or dead server never hangs a load point.
@@ -12,7 +14,6 @@ timeouts for every in-flight request, so a hung or dead server never hangs a loa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import math
@@ -23,6 +24,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from autotune.load.http import HttpError, StreamPool
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
@@ -56,7 +58,6 @@ SnapshotCallback = Callable[[Snapshot], Any]
 # An async probe of the simulated server's modelled clock: returns (wall perf_counter, modelled seconds).
 ClockProbe = Callable[[], Awaitable[tuple[float, float] | None]]
 _SCALE_DRIFT_WARN = 0.02
-_JSON = {"Content-Type": "application/json"}
 _LAG_PROBE_S = 0.05
 _DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body
 _DRAINED = "drained"
@@ -80,8 +81,10 @@ class _InFlight:
 class LoadRunner:
     """Runs one load point against ``base_url``. Use :func:`autotune.load.run_load_async`."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: LoadSpec, model: str | None) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: LoadSpec, model: str | None,
+                 stream_pool: StreamPool | None = None) -> None:
         self.session = session
+        self.stream_pool = stream_pool or StreamPool(base_url, limit=spec.concurrency or 0)
         self.base = base_url
         self.spec = spec
         self.url = base_url + spec.endpoint
@@ -134,27 +137,29 @@ class LoadRunner:
         trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len, due=due,
                              group=p.group, conversation=p.conversation, turn=p.turn)
         times, counts = trace.times, trace.counts
+        stream = self.stream_pool
+
+        def on_data(data: bytes, now: float) -> bool:
+            st.last = self.last_data = now
+            k = parser.feed(data)
+            if k:
+                times.append(now)
+                counts.append(k)
+                st.first = True
+                self.streamed_tokens += k
+            if parser.done:
+                trace.end = now
+                st.done = True
+                return False
+            return parser.error is not None  # stop reading a malformed stream
+
         try:
-            async with self.session.post(self.url, data=body, headers=_JSON) as resp:
-                if resp.status != 200:
-                    text = (await resp.text())[:200].replace("\n", " ")
-                    trace.error = f"HTTP {resp.status}: {text}"
-                else:
-                    async for data in resp.content.iter_any():
-                        now = clock()
-                        st.last = self.last_data = now
-                        k = parser.feed(data)
-                        if k:
-                            times.append(now)
-                            counts.append(k)
-                            st.first = True
-                            self.streamed_tokens += k
-                        if parser.done:
-                            trace.end = now
-                            st.done = True
-                        elif parser.error:
-                            break
-                    # read on to the end of the body so the connection goes back to the pool
+            total = self.spec.timeouts.total_s
+            async with asyncio.timeout(total if total else None):
+                status, error_body = await stream.post_stream(self.spec.endpoint, body, on_data)
+            if status != 200:
+                text = error_body.decode("utf-8", "replace")[:200].replace("\n", " ")
+                trace.error = f"HTTP {status}: {text}"
             trace.end = trace.end or clock()
             if trace.error is None:
                 if parser.error:
@@ -172,16 +177,16 @@ class LoadRunner:
             if st.reason != _DRAINED:
                 trace.end = clock()
                 trace.error = st.reason
-        except aiohttp.ClientConnectorError as exc:
-            trace.end = clock()
-            trace.error = f"connection failed: {exc.os_error or exc}"
-            self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc.os_error or exc})"
         except TimeoutError:
             trace.end = clock()
             trace.error = f"total timeout: not finished within {self.spec.timeouts.total_s:g} s"
-        except (aiohttp.ClientError, OSError) as exc:
+        except HttpError as exc:
             trace.end = clock()
-            trace.error = f"{type(exc).__name__}: {str(exc)[:160] or 'no detail'}"
+            if exc.connect:
+                trace.error = f"connection failed: {exc}"
+                self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc})"
+            else:
+                trace.error = str(exc)[:200] or "connection broken"
         trace.prompt_tokens = parser.prompt_tokens
         if trace.prompt_tokens is None and p.input_ids is not None:
             trace.prompt_tokens = len(p.input_ids)  # the ids we sent are exact
@@ -330,14 +335,7 @@ class LoadRunner:
         n = min(self.spec.concurrency or 0, self.spec.num_prompts or _MAX_PREOPEN, _MAX_PREOPEN)
         if n <= 1:
             return
-        target = self.base + "/v1/models"
-
-        async def touch() -> None:
-            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                async with self.session.get(target, timeout=aiohttp.ClientTimeout(total=30.0)) as resp:
-                    await resp.read()
-
-        await asyncio.gather(*(touch() for _ in range(n)))
+        await self.stream_pool.preopen(n)
 
     async def measure(self, on_snapshot: SnapshotCallback | None, clock: ClockProbe | None = None) -> LoadResult:
         """Run the timed part of the load point and compute its metrics.
