@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from autotune.load.http import HttpError, StreamPool
+from autotune.load.http import HttpError, OnData, Sent, StreamPool
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
@@ -62,6 +62,10 @@ _LAG_PROBE_S = 0.05
 _DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body
 _DRAINED = "drained"
 _MAX_PREOPEN = 1024
+_OPEN_LOOP_PREOPEN = 256  # connections opened ahead for an open loop without a concurrency cap
+# A scheduled send sleeps until this long before its time and spins the rest: the loop's timers
+# have 1 ms resolution (uvloop) and fire only between two turns of reading streams.
+_SPIN_S = 0.001
 
 
 class _InFlight:
@@ -129,15 +133,12 @@ class LoadRunner:
             body["prompt"] = p.input_ids if p.input_ids is not None else p.text
         return _dumps(body)
 
-    async def _request(self, p: Prompt, body: bytes, st: _InFlight, due: float | None = None) -> RequestTrace:
-        keep = p.conversation is not None
-        parser = StreamParser(self.spec.backend, keep_output=keep)
-        clock = time.perf_counter
-        st.start = st.last = clock()  # like bench_serving: the clock starts as the request is sent
+    def _prepare(self, p: Prompt, st: _InFlight, due: float | None) -> tuple[StreamParser, RequestTrace, OnData]:
+        """The parser, the trace and the read callback of one request."""
+        parser = StreamParser(self.spec.backend, keep_output=p.conversation is not None)
         trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len, due=due,
                              group=p.group, conversation=p.conversation, turn=p.turn)
         times, counts = trace.times, trace.counts
-        stream = self.stream_pool
 
         def on_data(data: bytes, now: float) -> bool:
             st.last = self.last_data = now
@@ -153,10 +154,20 @@ class LoadRunner:
                 return False
             return parser.error is not None  # stop reading a malformed stream
 
+        return parser, trace, on_data
+
+    async def _request(self, p: Prompt, body: bytes, st: _InFlight,
+                       prep: tuple[StreamParser, RequestTrace, OnData], sent: Sent | None) -> RequestTrace:
+        parser, trace, on_data = prep
+        keep = p.conversation is not None
+        clock = time.perf_counter
+        times = trace.times
+        if sent is None:  # like bench_serving: the clock starts as the request is sent
+            st.start = st.last = trace.start = clock()
         try:
             total = self.spec.timeouts.total_s
             async with asyncio.timeout(total if total else None):
-                status, error_body = await stream.post_stream(self.spec.endpoint, body, on_data)
+                status, error_body = await self.stream_pool.post_stream(self.spec.endpoint, body, on_data, sent)
             if status != 200:
                 text = error_body.decode("utf-8", "replace")[:200].replace("\n", " ")
                 trace.error = f"HTTP {status}: {text}"
@@ -202,7 +213,12 @@ class LoadRunner:
                due: float | None = None) -> asyncio.Task[Any]:
         body = self._payload(p)
         st = _InFlight(time.perf_counter(), None)
-        task = asyncio.get_running_loop().create_task(self._request(p, body, st, due))
+        prep = self._prepare(p, st, due)
+        # written now when a connection is idle (the send time is exact), else by the task
+        sent = self.stream_pool.send_now(self.spec.endpoint, body, prep[2])
+        if sent is not None:
+            st.start = st.last = prep[1].start = time.perf_counter()
+        task = asyncio.get_running_loop().create_task(self._request(p, body, st, prep, sent))
         st.task = task
         self.inflight[task] = st
 
@@ -332,7 +348,7 @@ class LoadRunner:
 
     async def preopen(self) -> None:
         """Open ``concurrency`` keep-alive connections so the timed run does not pay for them."""
-        n = min(self.spec.concurrency or 0, self.spec.num_prompts or _MAX_PREOPEN, _MAX_PREOPEN)
+        n = min(self.spec.concurrency or _OPEN_LOOP_PREOPEN, self.spec.num_prompts or _MAX_PREOPEN, _MAX_PREOPEN)
         if n <= 1:
             return
         await self.stream_pool.preopen(n)
@@ -460,7 +476,13 @@ class LoadRunner:
                     break
                 delay = due - clock()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    if timed:  # wake a little early, then wait out the rest without yielding
+                        if delay > _SPIN_S:
+                            await asyncio.sleep(delay - _SPIN_S)
+                        while clock() < due:
+                            pass
+                    else:
+                        await asyncio.sleep(delay)
                 if sem is not None:
                     await sem.acquire()
                 if clock() >= deadline or self.abort_reason:
@@ -469,7 +491,7 @@ class LoadRunner:
                     break
                 self._start(p, sem, self.traces, due if timed else None)
                 sent += 1
-                if delay <= 0:
+                if delay <= 0 and not timed:
                     await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends
         finally:
             self._wake.set()

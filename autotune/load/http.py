@@ -17,11 +17,13 @@ before any response byte (the server's keep-alive timeout raced the send).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import socket
 import ssl
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 OnData = Callable[[bytes, float], bool]  # True: stop reading (the connection is closed)
@@ -226,6 +228,14 @@ class _Conn(asyncio.Protocol):
             self.transport.abort()
 
 
+class Sent(NamedTuple):
+    """A request already written by :meth:`StreamPool.send_now`."""
+
+    conn: _Conn
+    fut: asyncio.Future[tuple[int, bytes]]
+    payload: bytes
+
+
 class StreamPool:
     """Keep-alive connections to one server (scheme, host and port of ``base_url``)."""
 
@@ -244,7 +254,8 @@ class StreamPool:
         self.limit = limit
         self._idle: list[_Conn] = []
         self._open = 0
-        self._slots = asyncio.Semaphore(limit) if limit else None
+        self._busy = 0  # requests holding a connection (at most ``limit`` when set)
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.tls else None
 
     async def _connect(self) -> _Conn:
@@ -260,7 +271,7 @@ class StreamPool:
     def _take_idle(self) -> _Conn | None:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed:
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
             self._open -= 1
         return None
@@ -277,29 +288,81 @@ class StreamPool:
                 self._idle.append(r)
                 self._open += 1
 
-    async def post_stream(self, path: str, body: bytes, on_data: OnData) -> tuple[int, bytes]:
+    def _acquire_now(self) -> bool:
+        if self.limit and self._busy >= self.limit:
+            return False
+        self._busy += 1
+        return True
+
+    async def _acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._acquire_now():
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def _release(self) -> None:
+        self._busy -= 1
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    def _payload(self, path: str, body: bytes) -> bytes:
+        return (self._head.replace("{path}", self.prefix + path, 1) + f"{len(body)}\r\n\r\n").encode() + body
+
+    @staticmethod
+    def _write(conn: _Conn, payload: bytes, on_data: OnData) -> asyncio.Future[tuple[int, bytes]]:
+        fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        conn._reset(on_data, fut)
+        conn.reused = conn.served > 0
+        assert conn.transport is not None
+        conn.transport.write(payload)
+        return fut
+
+    def send_now(self, path: str, body: bytes, on_data: OnData) -> Sent | None:
+        """Write the request at once on an idle connection; None when none is idle (or the pool is full).
+
+        Finish it with ``await post_stream(path, body, on_data, sent)``. A scheduled request
+        goes out at its time this way, not one event-loop turn later.
+        """
+        if not self._idle or not self._acquire_now():
+            return None
+        conn = self._take_idle()
+        if conn is None:
+            self._release()
+            return None
+        payload = self._payload(path, body)
+        return Sent(conn, self._write(conn, payload, on_data), payload)
+
+    async def post_stream(self, path: str, body: bytes, on_data: OnData,
+                          sent: Sent | None = None) -> tuple[int, bytes]:
         """POST ``body`` (JSON) to ``path``; call ``on_data(bytes, t)`` for each read of a 200 body.
 
         Returns ``(status, body)`` when the response ended (the body only when status != 200).
-        Raises :class:`HttpError`; cancellation closes the connection.
+        Raises :class:`HttpError`; cancellation closes the connection. ``sent``: the request
+        was already written by :meth:`send_now`.
         """
-        if self._slots is not None:
-            await self._slots.acquire()
+        if sent is None:
+            await self._acquire()
         try:
-            payload = (self._head.replace("{path}", self.prefix + path, 1) + f"{len(body)}\r\n\r\n").encode() + body
+            payload = sent.payload if sent is not None else self._payload(path, body)
             for attempt in range(2):
-                conn = self._take_idle()
-                if conn is None:
-                    conn = await self._connect()
-                    self._open += 1
-                loop = asyncio.get_running_loop()
-                fut: asyncio.Future[tuple[int, bytes]] = loop.create_future()
-                conn._reset(on_data, fut)
-                conn.reused = conn.served > 0
+                if sent is not None and attempt == 0:
+                    conn, fut = sent.conn, sent.fut
+                else:
+                    idle = self._take_idle()
+                    if idle is None:
+                        idle = await self._connect()
+                        self._open += 1
+                    conn, fut = idle, self._write(idle, payload, on_data)
                 ok = False
                 try:
-                    assert conn.transport is not None
-                    conn.transport.write(payload)
                     result = await fut
                     conn.served += 1
                     ok = True
@@ -318,8 +381,7 @@ class StreamPool:
                 return result
             raise HttpError("unreachable")  # pragma: no cover - the loop returns or raises
         finally:
-            if self._slots is not None:
-                self._slots.release()
+            self._release()
 
     def close(self) -> None:
         for conn in self._idle:
