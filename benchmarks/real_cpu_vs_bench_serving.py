@@ -29,8 +29,15 @@ total output tokens (each tool's own count, and for autotune the server's: the s
 TPOT: median over the repeats with min-max spread, all measured (nothing modelled or
 calibrated).
 
+``--together`` runs the two clients of a pair at the same time instead, each at half the
+concurrency (autotune starts as bench_serving announces its timed run; bench_serving
+then waits 1 s, autotune needs about as long to start, so each has the server to itself
+for a moment at one end). The server's drift between runs (its speed on one shared core
+moves by +-25 % from run to run) then hits both alike, and the per-pair ratio measures
+the clients, not the drift.
+
 Usage: python benchmarks/real_cpu_vs_bench_serving.py [--version 0.5.23] [--repeats 12]
-       [--num-prompts 128] [--input-len 64] [--output-len 128] [--concurrency 16] [--no-pin]
+       [--num-prompts 128] [--input-len 64] [--output-len 128] [--concurrency 16] [--no-pin] [--together]
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,28 +65,38 @@ from autotune.sglang_env.install import SglangEnv, check, default_prefix  # noqa
 MODEL = REPO / "studies" / "models" / "tiny-llama-cpu"
 
 
-def bench_serving(py: Path, url: str, a: argparse.Namespace, seed: int, pin: list[str]) -> dict[str, Any]:
+def bench_serving(py: Path, url: str, a: argparse.Namespace, seed: int, pin: list[str],
+                  during: Callable[[], Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """Run bench_serving; with ``during``, call it as bench_serving starts its timed run (both run together)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "res.jsonl"
         argv = [*pin, str(py), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
                 "--tokenizer", str(MODEL), "--model", str(MODEL), "--dataset-name", "random-ids",
                 "--tokenize-prompt", "--random-input-len", str(a.input_len), "--random-output-len",
                 str(a.output_len), "--random-range-ratio", "1.0", "--num-prompts", str(a.num_prompts),
-                "--max-concurrency", str(a.concurrency), "--warmup-requests", "1", "--seed", str(seed),
+                "--max-concurrency", str(a.client_concurrency), "--warmup-requests", "1", "--seed", str(seed),
                 "--ready-check-timeout-sec", "600", "--disable-tqdm", "--output-file", str(out)]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
-        if proc.returncode != 0 or not out.exists():
-            said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "warn" not in ln.lower()]
-            raise SystemExit(f"bench_serving failed (rc {proc.returncode}): " + "\n".join(said[-30:]))
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        said: list[str] = []
+        other = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            said.append(line.rstrip())
+            if during is not None and other is None and "Starting main benchmark run" in line:
+                other = during()  # bench_serving sleeps 1 s before its first timed request
+        rc = proc.wait(timeout=900)
+        if rc != 0 or not out.exists():
+            said = [ln for ln in said if "warn" not in ln.lower()]
+            raise SystemExit(f"bench_serving failed (rc {rc}): " + "\n".join(said[-30:]))
         row = json.loads(out.read_text().splitlines()[-1])
     return {"tokens": row["total_output_tokens"], "tok_s": row["output_throughput"],
-            "ttft_ms": row["median_ttft_ms"], "tpot_ms": row["median_tpot_ms"], "completed": row["completed"]}
+            "ttft_ms": row["median_ttft_ms"], "tpot_ms": row["median_tpot_ms"], "completed": row["completed"]}, other
 
 
 def autotune_bench(url: str, a: argparse.Namespace, seed: int, details: Path, pin: list[str]) -> dict[str, Any]:
     argv = [*pin, sys.executable, "-m", "autotune", "bench", "--url", url, "--backend", "sglang",
-            "--concurrency", str(a.concurrency), "--num-prompts", str(a.num_prompts), "--input-len",
+            "--concurrency", str(a.client_concurrency), "--num-prompts", str(a.num_prompts), "--input-len",
             str(a.input_len), "--output-len", str(a.output_len), "--range-ratio", "1.0", "--warmup-requests", "1",
             "--seed", str(seed), "--json", "--output-details", str(details)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=REPO, check=False)
@@ -121,7 +139,10 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to separate cores")
+    ap.add_argument("--together", action="store_true",
+                    help="run both clients at the same time, each at half the concurrency, instead of one after the other")
     a = ap.parse_args()
+    a.client_concurrency = max(a.concurrency // 2, 1) if a.together else a.concurrency
     cores = sorted(os.sched_getaffinity(0))
     pinned = not a.no_pin and len(cores) >= 2 and shutil.which("taskset") is not None
     server_pin = ["taskset", "-c", str(cores[0])] if pinned else []
@@ -149,24 +170,31 @@ def main() -> int:
             seed = i + 2
             pair: dict[str, dict[str, Any]] = {}
             order = ("theirs", "ours") if i % 2 == 0 else ("ours", "theirs")
-            for who in order:
+            details = work / f"ours{i}.jsonl"
+            if a.together:  # both at once, each with half the concurrency: the server's drift hits both alike
+                order = ("together",)
+                pair["theirs"], pair["ours"] = bench_serving(
+                    env.python, server.url, a, seed, client_pin,
+                    during=lambda: autotune_bench(server.url, a, seed, details, client_pin))  # noqa: B023
+            for who in order if not a.together else ():
                 if who == "theirs":
-                    pair[who] = bench_serving(env.python, server.url, a, seed, client_pin)
+                    pair[who] = bench_serving(env.python, server.url, a, seed, client_pin)[0]
                 else:
-                    pair[who] = autotune_bench(server.url, a, seed, work / f"ours{i}.jsonl", client_pin)
+                    pair[who] = autotune_bench(server.url, a, seed, details, client_pin)
             if i < 0:
                 print(f"warm-up pair: bench_serving {pair['theirs']['tok_s']:.1f} tok/s, autotune "
                       f"{pair['ours']['tok_s']:.1f} tok/s (not recorded)", flush=True)
                 continue
             theirs.append(pair["theirs"])
             ours.append(pair["ours"])
-            print(f"pair {i + 1} ({' then '.join('bench_serving' if w == 'theirs' else 'autotune' for w in order)}): "
+            print(f"pair {i + 1} ({' then '.join({'theirs': 'bench_serving', 'ours': 'autotune'}.get(w, w) for w in order)}): "
                   f"bench_serving {theirs[-1]['tok_s']:.1f} tok/s, autotune {ours[-1]['tok_s']:.1f} tok/s, ratio "
                   f"{ours[-1]['tok_s'] / theirs[-1]['tok_s']:.3f}", flush=True)
         took = time.monotonic() - t0
     expected = a.num_prompts * a.output_len
     print(f"\nreal SGLang {a.version} on CPU, tiny Llama (dummy weights), {a.num_prompts} prompts x {a.input_len} in / "
-          f"{a.output_len} out, concurrency {a.concurrency}, {a.repeats} pairs in alternating order on one server "
+          f"{a.output_len} out, concurrency {a.concurrency}, {a.repeats} pairs "
+          f"{'run together (each client at concurrency ' + str(a.client_concurrency) + ')' if a.together else 'in alternating order'} on one server "
           f"({took:.0f} s; {'server pinned to core ' + server_pin[2] + ', clients to ' + client_pin[2] if pinned else 'not pinned'}; "
           f"load average {os.getloadavg()[0]:.2f}); median [min-max], all measured")
     print(f"{'':22}{'output tok/s':>26}{'median TTFT ms':>26}{'median TPOT ms':>26}   output tokens")
