@@ -14,6 +14,7 @@ timeouts for every in-flight request, so a hung or dead server never hangs a loa
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import logging
 import math
@@ -370,6 +371,8 @@ class LoadRunner:
         lags: list[float] = []
         loop = asyncio.get_running_loop()
         self.streamed_tokens = 0  # warm-up tokens do not count
+        gc_on = gc.isenabled()
+        gc.disable()  # its pauses (up to ~30 ms for a full collection) would delay sends and reads
         t0 = self.last_data = time.perf_counter()
         cpu0 = time.thread_time()
         deadline = t0 + s.duration_s / x if s.duration_s else math.inf
@@ -396,6 +399,8 @@ class LoadRunner:
         finally:
             t_end = time.perf_counter()
             cpu = time.thread_time() - cpu0
+            if gc_on:
+                gc.enable()
             pending = [dispatcher, *helpers, *self.inflight]
             for task in pending:
                 task.cancel()
