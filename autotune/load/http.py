@@ -194,6 +194,9 @@ class _Conn(asyncio.Protocol):
                 return
             if size == 0:
                 self.trailers = True
+            elif i + size + 2 <= n and data[i + size : i + size + 2] == b"\r\n":  # the whole chunk is here
+                out.append(data[i : i + size])
+                i += size + 2
             else:
                 self.chunk_left = size
         if out:
