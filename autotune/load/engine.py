@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 from autotune.load.http import HttpError, OnData, Sent, StreamPool
@@ -86,9 +85,7 @@ class _InFlight:
 class LoadRunner:
     """Runs one load point against ``base_url``. Use :func:`autotune.load.run_load_async`."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: LoadSpec, model: str | None,
-                 stream_pool: StreamPool | None = None) -> None:
-        self.session = session
+    def __init__(self, base_url: str, spec: LoadSpec, model: str | None, stream_pool: StreamPool | None = None) -> None:
         self.stream_pool = stream_pool or StreamPool(base_url, limit=spec.concurrency or 0)
         self.base = base_url
         self.spec = spec

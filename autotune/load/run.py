@@ -169,7 +169,7 @@ async def run_load_async(
         if model is None and spec.backend != "sglang":
             model = await served_model(session, base)
         pool = StreamPool(base, limit=spec.concurrency or 0, headers=headers, connect_timeout_s=t.connect_s)
-        runner = LoadRunner(session, base, spec, model, pool)
+        runner = LoadRunner(base, spec, model, pool)
         runner.time_scale = time_scale_of(info)
         watchdog = asyncio.get_running_loop().create_task(runner._watchdog())
         try:
