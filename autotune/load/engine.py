@@ -66,6 +66,7 @@ _OPEN_LOOP_PREOPEN = 256  # connections opened ahead for an open loop without a 
 # A scheduled send sleeps until this long before its time and spins the rest: the loop's timers
 # have 1 ms resolution (uvloop) and fire only between two turns of reading streams.
 _SPIN_S = 0.001
+_MAX_HOLD_S = 0.002  # ... but never holds the loop longer than this (a high rate) without a turn
 
 
 class _InFlight:
@@ -469,6 +470,7 @@ class LoadRunner:
         # send lateness is the client's own only in an open loop with a schedule (Poisson or a trace)
         scheduled = not math.isinf(s.request_rate) or (s.dataset is not None and s.dataset.kind == "trace")
         timed = sem is None and scheduled
+        held = clock()  # when the dispatcher last let the loop run other callbacks
         try:
             for p, offset in zip(prompts, arrivals, strict=False):  # either may be endless
                 if limit is not None and sent >= limit:
@@ -481,6 +483,10 @@ class LoadRunner:
                     if timed:  # wake a little early, then wait out the rest without yielding
                         if delay > _SPIN_S:
                             await asyncio.sleep(delay - _SPIN_S)
+                            held = clock()
+                        elif clock() - held > _MAX_HOLD_S:  # sends close together: let the streams be read
+                            await asyncio.sleep(0)
+                            held = clock()
                         while clock() < due:
                             pass
                     else:
@@ -493,8 +499,9 @@ class LoadRunner:
                     break
                 self._start(p, sem, self.traces, due if timed else None)
                 sent += 1
-                if delay <= 0 and not timed:
+                if delay <= 0 and (not timed or clock() - held > _MAX_HOLD_S):
                     await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends
+                    held = clock()
         finally:
             self._wake.set()
         log.debug("dispatched %d requests", sent)
