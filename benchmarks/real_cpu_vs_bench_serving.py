@@ -17,27 +17,24 @@ tokens / duration, duration from the first request sent to the last one complete
 (bench_serving's also holds one ``GET /server_info`` after the last completion, a few
 ms in a run of tens of seconds).
 
-Measurement design (on 2 shared cores single runs of real SGLang vary by ~15 %): the
-server is pinned to core 0 (``taskset``; ``OMP_NUM_THREADS=1`` so torch runs one
-thread) and both clients to core 1, so neither client competes with the engine for
-its core; one unrecorded warm-up pair; then ``--repeats`` pairs, the order inside a
-pair alternating (A B, B A, ...) so a drift of the server hits both tools alike. The
-figure that answers "within 5 %" is the median of the per-pair ratios
-autotune / bench_serving, with its min-max and interquartile range. Printed per tool:
-total output tokens (each tool's own count, and for autotune the server's: the sum of
-``completion_tokens``, and the streamed count), output throughput, median TTFT and
-TPOT: median over the repeats with min-max spread, all measured (nothing modelled or
-calibrated).
-
-``--together`` runs the two clients of a pair at the same time instead, each at half the
-concurrency (autotune starts as bench_serving announces its timed run; bench_serving
-then waits 1 s, autotune needs about as long to start, so each has the server to itself
-for a moment at one end). The server's drift between runs (its speed on one shared core
-moves by +-25 % from run to run) then hits both alike, and the per-pair ratio measures
-the clients, not the drift.
+Measurement design (on 2 shared cores the speed of real SGLang moves by +-25 % from run
+to run): the server is pinned to core 0 (``taskset``; ``OMP_NUM_THREADS=1`` so torch runs
+one thread) and both clients to core 1, so neither client competes with the engine for
+its core; one unrecorded warm-up pair; then ``--repeats`` pairs. By default the two
+clients of a pair run at the same time, each at half the concurrency (autotune starts
+as bench_serving announces its timed run; bench_serving then waits 1 s, autotune needs
+about as long to start, so each has the server to itself for a moment at one end): the
+server's drift hits both alike and the per-pair ratio measures the clients, not the
+drift. ``--sequential`` runs them one after the other at the full concurrency instead,
+the order inside a pair alternating (A B, B A, ...). The figure that answers "within
+5 %" is the median of the per-pair ratios autotune / bench_serving, with its min-max
+and interquartile range. Printed per tool: total output tokens (each tool's own count,
+and for autotune the server's: the sum of ``completion_tokens``, and the streamed
+count), output throughput, median TTFT and TPOT: median over the repeats with min-max
+spread, all measured (nothing modelled or calibrated).
 
 Usage: python benchmarks/real_cpu_vs_bench_serving.py [--version 0.5.23] [--repeats 12]
-       [--num-prompts 128] [--input-len 64] [--output-len 128] [--concurrency 16] [--no-pin] [--together]
+       [--num-prompts 128] [--input-len 64] [--output-len 128] [--concurrency 16] [--no-pin] [--sequential]
 """
 
 from __future__ import annotations
@@ -139,9 +136,10 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to separate cores")
-    ap.add_argument("--together", action="store_true",
-                    help="run both clients at the same time, each at half the concurrency, instead of one after the other")
+    ap.add_argument("--sequential", action="store_true",
+                    help="run the two clients one after the other at the full concurrency, not together at half each")
     a = ap.parse_args()
+    a.together = not a.sequential
     a.client_concurrency = max(a.concurrency // 2, 1) if a.together else a.concurrency
     cores = sorted(os.sched_getaffinity(0))
     pinned = not a.no_pin and len(cores) >= 2 and shutil.which("taskset") is not None
