@@ -21,10 +21,13 @@ server, printing next to the server's own ground truth:
 * the client's CPU per output token, event-loop lag p99 and its own client-bound flag.
 
 All figures are measured (wall clock, this machine, shared with whatever else runs: the
-1-minute load average is printed); nothing is modelled or fitted.
+1-minute load average is printed); nothing is modelled or fitted. The server (on uvloop)
+is pinned to the first core and the client to the others (``--no-pin`` to share them), so
+the server's own pacing work does not come out of the client's core.
 
 Usage: python benchmarks/loadgen_keepup.py [--workload all|random|generated-shared-prefix|sharegpt|file|
-       multi-turn|trace] [--concurrency 256] [--delay-ms 10] [--output-len 256] [--trace-requests 1000] [--json]
+       multi-turn|trace] [--concurrency 256] [--delay-ms 10] [--output-len 256] [--trace-requests 1000]
+       [--repeats 1] [--no-pin] [--json]
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ def run_kind(kind: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                               "flush_cache": True, "output_len": args.output_len, **extra}
     if dataset is not None:
         fields["dataset"] = validate_workload(dataset)
-    with running("--token-delay-ms", str(args.delay_ms), "--ttft-ms", str(args.ttft_ms), "--ticker") as server:
+    with running("--token-delay-ms", str(args.delay_ms), "--ttft-ms", str(args.ttft_ms), "--ticker", "--uvloop") as server:
+        if args.pin:
+            os.sched_setaffinity(server.proc.pid, args.pin[0])
         result = run_load(server.url, LoadSpec(**fields))
         truth = server.stats()
     m = result.metrics
@@ -148,7 +153,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--backend", default="sglang", choices=("sglang", "openai", "openai-chat"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the server and the client to separate cores")
     args = ap.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    args.pin = None if args.no_pin or len(cores) < 2 else ({cores[0]}, set(cores[1:]))
+    if args.pin:  # the server on the first core, this client on the others: neither slows the other
+        os.sched_setaffinity(0, args.pin[1])
     kinds = KINDS if args.workload == "all" else (args.workload,)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,10 +168,11 @@ def main() -> int:
     if args.json:
         print(json.dumps(results))
         return 0
+    where = f"server pinned to core {sorted(args.pin[0])}, client to {sorted(args.pin[1])}" if args.pin else "not pinned"
     for res in results:
         runs = res["runs"]
         print(f"--- {res['workload']} (c={args.concurrency}, {args.delay_ms:g} ms/token, {len(runs)} run(s): "
-              "median [min - max])")
+              f"median [min - max]; {where})")
         for key in runs[0]:
             vals = [r[key] for r in runs]
             if isinstance(vals[0], bool) or not isinstance(vals[0], (int, float)):

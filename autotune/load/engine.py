@@ -1,9 +1,11 @@
-"""The load generator: one asyncio loop, one shared keep-alive aiohttp session.
+"""The load generator: one asyncio loop, one pool of keep-alive connections.
 
 Design (measured in /work/shared/reference/anchors-loadgen.md): a single process and
-thread; uvloop when installed; one ``ClientSession`` whose connector allows exactly
-``concurrency`` connections, pre-opened before the timed run; responses read as raw
-chunks with one timestamp per read; SSE split by hand and one orjson parse per event
+thread; uvloop when installed; one :class:`~autotune.load.http.StreamPool` allowing
+exactly ``concurrency`` connections, pre-opened before the timed run, whose protocol
+hands each read of a response body, with one timestamp, to the request's callback
+(aiohttp's per-read machinery cost two thirds of the client's CPU per token; it still
+carries the control requests); SSE split by hand and one orjson parse per event
 (:mod:`autotune.load.stream`); all statistics computed once at the end with numpy
 (:mod:`autotune.load.metrics`). A watchdog enforces the first-token and between-token
 timeouts for every in-flight request, so a hung or dead server never hangs a load point.
@@ -12,7 +14,7 @@ timeouts for every in-flight request, so a hung or dead server never hangs a loa
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import gc
 import inspect
 import logging
 import math
@@ -20,9 +22,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import aiohttp
 import numpy as np
 
+from autotune.load.http import HttpError, OnData, Sent, StreamPool
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
@@ -56,11 +58,15 @@ SnapshotCallback = Callable[[Snapshot], Any]
 # An async probe of the simulated server's modelled clock: returns (wall perf_counter, modelled seconds).
 ClockProbe = Callable[[], Awaitable[tuple[float, float] | None]]
 _SCALE_DRIFT_WARN = 0.02
-_JSON = {"Content-Type": "application/json"}
 _LAG_PROBE_S = 0.05
 _DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body
 _DRAINED = "drained"
 _MAX_PREOPEN = 1024
+_OPEN_LOOP_PREOPEN = 256  # connections opened ahead for an open loop without a concurrency cap
+# A scheduled send sleeps until this long before its time and spins the rest: the loop's timers
+# have 1 ms resolution (uvloop) and fire only between two turns of reading streams.
+_SPIN_S = 0.001
+_MAX_HOLD_S = 0.002  # ... but never holds the loop longer than this (a high rate) without a turn
 
 
 class _InFlight:
@@ -80,8 +86,8 @@ class _InFlight:
 class LoadRunner:
     """Runs one load point against ``base_url``. Use :func:`autotune.load.run_load_async`."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, spec: LoadSpec, model: str | None) -> None:
-        self.session = session
+    def __init__(self, base_url: str, spec: LoadSpec, model: str | None, stream_pool: StreamPool | None = None) -> None:
+        self.stream_pool = stream_pool or StreamPool(base_url, limit=spec.concurrency or 0)
         self.base = base_url
         self.spec = spec
         self.url = base_url + spec.endpoint
@@ -126,35 +132,44 @@ class LoadRunner:
             body["prompt"] = p.input_ids if p.input_ids is not None else p.text
         return _dumps(body)
 
-    async def _request(self, p: Prompt, body: bytes, st: _InFlight, due: float | None = None) -> RequestTrace:
-        keep = p.conversation is not None
-        parser = StreamParser(self.spec.backend, keep_output=keep)
-        clock = time.perf_counter
-        st.start = st.last = clock()  # like bench_serving: the clock starts as the request is sent
+    def _prepare(self, p: Prompt, st: _InFlight, due: float | None) -> tuple[StreamParser, RequestTrace, OnData]:
+        """The parser, the trace and the read callback of one request."""
+        parser = StreamParser(self.spec.backend, keep_output=p.conversation is not None)
         trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len, due=due,
                              group=p.group, conversation=p.conversation, turn=p.turn)
         times, counts = trace.times, trace.counts
+
+        def on_data(data: bytes, now: float) -> bool:
+            st.last = self.last_data = now
+            k = parser.feed(data)
+            if k:
+                times.append(now)
+                counts.append(k)
+                st.first = True
+                self.streamed_tokens += k
+            if parser.done:
+                trace.end = now
+                st.done = True
+                return False
+            return parser.error is not None  # stop reading a malformed stream
+
+        return parser, trace, on_data
+
+    async def _request(self, p: Prompt, body: bytes, st: _InFlight,
+                       prep: tuple[StreamParser, RequestTrace, OnData], sent: Sent | None) -> RequestTrace:
+        parser, trace, on_data = prep
+        keep = p.conversation is not None
+        clock = time.perf_counter
+        times = trace.times
+        if sent is None:  # like bench_serving: the clock starts as the request is sent
+            st.start = st.last = trace.start = clock()
         try:
-            async with self.session.post(self.url, data=body, headers=_JSON) as resp:
-                if resp.status != 200:
-                    text = (await resp.text())[:200].replace("\n", " ")
-                    trace.error = f"HTTP {resp.status}: {text}"
-                else:
-                    async for data in resp.content.iter_any():
-                        now = clock()
-                        st.last = self.last_data = now
-                        k = parser.feed(data)
-                        if k:
-                            times.append(now)
-                            counts.append(k)
-                            st.first = True
-                            self.streamed_tokens += k
-                        if parser.done:
-                            trace.end = now
-                            st.done = True
-                        elif parser.error:
-                            break
-                    # read on to the end of the body so the connection goes back to the pool
+            total = self.spec.timeouts.total_s
+            async with asyncio.timeout(total if total else None):
+                status, error_body = await self.stream_pool.post_stream(self.spec.endpoint, body, on_data, sent)
+            if status != 200:
+                text = error_body.decode("utf-8", "replace")[:200].replace("\n", " ")
+                trace.error = f"HTTP {status}: {text}"
             trace.end = trace.end or clock()
             if trace.error is None:
                 if parser.error:
@@ -172,16 +187,16 @@ class LoadRunner:
             if st.reason != _DRAINED:
                 trace.end = clock()
                 trace.error = st.reason
-        except aiohttp.ClientConnectorError as exc:
-            trace.end = clock()
-            trace.error = f"connection failed: {exc.os_error or exc}"
-            self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc.os_error or exc})"
         except TimeoutError:
             trace.end = clock()
             trace.error = f"total timeout: not finished within {self.spec.timeouts.total_s:g} s"
-        except (aiohttp.ClientError, OSError) as exc:
+        except HttpError as exc:
             trace.end = clock()
-            trace.error = f"{type(exc).__name__}: {str(exc)[:160] or 'no detail'}"
+            if exc.connect:
+                trace.error = f"connection failed: {exc}"
+                self.abort_reason = self.abort_reason or f"server {self.url} refused connections ({exc})"
+            else:
+                trace.error = str(exc)[:200] or "connection broken"
         trace.prompt_tokens = parser.prompt_tokens
         if trace.prompt_tokens is None and p.input_ids is not None:
             trace.prompt_tokens = len(p.input_ids)  # the ids we sent are exact
@@ -197,7 +212,12 @@ class LoadRunner:
                due: float | None = None) -> asyncio.Task[Any]:
         body = self._payload(p)
         st = _InFlight(time.perf_counter(), None)
-        task = asyncio.get_running_loop().create_task(self._request(p, body, st, due))
+        prep = self._prepare(p, st, due)
+        # written now when a connection is idle (the send time is exact), else by the task
+        sent = self.stream_pool.send_now(self.spec.endpoint, body, prep[2])
+        if sent is not None:
+            st.start = st.last = prep[1].start = time.perf_counter()
+        task = asyncio.get_running_loop().create_task(self._request(p, body, st, prep, sent))
         st.task = task
         self.inflight[task] = st
 
@@ -327,17 +347,10 @@ class LoadRunner:
 
     async def preopen(self) -> None:
         """Open ``concurrency`` keep-alive connections so the timed run does not pay for them."""
-        n = min(self.spec.concurrency or 0, self.spec.num_prompts or _MAX_PREOPEN, _MAX_PREOPEN)
+        n = min(self.spec.concurrency or _OPEN_LOOP_PREOPEN, self.spec.num_prompts or _MAX_PREOPEN, _MAX_PREOPEN)
         if n <= 1:
             return
-        target = self.base + "/v1/models"
-
-        async def touch() -> None:
-            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                async with self.session.get(target, timeout=aiohttp.ClientTimeout(total=30.0)) as resp:
-                    await resp.read()
-
-        await asyncio.gather(*(touch() for _ in range(n)))
+        await self.stream_pool.preopen(n)
 
     async def measure(self, on_snapshot: SnapshotCallback | None, clock: ClockProbe | None = None) -> LoadResult:
         """Run the timed part of the load point and compute its metrics.
@@ -356,6 +369,8 @@ class LoadRunner:
         lags: list[float] = []
         loop = asyncio.get_running_loop()
         self.streamed_tokens = 0  # warm-up tokens do not count
+        gc_on = gc.isenabled()
+        gc.disable()  # its pauses (up to ~30 ms for a full collection) would delay sends and reads
         t0 = self.last_data = time.perf_counter()
         cpu0 = time.thread_time()
         deadline = t0 + s.duration_s / x if s.duration_s else math.inf
@@ -382,6 +397,8 @@ class LoadRunner:
         finally:
             t_end = time.perf_counter()
             cpu = time.thread_time() - cpu0
+            if gc_on:
+                gc.enable()
             pending = [dispatcher, *helpers, *self.inflight]
             for task in pending:
                 task.cancel()
@@ -453,6 +470,7 @@ class LoadRunner:
         # send lateness is the client's own only in an open loop with a schedule (Poisson or a trace)
         scheduled = not math.isinf(s.request_rate) or (s.dataset is not None and s.dataset.kind == "trace")
         timed = sem is None and scheduled
+        held = clock()  # when the dispatcher last let the loop run other callbacks
         try:
             for p, offset in zip(prompts, arrivals, strict=False):  # either may be endless
                 if limit is not None and sent >= limit:
@@ -462,7 +480,17 @@ class LoadRunner:
                     break
                 delay = due - clock()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    if timed:  # wake a little early, then wait out the rest without yielding
+                        if delay > _SPIN_S:
+                            await asyncio.sleep(delay - _SPIN_S)
+                            held = clock()
+                        elif clock() - held > _MAX_HOLD_S:  # sends close together: let the streams be read
+                            await asyncio.sleep(0)
+                            held = clock()
+                        while clock() < due:
+                            pass
+                    else:
+                        await asyncio.sleep(delay)
                 if sem is not None:
                     await sem.acquire()
                 if clock() >= deadline or self.abort_reason:
@@ -471,8 +499,9 @@ class LoadRunner:
                     break
                 self._start(p, sem, self.traces, due if timed else None)
                 sent += 1
-                if delay <= 0:
+                if delay <= 0 and (not timed or clock() - held > _MAX_HOLD_S):
                     await asyncio.sleep(0)  # in a burst, let streams already sending be read between sends
+                    held = clock()
         finally:
             self._wake.set()
         log.debug("dispatched %d requests", sent)

@@ -19,6 +19,7 @@ import aiohttp
 
 from autotune.errors import ConfigError, LoadGenError
 from autotune.load.engine import LoadRunner, SnapshotCallback
+from autotune.load.http import StreamPool
 from autotune.load.result import LoadPointFailed, LoadResult
 from autotune.load.sources import check_files
 from autotune.load.spec import LoadSpec
@@ -167,7 +168,8 @@ async def run_load_async(
         model = spec.model
         if model is None and spec.backend != "sglang":
             model = await served_model(session, base)
-        runner = LoadRunner(session, base, spec, model)
+        pool = StreamPool(base, limit=spec.concurrency or 0, headers=headers, connect_timeout_s=t.connect_s)
+        runner = LoadRunner(base, spec, model, pool)
         runner.time_scale = time_scale_of(info)
         watchdog = asyncio.get_running_loop().create_task(runner._watchdog())
         try:
@@ -180,6 +182,7 @@ async def run_load_async(
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
+            pool.close()
     result.server_info = info
     return result
 

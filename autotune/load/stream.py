@@ -81,6 +81,12 @@ class StreamParser:
     def feed(self, data: bytes) -> int:
         """Consume one read; return the number of new tokens it carried."""
         buf = self._buf + data if self._buf else data
+        if buf.startswith(b"data:") and buf.find(b"\n") == len(buf) - 2 and buf.endswith(b"\n\n"):
+            # the common read: exactly one whole event of one data line
+            self._buf = b""
+            new = self._payload(buf[5:-2].strip())
+            self.counted += new
+            return new
         if b"\n\n" not in buf:
             if b"\r\n\r\n" not in buf:
                 self._buf = buf
@@ -92,27 +98,29 @@ class StreamParser:
             for line in event.split(b"\n"):
                 if not line.startswith(b"data:"):
                     continue  # comments, event:, id:, retry: lines
-                payload = line[5:].strip()
-                if payload == _DONE:
-                    self.done = True
-                    continue
-                if self._native:
-                    fast = self._native_fast(payload)
-                    if fast is not None:
-                        new += fast
-                        continue
-                try:
-                    obj = loads(payload)
-                except ValueError:
-                    self.error = f"malformed stream: {payload[:80]!r}"
-                    break
-                new += self._native_event(obj) if self._native else self._openai_event(obj)
+                new += self._payload(line[5:].strip())
                 if self.error:
                     break
             if self.error:
                 break
         self.counted += new
         return new
+
+    def _payload(self, payload: bytes) -> int:
+        """The new tokens of one ``data:`` line's payload (sets ``done`` / ``error``)."""
+        if payload == _DONE:
+            self.done = True
+            return 0
+        if self._native:
+            fast = self._native_fast(payload)
+            if fast is not None:
+                return fast
+        try:
+            obj = loads(payload)
+        except ValueError:
+            self.error = f"malformed stream: {payload[:80]!r}"
+            return 0
+        return self._native_event(obj) if self._native else self._openai_event(obj)
 
     def _fail(self, obj: Any) -> bool:
         if not isinstance(obj, dict):

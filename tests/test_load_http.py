@@ -1,0 +1,164 @@
+"""The load generator's own HTTP/1.1 client (autotune/load/http.py) against scripted raw responses."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from autotune.load.http import HttpError, StreamPool
+
+Script = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]  # (request number) -> keep the connection
+
+
+async def _serve(script: Script) -> tuple[asyncio.Server, str, list[int]]:
+    """A server that reads each request (head + Content-Length body) and runs ``script``."""
+    counter = [0]
+    conns: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conns.append(1)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length"))
+                await reader.readexactly(length)
+                counter[0] += 1
+                if not await script(counter[0], writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}", conns
+
+
+def _run(coro: Awaitable[object]) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def _post(pool: StreamPool) -> tuple[int, bytes, list[bytes]]:
+    reads: list[bytes] = []
+
+    def on_data(data: bytes, now: float) -> bool:
+        reads.append(data)
+        return False
+
+    status, body = await pool.post_stream("/generate", b"{}", on_data)
+    return status, body, reads
+
+
+def test_chunked_body_split_anywhere_is_decoded_exactly_and_the_connection_reused() -> None:
+    events = [b"data: {\"n\": %d}\n\n" % i for i in range(5)] + [b"data: [DONE]\n\n"]
+    raw = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\nX-Trailer: 1\r\n\r\n"
+
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        step = 1 if n == 1 else 7  # byte by byte, then in odd pieces
+        for i in range(0, len(raw), step):
+            w.write(raw[i : i + step])
+            await w.drain()
+        return True
+
+    async def main() -> None:
+        server, url, conns = await _serve(script)
+        async with server:
+            pool = StreamPool(url, limit=4)
+            for _ in range(2):
+                status, _, reads = await _post(pool)
+                assert status == 200 and b"".join(reads) == b"".join(events)
+            assert len(conns) == 1  # the second request went over the kept-alive connection
+            pool.close()
+
+    _run(main())
+
+
+def test_content_length_and_error_status_bodies() -> None:
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        if n == 1:
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+        else:
+            w.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy")
+        return True
+
+    async def main() -> None:
+        server, url, _ = await _serve(script)
+        async with server:
+            pool = StreamPool(url)
+            assert await _post(pool) == (200, b"", [b"hello"])
+            status, body, reads = await _post(pool)
+            assert (status, body, reads) == (503, b"busy", [])  # an error body is returned, not streamed
+            pool.close()
+
+    _run(main())
+
+
+def test_server_closing_mid_body_is_an_error_not_a_hang() -> None:
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n")
+        await w.drain()
+        return False
+
+    async def main() -> None:
+        server, url, _ = await _serve(script)
+        async with server:
+            pool = StreamPool(url)
+            with pytest.raises(HttpError) as info:
+                await asyncio.wait_for(_post(pool), 10)
+            assert not info.value.connect and "ServerDisconnected" in str(info.value)
+            pool.close()
+
+    _run(main())
+
+
+def test_a_kept_alive_connection_the_server_closed_is_retried_on_a_fresh_one() -> None:
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        if n == 2:  # the keep-alive timeout raced the send: closed without an answer
+            return False
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n%d" % n + b"!")
+        return True
+
+    async def main() -> None:
+        server, url, conns = await _serve(script)
+        async with server:
+            pool = StreamPool(url)
+            assert (await _post(pool))[2] == [b"1!"]
+            assert (await asyncio.wait_for(_post(pool), 10))[2] == [b"3!"]
+            assert len(conns) == 2
+            pool.close()
+
+    _run(main())
+
+
+def test_refused_connection_and_send_now() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
+
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d" % n)
+        return True
+
+    async def main() -> None:
+        with pytest.raises(HttpError) as info:
+            await _post(StreamPool(dead))
+        assert info.value.connect
+        server, url, conns = await _serve(script)
+        async with server:
+            pool = StreamPool(url, limit=2)
+            assert pool.send_now("/generate", b"{}", lambda d, t: False) is None  # nothing open yet
+            await pool.preopen(5)
+            assert len(pool._idle) == 2  # bounded by the limit
+            reads: list[bytes] = []
+            sent = pool.send_now("/generate", b"{}", lambda d, t: reads.append(d) is None and False)
+            assert sent is not None
+            assert await pool.post_stream("/generate", b"{}", lambda d, t: False, sent) == (200, b"")
+            assert reads == [b"1"] and len(conns) == 2
+            pool.close()
+
+    _run(main())
