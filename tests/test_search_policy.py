@@ -98,3 +98,45 @@ def test_adaptive_stages_on_the_driver(tmp_path: Path):
                    if t2.number < t.number and t2.user_attrs.get("failure_kind") in slack_kinds]
         if earlier and t.user_attrs.get("design") != "space-filling":
             assert t.params["mem_fraction_static"] < min(earlier)
+
+
+def test_the_baseline_runs_last_beside_the_confirmation_unless_asked_first(tmp_path: Path):
+    (tmp_path / "last").mkdir()
+    spec = _spec(tmp_path / "last", n_trials=5, search={"confirm_top": 1, "repeats": 1})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    search = [t for t in study.trials if t.user_attrs.get("confirm_of") is None]
+    assert budget_used(study) == 5 and len(search) == 5
+    base = [t for t in search if t.user_attrs.get("baseline")]
+    assert [t.number for t in base] == [search[-1].number]  # the search's last trial, not its first
+    assert search[0].user_attrs.get("stage") == "design"  # the first launch is one that can win
+    assert any(t.user_attrs.get("confirm_of") == base[0].number for t in study.trials)  # re-run with the winner
+    (tmp_path / "first").mkdir()
+    spec = _spec(tmp_path / "first", n_trials=3, search={"confirm_top": 0, "baseline": "first"})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert study.trials[0].user_attrs.get("baseline") and len(study.trials) == 3
+
+
+def test_the_speculative_probe_starts_from_sglangs_own_settings_for_the_architecture(tmp_path: Path):
+    spec = _spec(tmp_path)  # EAGLE3, steps 1-4, top-k 1
+    # SGLang's auto_choose_speculative_params: (3, 1, 4) for DeepSeek-V3-class, (5, 4, 8) for Llama
+    probe = initial_design._spec_probe(spec, "EAGLE3", "DeepseekV3ForCausalLM")
+    assert probe == {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                     "speculative_num_draft_tokens": 4}
+    probe = initial_design._spec_probe(spec, "EAGLE3", "LlamaForCausalLM")  # snapped: 4 steps, top-k 1 only
+    assert probe["speculative_num_steps"] == 4 and probe["speculative_eagle_topk"] == 1
+    assert probe["speculative_num_draft_tokens"] == 5
+
+
+def test_a_speculative_launch_does_not_calibrate_the_memory_model(tmp_path: Path):
+    spec = _spec(tmp_path, n_trials=4)
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    first = study.trials[0]
+    assert first.params.get("speculative_algorithm") == "EAGLE3"  # the design's probe launches first
+    cal = study.user_attrs["calibration"]
+    source = study.trials[int(cal["source"].split()[-1])]
+    assert source.params.get("speculative_algorithm") == "none" and source.number > first.number
+    # calibrated from the target's lines, the next candidates are not all condemned
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) >= 3

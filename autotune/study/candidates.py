@@ -4,7 +4,7 @@ From an optuna trial to a launch: the suggested parameters (on a space widened s
 SGLang's defaults are one of its points), the server config, the arguments SGLang
 would refuse (speculative settings, the installed SGLang's own parser), the memory
 prediction, and the verdict that prunes it before launch. The baseline (SGLang's
-defaults) is trial 0.
+defaults) is the last search trial (``search.baseline: last``) or trial 0 ("first").
 """
 
 from __future__ import annotations
@@ -159,9 +159,32 @@ class Candidates:
         return space.baseline_params(self.spec, resolved)
 
     def ensure_baseline(self) -> None:
-        """Trial 0 is SGLang's defaults; enqueue it when the study is new."""
+        """When the study is new: record its spec, and enqueue SGLang's defaults (and the
+        references) now when ``search.baseline`` is "first" or the sampler is a grid; else the
+        driver enqueues them when the search is down to its last trials (:meth:`enqueue_baseline`)."""
         if self.study.get_trials(deepcopy=False):
             return
+        # A grid launches every point, the baseline's among them, and marks the ones it has seen
+        # from the study's trials: its baseline stays first, or the grid would launch that point
+        # as an ordinary trial too.
+        if self.spec.search.baseline == "first" or isinstance(self.study.sampler, optuna.samplers.BruteForceSampler):
+            self.enqueue_baseline()
+        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
+
+    def baseline_params(self) -> dict[str, Any]:
+        """SGLang's defaults as params of the widened space (no launch needed)."""
+        self._widened, params = space.widen_for_baseline(self.spec, self._resolved_baseline())
+        return params
+
+    def baseline_launches(self) -> int:
+        """Launches of the baseline and its references (the search trials they take)."""
+        return 1 + len(self.spec.search.references)
+
+    def baseline_enqueued(self) -> bool:
+        return any(t.user_attrs.get(attrs.BASELINE) for t in self.study.get_trials(deepcopy=False))
+
+    def enqueue_baseline(self) -> None:
+        """Queue SGLang's defaults, then the ``search.references`` points."""
         resolved = self._resolved_baseline()
         self._widened, params = space.widen_for_baseline(self.spec, resolved)
         with warnings.catch_warnings():
@@ -169,7 +192,6 @@ class Candidates:
             self.study.enqueue_trial(params, user_attrs={attrs.BASELINE: True, attrs.RESOLVED: resolved})
             for name, ref in self.spec.search.references.items():  # e.g. the seed's hand-passed 0.88
                 self.study.enqueue_trial({**params, **ref}, user_attrs={attrs.REFERENCE: name})
-        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
 
     # ---- validation and prediction --------------------------------------------------------
     def config_of(self, params: dict[str, Any], *, baseline: bool) -> ServerConfig:

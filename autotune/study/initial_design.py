@@ -12,7 +12,7 @@ those launches where they say the most:
    model asks for) is launched for the baseline's, the smallest and the largest
    ``cuda_graph_max_bs``.
 2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
-   with that algorithm at mid-range settings, so the data says at once whether the
+   with that algorithm at the settings SGLang picks for the architecture, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
    :mod:`autotune.study.search_policy`).
    When the workload's live tokens (concurrency x (input + output)) do not fit the
@@ -139,29 +139,38 @@ def _sobol(dims: int, n: int, seed: int | None) -> list[list[float]]:
     return [list(map(float, p)) for p in pts[:n]]
 
 
-def _spec_probe(spec: StudySpec, algo: str) -> dict[str, Any]:
-    """Mid-range speculative settings for ``algo`` (topk 1 where SGLang allows the chain form)."""
+def _nearest(vals: list[Any], want: float) -> Any:
+    return min(vals, key=lambda v: (abs(float(v) - want), float(v)))
+
+
+def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> dict[str, Any]:
+    """The settings SGLang itself picks for ``algo`` on this architecture when only the algorithm
+    is given (``auto_choose_speculative_params`` in its server_args.py:
+    :func:`autotune.sglang.defaults.auto_speculative_params`, e.g. 3 steps, top-k 1, 4 draft
+    tokens for DeepSeek-V3-class models), snapped to the space: the maintainers' tuned default
+    is a better first guess than the middle of whatever range the user wrote (topk 1, the chain
+    form, where the space allows it and the default is not tree-shaped)."""
+    from autotune.sglang.defaults import auto_speculative_params
+
     sp = spec.search_space.speculative
     out: dict[str, Any] = {"speculative_algorithm": algo}
     if sp is None:
         return out
+    steps0, topk0, draft0 = auto_speculative_params(algo, architecture or "")
     if algo == "NGRAM":
         if sp.num_draft_tokens is not None:
-            vals = space._values(sp.num_draft_tokens)
-            out["speculative_num_draft_tokens"] = vals[len(vals) // 2]
+            out["speculative_num_draft_tokens"] = _nearest(space._values(sp.num_draft_tokens), draft0)
         return out
     if sp.num_steps is None:
         return out
-    steps_vals = space._values(sp.num_steps)
-    steps = steps_vals[(len(steps_vals) - 1) // 2]
+    steps = _nearest(space._values(sp.num_steps), steps0)
     topks = space._values(sp.eagle_topk) if sp.eagle_topk is not None else [1]
-    topk = 1 if 1 in topks else topks[0]
+    topk = _nearest(topks, topk0)
     out.update(speculative_num_steps=steps, speculative_eagle_topk=topk)
     if topk == 1:
         out["speculative_num_draft_tokens"] = steps + 1
     elif sp.num_draft_tokens is not None:
-        vals = space._values(sp.num_draft_tokens)
-        out["speculative_num_draft_tokens"] = vals[len(vals) // 2]
+        out["speculative_num_draft_tokens"] = _nearest(space._values(sp.num_draft_tokens), draft0)
     return out
 
 
@@ -172,7 +181,7 @@ def kv_demand(spec: StudySpec) -> int:
 
 
 def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
-          seed: int | None = 0) -> list[DesignPoint]:
+          seed: int | None = 0, architecture: str | None = None) -> list[DesignPoint]:
     """Up to ``n`` designed points (module docstring), best-informed first.
 
     ``spec`` is the study's own search space; ``baseline`` trial 0's params;
@@ -272,7 +281,7 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
             boundary_of_base = point
             for algo in algos:
                 anchor = {k: v for k, v in point.items() if k not in space.SPEC_PARAMS}
-                probe = {**anchor, **_spec_probe(spec, algo)}
+                probe = {**anchor, **_spec_probe(spec, algo, architecture)}
                 if fs:  # the draft model takes memory: the boundary moves down
                     piv = interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
                     if piv is None:

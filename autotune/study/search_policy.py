@@ -216,7 +216,8 @@ class SearchPolicy:
         cands = self.candidates
         wide = cands.widened_spec()
         base = next((t for t in self._trials() if t.user_attrs.get("baseline")), None)
-        baseline = dict(base.params) if base is not None else {}
+        # SGLang's defaults are known without launching them (search.baseline: last)
+        baseline = dict(base.params) if base is not None else cands.baseline_params()
 
         def predict(params: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -225,7 +226,8 @@ class SearchPolicy:
                 log.debug("design: no prediction for %s: %s", params, exc)
                 return {"should_prune": True, "verdict": "unknown"}
 
-        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed)
+        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed,
+                                      architecture=cands.predictor.profiles()[0].architecture)
         self.study.set_user_attr("design_points", [{"params": p.params, "why": p.why} for p in points])
         log.info("designed start: %d point(s) (%s)", len(points), ", ".join(p.why for p in points))
 
