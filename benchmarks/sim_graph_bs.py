@@ -6,9 +6,10 @@ prompts) for kimi-k2-class at TP 8 on 8 x RTX PRO 6000 over PCIe (SGLang 0.5.9
 defaults otherwise: chunked prefill 8192, KV of the seed case's working
 baseline, 159,277 tokens), once per ``cuda_graph_max_bs`` in {64, 128, 256,
 512}, and prints the modelled output throughput of each and the 128 vs 512
-gain (the real node showed +9 %). It then measures the engine's own
-token-emission capacity on this machine (chunks delivered per wall second
-at concurrency 256).
+gain (the real node showed +9 %), and where each constant of the speed,
+memory and weight-load models comes from (measured, derived, fitted,
+modelled). It then measures the engine's own token-emission capacity on
+this machine (chunks delivered per wall second at concurrency 256).
 
 Usage::
 
@@ -24,11 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.sglang._slack import PROVENANCE as MEMORY_PROVENANCE
 from autotune.sglang.gpus import get_gpu
 from autotune.sglang.models import load_model_profile
 from autotune.sim.engine import Engine
 from autotune.sim.perf import PerfInputs, PerfModel
 from autotune.sim.perf_comm import PROVENANCE
+from autotune.sim.weight_load import PROVENANCE as LOAD_PROVENANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE_SCALE = 1e7  # modelled seconds per wall second: the host's speed does not matter
@@ -108,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
               "below were chosen to reproduce it, so this is not a validation)")
     print("allreduce constants (autotune/sim/perf_comm.py):")
     for name, (kind, source) in PROVENANCE.items():
+        print(f"  {kind:9s} {name}: {source}")
+    print("memory constants (autotune/sglang/_slack.py, shared by the simulator and the predictor):")
+    for name, (kind, source) in MEMORY_PROVENANCE.items():
+        print(f"  {kind:9s} {name}: {source}")
+    print("weight-load constants (autotune/sim/weight_load.py):")
+    for name, (kind, source) in LOAD_PROVENANCE.items():
         print(f"  {kind:9s} {name}: {source}")
 
     # the engine's own capacity: chunks (= tokens, stream_interval 1) per second of this process,

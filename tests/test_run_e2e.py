@@ -176,7 +176,9 @@ def test_live_kill_when_the_weights_loaded_line_proves_the_formula_negative(tmp_
         gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=spec.workload,
         objective=spec.objective.as_objective(),
         artifact_dir=str(tmp_path / "t7"), run_dir=str(tmp_path / "runs"), startup_timeout_s=60,
-        sim=SimSpec(time_scale=2.0, seed=0),
+        # slow enough that the kill lands between the weights line and the pool's failure (0.1 s apart);
+        # the checkpoint read warm (~48 modelled s, autotune.sim.weight_load) keeps the launch under a minute
+        sim=SimSpec(time_scale=3.0, seed=0), env={"AUTOTUNE_SIM_PAGE_CACHE": "warm"},
     )
     result = run_trial_body(req)
     assert result.state == "failed" and result.failure_kind == "kv_oom"

@@ -73,11 +73,12 @@ def test_slack_consumers() -> None:
 
 def test_failure_points_move_with_fraction() -> None:
     assert plan("--mem-fraction-static 0.98").fails_at == "graph"
-    risky = plan("--mem-fraction-static 0.95")
+    # decode graphs of ~7.4 GiB at bs 512 (the published ~6 GB at bs 256) leave the prefill short from 0.89 up
+    risky = plan("--mem-fraction-static 0.90")
     assert risky.fails_at is None and risky.prefill_oom_tokens is not None
     assert risky.prefill_oom_tokens < risky.chunked_prefill_size
     # a smaller chunk fits where the default chunk does not
-    assert plan(f"--mem-fraction-static 0.95 --chunked-prefill-size {risky.prefill_oom_tokens // 2}").prefill_oom_tokens is None
+    assert plan(f"--mem-fraction-static 0.90 --chunked-prefill-size {risky.prefill_oom_tokens // 2}").prefill_oom_tokens is None
 
 
 def test_draft_weights_regime_a_slack_vs_regime_b_budget() -> None:
@@ -89,3 +90,42 @@ def test_draft_weights_regime_a_slack_vs_regime_b_budget() -> None:
     assert b.w_gib > plain.w_gib and b.draft_weights_gib == 0
     assert a.speculative.num_draft_tokens == 4 and a.max_running_requests == 48
     assert max(a.graph_bs) <= 48
+
+
+H200 = f"--model-path {MODELS / 'kimi-k2-class'} --tp-size 8 --sim-gpu h200 --sim-interconnect nvlink"
+
+
+def test_deepseek_class_decode_graphs_cost_the_published_6_gb_at_bs_256() -> None:
+    # "DeepSeek uses 6GB" for the decode graph, bs 256, H200 TP 8 (SGLang PR #5893, issue #16143): +-10 %
+    p = plan("--mem-fraction-static 0.8 --cuda-graph-max-bs 256", base=H200)
+    assert len(p.graph_bs) == 36 and max(p.graph_bs) == 256
+    assert p.graph_gib * GIB == pytest.approx(6e9, rel=0.10)
+
+
+def test_decode_graph_memory_grows_with_max_bs_sizes_and_model_size() -> None:
+    by_bs = [plan(f"--mem-fraction-static 0.8 --cuda-graph-max-bs {bs}", base=H200).graph_gib for bs in (64, 128, 256, 512)]
+    assert by_bs == sorted(by_bs) and by_bs[-1] > 1.2 * by_bs[-2]
+    sizes = plan("--mem-fraction-static 0.8 --cuda-graph-bs 1 2 4 8 16 32 64 128 256", base=H200)
+    assert max(sizes.graph_bs) == 256 and sizes.graph_gib < by_bs[2]  # same top batch, fewer captured sizes
+    dense = plan("--mem-fraction-static 0.8 --cuda-graph-max-bs 256",
+                 base=H200.replace("kimi-k2-class", "llama-3.1-70b-class"))
+    assert dense.graph_gib < by_bs[2] / 3  # the published multi-GB figures are MoE models (DeepSeek, Llama-4)
+
+
+def test_predictor_estimates_the_simulators_decode_graphs() -> None:
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.memory import predict
+
+    model = load_model_profile(MODELS / "kimi-k2-class")
+    for bs in (128, 512):
+        truth = plan(f"--mem-fraction-static 0.88 --cuda-graph-max-bs {bs}")
+        cfg = ServerConfig(model_path=model.path, tp_size=8, mem_fraction_static=0.88, cuda_graph_max_bs=bs)
+        pred = predict(model, "rtx-pro-6000", cfg, version="0.5.9")
+        assert pred.slack_parts["graphs"] == pytest.approx(truth.graph_gib, rel=0.01)
+
+
+def test_prefill_graphs_share_the_decode_pool_from_0_5_22() -> None:
+    shared = plan("--mem-fraction-static 0.88", version="0.5.23")
+    assert shared.prefill_graphs_on and shared.prefill_graph_gib == 0.0  # MLA's 1 GiB fits in the decode pool
+    own = plan("--mem-fraction-static 0.88", version="0.5.14")  # on by default from 0.5.10, own pool
+    assert own.prefill_graphs_on and own.prefill_graph_gib > 0.5

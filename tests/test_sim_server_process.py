@@ -129,7 +129,7 @@ def _sse_json(body: bytes) -> list[Any]:
 
 
 def test_seed_case_088_logs_a_and_tokens_then_serves(sims: Any) -> None:
-    sim = sims([*SEED, "--mem-fraction-static", "0.88"], time_scale=10)
+    sim = sims([*SEED, "--mem-fraction-static", "0.88", "--sim-page-cache", "warm"], time_scale=10)
     assert sim.wait_for(READY, 30), sim.text()
     startup_wall = time.monotonic() - sim.t0
     text = sim.text()
@@ -144,7 +144,9 @@ def test_seed_case_088_logs_a_and_tokens_then_serves(sims: Any) -> None:
     assert text.index("Load weight end.") < text.index("KV Cache is allocated.") < text.index("Capture cuda graph end.")
     assert "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs." in text
     print(f"seed startup to ready: {startup_wall:.2f} s wall at time scale 10")
-    assert startup_wall < 10.0  # goal ~1.5 s (benchmarks), tolerant of a loaded machine
+    load_s = float(re.search(r"elapsed=([\d.]+) s", weights[0]).group(1))  # modelled: the warm checkpoint read
+    assert 30 < load_s < 60
+    assert startup_wall - load_s / 10 < 10.0  # goal ~1.5 s (benchmarks), tolerant of a loaded machine
 
     status, info = sim.get("/server_info")
     assert status == 200 and info["max_total_num_tokens"] == tokens and info["mem_fraction_static"] == 0.88
@@ -216,7 +218,7 @@ def test_graph_capture_oom_at_capture_phase(sims: Any) -> None:
 
 
 def test_runtime_prefill_oom_kills_server_under_load(sims: Any) -> None:
-    sim = sims([*SEED, "--mem-fraction-static", "0.95"])
+    sim = sims([*SEED, "--mem-fraction-static", "0.90"])  # bs 512 graphs (~7.4 GiB) leave < 1 GiB for prefill
     assert sim.wait_for(READY), sim.text()
     _, info = sim.get("/server_info")
     limit = info["sim"]["prefill_oom_tokens"]
@@ -312,7 +314,11 @@ def test_port_in_use_fails_like_uvicorn(sims: Any) -> None:
 
 
 def test_modern_prefill_graph_capture_oom(sims: Any) -> None:
-    sim = sims([*SEED, "--mem-fraction-static", "0.975"], version="0.5.23")
+    # From 0.5.22 prefill graphs share the decode graphs' pool: they fail only where they need more than
+    # the decode graphs took (one decode size of a dense model here), and the slack is short of the excess.
+    qwen = str(REPO / "studies" / "models" / "qwen3-32b-class")
+    args = [*SEED, "--mem-fraction-static", "0.985", "--cuda-graph-max-bs-decode", "1"]
+    sim = sims([qwen if a == KIMI else a for a in args], version="0.5.23")
     assert sim.wait_exit() != 0
     text = sim.text()
     assert "Capture target decode CUDA graph end." in text

@@ -7,6 +7,7 @@ the estimates are known (a wrong prune loses the best config forever).
 
 from __future__ import annotations
 
+from autotune.sglang import releases as R
 from autotune.sglang.defaults import decode_graph_batch_sizes, prefill_graph_token_sizes
 from autotune.sglang.gpus import GpuKind
 from autotune.sglang.models import ModelProfile
@@ -52,19 +53,52 @@ def base_overhead_gib(tp_size: int) -> float:
     return 0.55 + 0.15 * max(tp_size - 1, 0)
 
 
-def decode_graph_gib(
-    model: ModelProfile,
-    tp_size: int,
-    batch_sizes: list[int],
-    tokens_per_req: int,
-) -> float:
-    """Decode CUDA graphs: ~2 MiB bookkeeping per captured size, plus the shared memory
-    pool sized by the largest graph's activations (hidden-size tensors and full-vocab logits)."""
+#: Decode CUDA graph memory. Dense part (any model): a pool base, per captured size a graph's private
+#: buffers growing with the hidden size, and the largest batch's static activations (16 live tensors).
+GRAPH_BASE_MIB = 64.0
+GRAPH_PER_SIZE_MIB_PER_4K_HIDDEN = 8.0
+GRAPH_LIVE_TENSORS = 16
+#: MoE part, per MoE layer. The one published figure: a DeepSeek-V3-class model (MLA MoE, 61 layers,
+#: hidden 7168) captures its decode graphs up to bs 256 at TP 8 (H200) in about 6 GB ("DeepSeek uses 6GB"
+#: for the decode graph: SGLang PR #5893, issue #16143; Llama-4-Maverick, another MoE: 6.19 GB, issue #8538).
+#: The split into a first-capture workspace, a per-size cost and a per-token cost has no published
+#: breakdown: all three are [fitted] so that the kimi-k2-class profile (0.5.9 ladder up to 256: 36 sizes)
+#: costs 5.99e9 B, that a larger max bs and more sizes cost more, and that the seed case's working
+#: baseline (f 0.88, bs 512: 52 sizes, 7.4 GiB) still leaves an 8192-token prefill room.
+GRAPH_MOE_FIXED_MIB_PER_LAYER_4K = 23.5
+GRAPH_MOE_PER_SIZE_MIB_PER_LAYER_4K = 0.45
+GRAPH_MOE_LIVE_TENSORS_PER_LAYER = 4
+#: The published point the MoE part is fitted to: ~6 GB (decimal) at bs 256, TP 8.
+GRAPH_DSV3_BS256_TP8_BYTES = 6e9
+
+#: Where each memory constant of this module comes from (printed by benchmarks/sim_graph_bs.py).
+PROVENANCE: dict[str, tuple[str, str]] = {
+    "GRAPH_DSV3_BS256_TP8_BYTES": ("measured", "DeepSeek decode graph ~6 GB at bs 256, H200 TP 8: "
+                                   "SGLang PR #5893, issue #16143"),
+    "GRAPH_MOE_*": ("fitted", "split of that 6 GB into first-capture / per-size / per-token parts; the seed "
+                    "case (f 0.88, bs 512) must still start and serve"),
+    "GRAPH_BASE_MIB, GRAPH_PER_SIZE_*, GRAPH_LIVE_TENSORS": ("modelled", "dense-model graph pool"),
+    "PREFILL_ACT_*": ("modelled", "live tensors of one prefill chunk (hidden x 12 + active MLP)"),
+    "attention workspace 384/512 MiB": ("measured", "SGLANG_FLASHINFER_WORKSPACE_SIZE default (SGLang source)"),
+}
+
+
+def decode_graph_gib(model: ModelProfile, batch_sizes: list[int], tokens_per_req: int) -> float:
+    """Decode CUDA graphs of ``batch_sizes`` (each request ``tokens_per_req`` tokens wide), per GPU.
+
+    The same per GPU at any TP size: the published figure is TP 8, and MLA attention is replicated.
+    """
     if not batch_sizes:
         return 0.0
-    max_tokens = max(batch_sizes) * max(tokens_per_req, 1)
-    per_token = model.hidden_size * 2 * 48 + model.vocab_size * 4 / max(min(tp_size, 2), 1)
-    return (len(batch_sizes) * 2 * MIB + max_tokens * per_token) / GIB
+    h4k = model.hidden_size / 4096
+    n, max_tokens = len(batch_sizes), max(batch_sizes) * max(tokens_per_req, 1)
+    mib = GRAPH_BASE_MIB + n * GRAPH_PER_SIZE_MIB_PER_4K_HIDDEN * h4k
+    live = max_tokens * model.hidden_size * 2 * GRAPH_LIVE_TENSORS
+    if model.is_moe:
+        layers = model.num_layers
+        mib += layers * h4k * (GRAPH_MOE_FIXED_MIB_PER_LAYER_4K + n * GRAPH_MOE_PER_SIZE_MIB_PER_LAYER_4K)
+        live += max_tokens * layers * model.hidden_size * 2 * GRAPH_MOE_LIVE_TENSORS_PER_LAYER
+    return (mib * MIB + live) / GIB
 
 
 def prefill_graph_gib(model: ModelProfile, max_tokens: int) -> float:
@@ -73,6 +107,14 @@ def prefill_graph_gib(model: ModelProfile, max_tokens: int) -> float:
     if not sizes:
         return 0.0
     return (len(sizes) * 2 * MIB + max(sizes) * model.hidden_size * 2 * 4) / GIB
+
+
+def prefill_graph_extra_gib(prefill_gib: float, decode_gib: float, version: SglangVersion) -> float:
+    """What prefill graphs add on top of the decode graphs: all of it, or from 0.5.22 (one shared pool,
+    SGLang PR #28973) only what exceeds the decode graphs' pool. Static I/O buffers are neglected."""
+    if R.shared_graph_pool(version):
+        return max(prefill_gib - decode_gib, 0.0)
+    return prefill_gib
 
 
 def req_to_token_gib(rows: int, context_len: int, draft_tokens: int, version: SglangVersion) -> float:
@@ -86,14 +128,22 @@ def attention_workspace_gib(model: ModelProfile) -> float:
     return (512 if model.architecture.startswith(_QWEN_WORKSPACE) else 384) * MIB / GIB
 
 
-def activations_gib(model: ModelProfile, tp_size: int, chunked_prefill_size: int, decode_batch: int) -> float:
-    """Runtime activations: a prefill chunk's live tensors plus decode logits (bs x vocab x 4 B)."""
-    chunk = max(chunked_prefill_size, 1)
+#: Live bf16 hidden-size tensors per token of a prefill chunk (plus the active MLP / experts' intermediates).
+PREFILL_ACT_HIDDEN_TENSORS = 12
+
+
+def prefill_bytes_per_token(model: ModelProfile, tp_size: int) -> int:
+    """Activations one token of a prefill chunk needs at its peak (the simulator's runtime-OOM threshold)."""
     if model.is_moe:
         mlp = model.num_experts_per_tok * model.moe_intermediate_size * 2 * 2
     else:
         mlp = model.intermediate_size // max(tp_size, 1) * 2 * 3
-    prefill = chunk * (model.hidden_size * 2 * 12 + mlp)
+    return int(model.hidden_size * 2 * PREFILL_ACT_HIDDEN_TENSORS + mlp)
+
+
+def activations_gib(model: ModelProfile, tp_size: int, chunked_prefill_size: int, decode_batch: int) -> float:
+    """Runtime activations: a prefill chunk's live tensors plus decode logits (bs x vocab x 4 B)."""
+    prefill = max(chunked_prefill_size, 1) * prefill_bytes_per_token(model, tp_size)
     logits = max(decode_batch, 1) * model.vocab_size * 4
     return (prefill + logits) / GIB
 

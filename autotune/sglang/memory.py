@@ -382,7 +382,7 @@ def predict(
                                                                    dp_attention=attn_dp > 1)
     prefill_max = min(2048 if model.is_mla else chunk, cfg.max_total_tokens or chunk)
     ladder = [] if cfg.disable_cuda_graph else S.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)
-    graphs = _graph_estimate(model, tp, ladder, speculative, tpr, prefill_on, prefill_max)
+    graphs = _graph_estimate(model, v, ladder, speculative, tpr, prefill_on, prefill_max)
     graph_calibrated = False
     if cal is not None and cal.graph_gib is not None and not cfg.disable_cuda_graph:
         cal_tp = cal.tp_size or tp
@@ -391,7 +391,7 @@ def predict(
         cal_rows = req_to_token_pool_size(cal.kv_tokens or tokens, context, v, cal_spec, None)
         cal_ladder = S.ladder_for(cal_bs, speculative=cal_spec, version=v, req_rows=cal_rows)
         cal_est = _graph_estimate(
-            model, cal_tp, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1, prefill_on, prefill_max
+            model, v, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1, prefill_on, prefill_max
         )
         if cal_est > 0:
             graphs = cal.graph_gib * graphs / cal_est
@@ -481,7 +481,7 @@ def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool
 
 def _graph_estimate(
     model: ModelProfile,
-    tp: int,
+    version: SglangVersion,
     ladder: list[int],
     speculative: bool,
     tokens_per_req: int,
@@ -489,9 +489,8 @@ def _graph_estimate(
     prefill_max: int,
 ) -> float:
     """Decode graphs for ``ladder`` (x1.3 for draft graphs under speculation) plus prefill graphs when on."""
-    est = S.decode_graph_gib(model, tp, ladder, tokens_per_req)
-    if speculative and ladder:
-        est *= 1.3  # draft decode/extend graphs on top of the target verify graphs
+    decode = S.decode_graph_gib(model, ladder, tokens_per_req)
+    est = decode * 1.3 if speculative and ladder else decode  # draft decode/extend graphs on top of the target's
     if prefill_on:
-        est += S.prefill_graph_gib(model, prefill_max)
+        est += S.prefill_graph_extra_gib(S.prefill_graph_gib(model, prefill_max), decode, version)
     return est

@@ -18,6 +18,7 @@ __all__ = [
     "new_memory_brackets",
     "prefill_graphs_default_on",
     "prefill_graphs_off_reason",
+    "shared_graph_pool",
     "standalone_reserve_mib",
 ]
 
@@ -39,6 +40,11 @@ MLA_FLAT_RESERVE = "0.5.10"
 NEW_BRACKETS = "0.5.20"
 #: decode max_bs := --max-running-requests when that is smaller: 0.5.22 memory_hook.py:184.
 MAX_BS_CAP = "0.5.22"
+#: Prefill and decode graph backends capture into one shared memory pool, so the second phase reserves only
+#: what exceeds the first's scratch: 0.5.22 runner_utils/pool.py get_or_create_global_graph_memory_pool
+#: (used by full_cuda_graph_backend.py and tc_piecewise_cuda_graph_backend.py; absent in 0.5.14; SGLang
+#: PR #28973 "Share CUDA graph memory pool across prefill and decode").
+SHARED_GRAPH_POOL = "0.5.22"
 
 
 def _v(version: str | SglangVersion) -> SglangVersion:
@@ -81,6 +87,10 @@ def mla_flat_prefill_reserve(version: str | SglangVersion) -> bool:
 
 def new_memory_brackets(version: str | SglangVersion) -> bool:
     return _v(version).at_least(NEW_BRACKETS)
+
+
+def shared_graph_pool(version: str | SglangVersion) -> bool:
+    return _v(version).at_least(SHARED_GRAPH_POOL)
 
 
 def max_bs_capped_by_max_running_requests(version: str | SglangVersion) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.versions import SglangVersion, parse_version
 from autotune.sim.faults import Faults, parse_faults
+from autotune.sim.weight_load import PAGE_CACHE_MODES
 
 DEFAULT_SIM_VERSION = "0.5.9"
 ENV_PREFIX = "AUTOTUNE_SIM_"
@@ -35,11 +36,13 @@ class SimOptions:
     faults: Faults = field(default_factory=Faults)
     #: The server's SGLANG_* / NCCL_* environment (knobs searched under search_space.env act through it).
     env: dict[str, str] = field(default_factory=dict)
+    #: Whether the checkpoint is read cold (disk), warm (page cache), or auto (as this node last read it).
+    page_cache: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         return {"sglang_version": str(self.version), "gpu": self.gpu.name, "num_gpus": self.num_gpus,
                 "interconnect": self.interconnect, "time_scale": self.time_scale, "seed": self.seed,
-                "faults": self.faults.to_dict(), "env": dict(self.env)}
+                "faults": self.faults.to_dict(), "env": dict(self.env), "page_cache": self.page_cache}
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,9 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
                    help="inject a fault (repeatable): crash_after:N, hang_startup, slow_tokens:F, "
                         "malformed_sse:N, health_fail_after:N, memory_imbalance")
     g.add_argument("--sim-seed", type=int, default=int(_env("SEED", "0") or 0), help="random seed of the engine")
+    g.add_argument("--sim-page-cache", choices=PAGE_CACHE_MODES, default=_env("PAGE_CACHE", "auto"),
+                   help="read the checkpoint cold (from disk), warm (from the page cache), or auto: cold the first "
+                        "time this host loads it, warm after (autotune.sim.weight_load)")
 
 
 def _version_of(argv: list[str]) -> SglangVersion:
@@ -219,5 +225,6 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[Laun
         seed=int(ns.sim_seed),
         faults=parse_faults(ns.sim_fault),
         env={k: v for k, v in (os.environ if env is None else env).items() if k.startswith(("SGLANG_", "NCCL_"))},
+        page_cache=str(ns.sim_page_cache),
     )
     return launch, sim

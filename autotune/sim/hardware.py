@@ -18,9 +18,9 @@ Order of events (reference sections 1-3)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from autotune.sglang import defaults, releases
+from autotune.sglang import _slack, defaults, releases
 from autotune.sglang.config import SpeculativeConfig
 from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
@@ -48,20 +48,16 @@ LOADER_RESIDUE_GIB = 0.25
 #: FlashInfer attention workspace (SGLANG_FLASHINFER_WORKSPACE_SIZE default; Qwen 512 MiB).
 ATTN_WORKSPACE_MIB = 384
 ATTN_WORKSPACE_QWEN_MIB = 512
-#: CUDA graph memory model (decode): a fixed pool base, plus per captured size a graph's
-#: private buffers that grow with the hidden size, plus the static activation buffers of
-#: the largest batch (max_bs x tokens per request x hidden x bf16 x 16 live tensors).
-#: Gives ~0.95 GiB for DeepSeek-V3-class at 52 sizes up to 512 (public logs: 0.8-2 GiB).
-GRAPH_BASE_MIB = 64.0
-GRAPH_PER_SIZE_MIB_PER_4K_HIDDEN = 8.0
-GRAPH_LIVE_TENSORS = 16
+#: Decode CUDA graph memory: :func:`autotune.sglang._slack.decode_graph_gib`, the one model the memory
+#: predictor uses too (fitted to "DeepSeek uses 6GB" at bs 256, TP 8: SGLang PR #5893, issue #16143).
 #: 0.5.23 prefill CUDA graphs (on by default): MLA models 1 GiB, others 6 MiB per size.
 PREFILL_GRAPH_MLA_GIB = 1.0
 PREFILL_GRAPH_PER_SIZE_MIB = 6.0
 PREFILL_GRAPH_SIZES = 58
-#: Prefill activations per token of a chunk: hidden x bf16 x 32 live tensors
-#: (~0.44 MiB/token at hidden 7168: 3.5 GiB for an 8192-token chunk).
-PREFILL_LIVE_TENSORS = 32
+#: Prefill activations per token of a chunk: :func:`autotune.sglang._slack.prefill_bytes_per_token`
+#: (hidden x bf16 x 12 live tensors + the active MLP; 1.81 GiB for an 8192-token chunk of kimi-k2-class),
+#: the predictor's own estimate. Refitted from 32 hidden-size tensors (3.5 GiB) when the decode graphs
+#: grew to the published ~6 GB: with both, the seed's working baseline (f 0.88, bs 512) would not serve.
 #: NCCL symmetric-memory prealloc of --enable-symm-mem (SGLANG_SYMM_MEM_PREALLOC_GB_SIZE).
 SYMM_MEM_PREALLOC_GIB = 4.0
 #: FlashInfer allreduce fusion: max tokens per fused batch, buffers (1 + 3 lamport).
@@ -116,6 +112,7 @@ class MemoryPlan:
     warnings: list[str] = field(default_factory=list)
     fails_at: str | None = None  # None | "kv_rest" | "kv_tokens" | "graph" | "draft" | "symm_mem"
     attn_dp_size: int = 1  # DP attention: kv_tokens and max_running_requests are per attention-DP rank
+    prefill_graphs_on: bool = False  # captured (prefill_graph_gib is what they add: 0 when the shared pool holds them)
 
     @property
     def slack_gib(self) -> float:
@@ -159,9 +156,9 @@ def resolve_speculative(launch: Launch, model: ModelProfile, version: SglangVers
     return resolved
 
 
-def _graph_mib(hidden: int, n_sizes: int, max_bs: int, tokens_per_req: int) -> float:
-    return (GRAPH_BASE_MIB + n_sizes * GRAPH_PER_SIZE_MIB_PER_4K_HIDDEN * hidden / 4096
-            + max_bs * tokens_per_req * hidden * 2 * GRAPH_LIVE_TENSORS / MIB)
+def _mtp_layers(model: ModelProfile) -> ModelProfile:
+    """The target's own next-token (MTP) layers as the draft whose graphs are captured."""
+    return replace(model, num_layers=max(1, model.num_nextn_predict_layers))
 
 
 def _draft_weight_bytes(model: ModelProfile, draft: ModelProfile) -> float:
@@ -269,9 +266,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
                                                           disable_padding=launch.disable_cuda_graph_padding))
     if graph_bs and max(graph_bs) > pool:
         graph_bs = sorted({b for b in graph_bs if b <= pool} | {pool})
-    top_bs = max(graph_bs) if graph_bs else 0
     tpr = spec.num_draft_tokens if spec.enabled else 1
-    graph = _graph_mib(model.hidden_size, len(graph_bs), top_bs, tpr or 1) * MIB / GIB if graph_bs else 0.0
+    graph = _slack.decode_graph_gib(model, graph_bs, tpr or 1)
     prefill_graph = 0.0
     prefill_on = launch.prefill_graphs
     if prefill_on is None:
@@ -279,10 +275,12 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             v, speculative=spec.enabled, dp_attention=launch.attn_dp_size > 1) is None
     if prefill_on and not launch.disable_cuda_graph:
         prefill_graph = PREFILL_GRAPH_MLA_GIB if model.is_mla else PREFILL_GRAPH_SIZES * PREFILL_GRAPH_PER_SIZE_MIB * MIB / GIB
+        prefill_graph = _slack.prefill_graph_extra_gib(prefill_graph, graph, v)
     draft_graph = 0.0
     if draft is not None and graph_bs:
-        draft_graph = (_graph_mib(draft.hidden_size, len(graph_bs), top_bs, spec.eagle_topk or 1)
-                       + _graph_mib(draft.hidden_size, len(graph_bs), top_bs, tpr or 1)) * MIB / GIB
+        draft_model = _mtp_layers(model) if draft.path == model.path else draft
+        draft_graph = (_slack.decode_graph_gib(draft_model, graph_bs, spec.eagle_topk or 1)
+                       + _slack.decode_graph_gib(draft_model, graph_bs, tpr or 1))
 
     fi_auto = (model.architecture in FI_FUSION_AUTO_ARCHS and gpu.sm in (90, 100) and gpu.name != "h20")
     fi_active = tp > 1 and (launch.flashinfer_allreduce_fusion is True
@@ -301,7 +299,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             draft_cell = draft_cell * max(1, model.num_nextn_predict_layers) // model.num_layers
         draft_kv = (n_pos + launch.page_size) * draft_cell / GIB
 
-    per_token = model.hidden_size * 2 * PREFILL_LIVE_TENSORS
+    per_token = _slack.prefill_bytes_per_token(model, tp)
     plan = MemoryPlan(
         version=v, capacity_gib=capacity, dist_init_gib=dist, p_gib=p, w_gib=w, a_gib=a, f=float(f),
         f_is_auto=f_is_auto, rest_gib=rest, cell_bytes=int(cell), kv_tokens=n, profiled_tokens=profiled,
@@ -312,6 +310,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         prefill_bytes_per_token=per_token, prefill_oom_tokens=None, custom_ar_active=custom_ar,
         torch_symm_active=torch_symm, fi_fusion_active=fi_active, speculative=spec, draft=draft,
         warnings=warnings, fails_at=fails_at, attn_dp_size=launch.attn_dp_size,
+        prefill_graphs_on=bool(prefill_on and not launch.disable_cuda_graph),
     )
     if fails_at is None:
         if plan.after_graph_gib < 0:

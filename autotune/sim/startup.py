@@ -23,12 +23,13 @@ from autotune.outcome import FailureKind
 from autotune.sglang.models import ModelProfile
 from autotune.sim.args import Launch, SimOptions
 from autotune.sim.hardware import GIB, MemoryPlan
+from autotune.sim.weight_load import checkpoint_is_warm, checkpoint_read, weight_load_s
 
-#: Modelled phase durations (seconds). Weight loading reads from the page cache and copies
-#: host->device at ~25 GiB/s per GPU; one CUDA graph capture takes ~50 ms per batch size.
+#: Modelled phase durations (seconds). Weight loading: :func:`autotune.sim.weight_load.weight_load_s`
+#: (the checkpoint read from local disk, cold, or from the page cache, warm: cited there); one CUDA graph
+#: capture takes ~50 ms per batch size.
 INIT_BASE_S = 1.0
 INIT_PER_RANK_S = 0.1
-WEIGHT_LOAD_GIB_PER_S = 25.0
 KV_ALLOC_S = 0.3
 GRAPH_PER_SIZE_S = 0.05
 WARMUP_S = 0.5
@@ -157,8 +158,13 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
         log.all_ranks(f"Init torch distributed ends. elapsed={init_s:.2f} s, mem usage={_g(plan.dist_init_gib)} GB")
     # 2. weights -> A
     log.all_ranks(f"Load weight begin. avail mem={_g(plan.p_gib)} GB")
-    load_s = plan.w_gib / WEIGHT_LOAD_GIB_PER_S
+    checkpoint_gib = model.weight_bytes / GIB
+    if plan.draft is not None and v.regime == "B" and plan.draft.path != model.path:
+        checkpoint_gib += plan.draft.weight_bytes / GIB
+    warm = checkpoint_is_warm(sim.page_cache, launch.model_path)
+    load_s = weight_load_s(checkpoint_gib, plan.w_gib, warm=warm)
     await _sleep(sim, load_s)
+    checkpoint_read(sim.page_cache, launch.model_path)
     dtype = "" if modern else "dtype=torch.bfloat16, "
     log.all_ranks(f"Load weight end. elapsed={load_s:.2f} s, type={model.architecture}, {dtype}"
                   f"avail mem={_g(plan.a_gib)} GB, mem usage={_g(plan.w_gib)} GB.")
@@ -213,7 +219,7 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
         else:
             log.all_ranks(f"Capture cuda graph end. Time elapsed: {cap_s:.2f} s. mem usage={_g(used)} GB. "
                           f"avail mem={_g(after)} GB.")
-        if plan.prefill_graph_gib:
+        if plan.prefill_graphs_on:
             log.all_ranks(f"Capture target prefill CUDA graph begin. backend=full, num_tokens="
                           f"{min(plan.chunked_prefill_size, 8192)}, avail mem={_g(after)} GB")
             await _sleep(sim, cap_s / 2)
@@ -250,12 +256,15 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
     if plan.draft is not None and plan.version.regime == "A":
         free = plan.after_graph_gib - plan.symm_prealloc_gib
         log.all_ranks(f"Load weight begin. avail mem={_g(free)} GB")
-        await _sleep(sim, plan.draft_weights_gib / WEIGHT_LOAD_GIB_PER_S)
+        draft_warm = checkpoint_is_warm(sim.page_cache, plan.draft.path)
+        draft_s = weight_load_s(plan.draft_weights_gib * launch.tp_size, plan.draft_weights_gib, warm=draft_warm)
+        await _sleep(sim, draft_s)
+        checkpoint_read(sim.page_cache, plan.draft.path)
         if plan.fails_at == "draft":
             raise StartupFailure(FailureKind.CUDA_OOM, "torch.OutOfMemoryError: " + _torch_oom(
                 plan, plan.draft_weights_gib + plan.draft_kv_gib + plan.draft_graph_gib, free),
                                  "sglang/srt/speculative/eagle_worker.py")
-        log.all_ranks(f"Load weight end. elapsed=0.10 s, type={plan.draft.architecture}, dtype=torch.bfloat16, "
+        log.all_ranks(f"Load weight end. elapsed={draft_s:.2f} s, type={plan.draft.architecture}, dtype=torch.bfloat16, "
                       f"avail mem={_g(free - plan.draft_weights_gib)} GB, mem usage={_g(plan.draft_weights_gib)} GB.")
         log.all_ranks(f"KV Cache is allocated. #tokens: {plan.kv_tokens}, KV size: {_g(plan.draft_kv_gib)} GB")
         log.all_ranks(f"Capture draft cuda graph end. mem usage={_g(plan.draft_graph_gib)} GB. "

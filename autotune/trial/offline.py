@@ -33,7 +33,10 @@ Load outcomes are memoised on the engine's exact inputs (speed model inputs, KV
 pool, running-request cap, chunk size, OOM threshold, stream interval, seed when the
 engine samples speculative acceptance, workload, objective): two launches that differ only in
 knobs that change nothing the engine sees (``custom_allreduce`` where SGLang turns it
-off anyway) are measured once. Deterministic for a given request.
+off anyway) are measured once. Weight loading reads the checkpoint cold from disk on the
+first launch of a model in a study run (``run_dir``, ``study_name``) in this process and
+warm from the page cache after (:mod:`autotune.sim.weight_load`). Deterministic for a
+given sequence of requests.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ __all__ = ["evaluate", "clear_cache", "cache_info"]
 MEMO_SIZE = 4096
 _MEMO: OrderedDict[str, _LoadOutcome] = OrderedDict()
 _MEMO_STATS = {"hits": 0, "misses": 0}
+#: ((run_dir, study_name), checkpoint path) this process has loaded: the offline node's page cache.
+_READ: set[tuple[tuple[str, str], str]] = set()
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,10 @@ def _draft(spec: Any, model: ModelProfile) -> ModelProfile | None:
 
 
 def clear_cache() -> None:
-    """Forget memoised load outcomes and model profiles (tests, or after editing a model directory)."""
+    """Forget memoised load outcomes, model profiles and which checkpoints were read (tests, or after
+    editing a model directory)."""
     _MEMO.clear()
+    _READ.clear()
     _MEMO_STATS.update(hits=0, misses=0)
     _profile.cache_clear()
     _draft_cached.cache_clear()
@@ -187,8 +194,19 @@ def evaluate(request: TrialRequest) -> TrialResult:
 def _startup(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProfile,
              request: TrialRequest) -> StartupOutcome:
     p_predicted = request.prediction.p_gib if request.prediction is not None else None
-    return run_startup(plan, launch, replace(sim, time_scale=1.0), model,
-                       live_kill_f=request.config.mem_fraction_static, p_predicted=p_predicted)
+    # The node's page cache, per study run: the first launch of a checkpoint reads it cold, later ones warm
+    # (the server's own "auto" remembers it per host instead, which would make this evaluator's costs
+    # depend on what ran before on this machine).
+    # A mode the request pins for the server (its AUTOTUNE_SIM_PAGE_CACHE) is taken as is.
+    node = (request.run_dir, request.study_name)
+    cache = request.env.get("AUTOTUNE_SIM_PAGE_CACHE", "auto")
+    if cache not in ("cold", "warm"):
+        cache = "warm" if (node, launch.model_path) in _READ else "cold"
+    outcome = run_startup(plan, launch, replace(sim, time_scale=1.0, page_cache=cache), model,
+                          live_kill_f=request.config.mem_fraction_static, p_predicted=p_predicted)
+    if any("Load weight end" in line for line in outcome.lines):
+        _READ.add((node, launch.model_path))
+    return outcome
 
 
 def _load(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelProfile,
