@@ -431,7 +431,8 @@ class SearchSpec(_Model):
     # When SGLang's defaults (the baseline) launch: "last" (default) as the last search trial,
     # right before the confirmation re-runs, so the search's first launch is already a candidate
     # that can win and the defaults are measured back to back with the winner (the fairer A/B);
-    # "first": as trial 0 (a study stopped by its wall time or GPU budget still has it).
+    # "first": as trial 0 (a study stopped by its wall time or GPU budget still has it; also what
+    # a grid sampler and stages "fixed" do).
     baseline: Literal["first", "last"] = "last"
     # Named launch points run right after the baseline (SGLang's automatic values), so the report
     # shows the gain against them too, e.g. the value a node was started with by hand:

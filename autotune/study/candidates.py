@@ -160,16 +160,22 @@ class Candidates:
 
     def ensure_baseline(self) -> None:
         """When the study is new: record its spec, and enqueue SGLang's defaults (and the
-        references) now when ``search.baseline`` is "first" or the sampler is a grid; else the
-        driver enqueues them when the search is down to its last trials (:meth:`enqueue_baseline`)."""
+        references) now when :meth:`baseline_first`; else the driver enqueues them when the
+        search is down to its last trials (:meth:`enqueue_baseline`)."""
         if self.study.get_trials(deepcopy=False):
             return
-        # A grid launches every point, the baseline's among them, and marks the ones it has seen
-        # from the study's trials: its baseline stays first, or the grid would launch that point
-        # as an ordinary trial too.
-        if self.spec.search.baseline == "first" or isinstance(self.study.sampler, optuna.samplers.BruteForceSampler):
+        if self.baseline_first():
             self.enqueue_baseline()
         self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
+
+    def baseline_first(self) -> bool:
+        """``search.baseline: first``, and where "last" does not apply: a grid launches every point,
+        the baseline's among them, and marks the ones it has seen from the study's trials (launched
+        last, that point would run twice); fixed stages build the speculative stage on the best base
+        found, which is the baseline when the base stage found nothing feasible."""
+        s = self.spec.search
+        return s.baseline == "first" or s.stages == "fixed" \
+            or isinstance(self.study.sampler, optuna.samplers.BruteForceSampler)
 
     def baseline_params(self) -> dict[str, Any]:
         """SGLang's defaults as params of the widened space (no launch needed)."""
