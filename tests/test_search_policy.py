@@ -140,3 +140,24 @@ def test_a_speculative_launch_does_not_calibrate_the_memory_model(tmp_path: Path
     assert source.params.get("speculative_algorithm") == "none" and source.number > first.number
     # calibrated from the target's lines, the next candidates are not all condemned
     assert sum(t.state.name == "COMPLETE" for t in study.trials) >= 3
+
+
+def test_boundaries_put_the_largest_kv_pool_first_and_slack_failures_condemn_only_larger_graphs(tmp_path: Path):
+    from autotune.study.search_policy import _needs_as_much_slack
+
+    spec = _spec(tmp_path)  # demo workload: 256 x (512 + 32) live tokens
+
+    def predict(params):  # a smaller graph leaves more of f to the KV pool; feasible up to 0.92
+        ok = 0.80 <= params["mem_fraction_static"] <= 0.92
+        tokens = int(params["mem_fraction_static"] * 100_000) - params.get("cuda_graph_max_bs", 0) * 100
+        return {"verdict": "fits" if ok else "kv_oom", "should_prune": not ok, "kv_tokens": tokens}
+
+    baseline = {"mem_fraction_static": 0.85, "cuda_graph_max_bs": 512, "custom_allreduce": True,
+                "speculative_algorithm": "none"}
+    points = initial_design.build(spec, baseline, predict, 4, seed=0)
+    bounds = [p.params["cuda_graph_max_bs"] for p in points if p.why == "boundary"]
+    assert bounds == [64, 512]  # demand not met by any pool: the smallest graph (largest pool) first
+    failed = {"mem_fraction_static": 0.9, "cuda_graph_max_bs": 128, "speculative_algorithm": "none"}
+    assert _needs_as_much_slack({**failed, "cuda_graph_max_bs": 256}, failed)
+    assert not _needs_as_much_slack({**failed, "cuda_graph_max_bs": 64}, failed)
+    assert not _needs_as_much_slack({**failed, "speculative_algorithm": "EAGLE3"}, failed)

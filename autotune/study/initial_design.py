@@ -3,7 +3,8 @@
 Optuna's samplers start from random draws (TPE: 8 of them). A designed start spends
 those launches where they say the most:
 
-1. **Memory boundaries.** ``mem_fraction_static`` has monotone feasibility for fixed
+1. **Memory boundaries** (the largest predicted KV pool first while the workload's live
+   tokens do not fit it). ``mem_fraction_static`` has monotone feasibility for fixed
    other knobs: below the lowest feasible f the KV pool formula goes negative
    (``rest = A - P x (1 - f)``), above the highest one the slack left for CUDA graphs
    and activations is too small. Both edges are found by bisection on the memory
@@ -270,13 +271,22 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         or [None]
     sp = spec.search_space.speculative
     algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
-    boundary_of_base: dict[str, Any] | None = None
+    boundaries: list[dict[str, Any]] = []
     for bs in bs_pick:
         others = {**base, **({"cuda_graph_max_bs": bs} if bs is not None else {}), **spec_none}
         iv = interval(others)
-        if iv is None:
-            continue
-        point = {**others, "mem_fraction_static": iv[1]} if fs else others
+        if iv is not None:
+            boundaries.append({**others, "mem_fraction_static": iv[1]} if fs else others)
+    if fs:
+        # The largest pool first while the workload's live tokens do not fit it: below the demand
+        # requests queue for KV space and throughput follows the pool (a smaller graph size leaves
+        # more of f to the pool); ties (every pool holds the demand) keep the baseline's size first.
+        def pool(point: dict[str, Any]) -> int:
+            return min(demand, int(verdict(point).get("kv_tokens") or 0))
+
+        boundaries.sort(key=pool, reverse=True)
+    boundary_of_base: dict[str, Any] | None = None
+    for point in boundaries:
         if boundary_of_base is None:
             boundary_of_base = point
             for algo in algos:
