@@ -11,7 +11,7 @@ those launches where they say the most:
    model's verdict (no launch), so the interval costs ~2 log2(steps) predictions per
    CUDA-graph size. The highest ``fits`` f (largest KV pool that keeps the slack the
    model asks for) is launched for the baseline's, the smallest and the largest
-   ``cuda_graph_max_bs``.
+   ``cuda_graph_max_bs``, and for every other ``kv_cache_dtype`` of the space.
 2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
    with that algorithm at the settings SGLang picks for the architecture, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
@@ -271,9 +271,15 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         or [None]
     sp = spec.search_space.speculative
     algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
+    # ... and at the baseline's graph size, for every other KV cache dtype of the space: the cell
+    # size moves the whole feasible interval and what the pool holds (and a narrower cell is less
+    # to read per decoded token), a bigger change than the graph size, so it comes second.
+    variants = [{"cuda_graph_max_bs": bs} if bs is not None else {} for bs in bs_pick]
+    dtypes = [d for d in axes.get("kv_cache_dtype", []) if d != base.get("kv_cache_dtype")]
+    variants[1:1] = [{**variants[0], "kv_cache_dtype": d} for d in dtypes]
     boundaries: list[dict[str, Any]] = []
-    for bs in bs_pick:
-        others = {**base, **({"cuda_graph_max_bs": bs} if bs is not None else {}), **spec_none}
+    for variant in variants:
+        others = {**base, **variant, **spec_none}
         iv = interval(others)
         if iv is not None:
             boundaries.append({**others, "mem_fraction_static": iv[1]} if fs else others)
