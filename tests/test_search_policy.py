@@ -161,3 +161,22 @@ def test_boundaries_put_the_largest_kv_pool_first_and_slack_failures_condemn_onl
     assert _needs_as_much_slack({**failed, "cuda_graph_max_bs": 256}, failed)
     assert not _needs_as_much_slack({**failed, "cuda_graph_max_bs": 64}, failed)
     assert not _needs_as_much_slack({**failed, "speculative_algorithm": "EAGLE3"}, failed)
+
+
+def test_a_calibration_learnt_before_the_baseline_does_not_move_it(tmp_path: Path):
+    from autotune.study.candidates import Candidates
+    from autotune.study.prediction import Predictor
+
+    spec = _spec(tmp_path)
+    study = optuna.create_study(direction="maximize")
+
+    def fresh() -> Candidates:
+        return Candidates(spec, study, Predictor(spec, lambda: study.user_attrs.get("calibration")))
+
+    before = fresh().baseline_params()
+    stored = dict(study.user_attrs["baseline_resolved"])
+    # a launch calibrated the model since: SGLang's automatic values come out otherwise now
+    later = fresh()
+    later._resolved_baseline = lambda: {**stored, "max_running_requests": 4096}  # type: ignore[method-assign]
+    assert later.baseline_params() == before  # the space is widened once, by the values at the start
+    assert later.widened_spec().search_space == fresh().widened_spec().search_space

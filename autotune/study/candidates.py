@@ -138,8 +138,18 @@ class Candidates:
     def widened_spec(self) -> StudySpec:
         """The space with the baseline as one of its points (see space.widen_for_baseline)."""
         if self._widened is None:
-            self._widened, _ = space.widen_for_baseline(self.spec, self._resolved_baseline())
+            self._widened, _ = space.widen_for_baseline(self.spec, self._baseline_resolved())
         return self._widened
+
+    def _baseline_resolved(self) -> dict[str, Any]:
+        """SGLang's automatic values as predicted when the study started, stored with it: the space
+        is widened by them once, and a prediction calibrated later (before a baseline launched
+        last) must not widen it again (optuna refuses a categorical whose choices changed)."""
+        stored = self.study.user_attrs.get(attrs.BASELINE_RESOLVED)
+        if stored is None:
+            stored = self._resolved_baseline()
+            self.study.set_user_attr(attrs.BASELINE_RESOLVED, stored)
+        return dict(stored)
 
     def _resolved_baseline(self) -> dict[str, Any]:
         base_cfg = space.to_config(self.spec, {}, baseline=True)
@@ -179,8 +189,7 @@ class Candidates:
 
     def baseline_params(self) -> dict[str, Any]:
         """SGLang's defaults as params of the widened space (no launch needed)."""
-        self._widened, params = space.widen_for_baseline(self.spec, self._resolved_baseline())
-        return params
+        return space.widen_for_baseline(self.widened_spec(), self._baseline_resolved())[1]
 
     def baseline_launches(self) -> int:
         """Launches of the baseline and its references (the search trials they take)."""
@@ -191,8 +200,8 @@ class Candidates:
 
     def enqueue_baseline(self) -> None:
         """Queue SGLang's defaults, then the ``search.references`` points."""
-        resolved = self._resolved_baseline()
-        self._widened, params = space.widen_for_baseline(self.spec, resolved)
+        resolved = self._baseline_resolved()
+        params = self.baseline_params()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.study.enqueue_trial(params, user_attrs={attrs.BASELINE: True, attrs.RESOLVED: resolved})
