@@ -156,7 +156,8 @@ def test_boundaries_put_the_largest_kv_pool_first_and_slack_failures_condemn_onl
                 "speculative_algorithm": "none"}
     points = initial_design.build(spec, baseline, predict, 4, seed=0)
     bounds = [p.params["cuda_graph_max_bs"] for p in points if p.why == "boundary"]
-    assert bounds == [64, 512]  # demand not met by any pool: the smallest graph (largest pool) first
+    # demand not met by any pool: the smallest graph (largest pool) first, then by pool
+    assert bounds[0] == 64 and bounds == sorted(bounds) and len(bounds) >= 2
     failed = {"mem_fraction_static": 0.9, "cuda_graph_max_bs": 128, "speculative_algorithm": "none"}
     assert _needs_as_much_slack({**failed, "cuda_graph_max_bs": 256}, failed)
     assert not _needs_as_much_slack({**failed, "cuda_graph_max_bs": 64}, failed)
@@ -180,3 +181,14 @@ def test_a_calibration_learnt_before_the_baseline_does_not_move_it(tmp_path: Pat
     later._resolved_baseline = lambda: {**stored, "max_running_requests": 4096}  # type: ignore[method-assign]
     assert later.baseline_params() == before  # the space is widened once, by the values at the start
     assert later.widened_spec().search_space == fresh().widened_spec().search_space
+
+
+def test_the_designed_graph_size_covers_the_decode_batch(tmp_path: Path):
+    spec = _spec(tmp_path)  # concurrency 256, one replica
+    assert initial_design.graph_size_for(spec, [64, 128, 256, 512]) == 256
+    assert initial_design.graph_size_for(spec, [64, 128, 256, 512], 144) == 256
+    assert initial_design.graph_size_for(spec, [64, 128, 256, 512], 100) == 128
+    assert initial_design.graph_size_for(spec, [16, 32, 64]) == 64  # none covers it: the largest
+    dp = _spec(tmp_path, server={**spec.server.model_dump(mode="json", exclude_none=True), "dp_size": 8,
+                                 "tp_size": 1})
+    assert initial_design.graph_size_for(dp, [16, 32, 64, 128]) == 32  # 256 / 8 replicas

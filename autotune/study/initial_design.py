@@ -10,8 +10,8 @@ those launches where they say the most:
    and activations is too small. Both edges are found by bisection on the memory
    model's verdict (no launch), so the interval costs ~2 log2(steps) predictions per
    CUDA-graph size. The highest ``fits`` f (largest KV pool that keeps the slack the
-   model asks for) is launched for the baseline's, the smallest and the largest
-   ``cuda_graph_max_bs``, and for every other ``kv_cache_dtype`` of the space.
+   model asks for) is launched for the graph size that covers the workload's decode batch
+   (:func:`graph_size_for`), the smallest and the largest ``cuda_graph_max_bs``, and for every other ``kv_cache_dtype`` of the space.
 2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
    with that algorithm at the settings SGLang picks for the architecture, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
@@ -175,6 +175,19 @@ def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> 
     return out
 
 
+def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None) -> Any:
+    """The design's ``cuda_graph_max_bs``: the smallest size of the space that covers a replica's
+    decode batch at the workload's concurrency (ceil(concurrency / dp_size), capped by the
+    running-request limit when the design sets one), else the largest. SGLang replays a captured
+    graph only for batches up to the size; a smaller size runs the larger batches eagerly, a larger
+    one captures graphs (time at every launch, and memory) that are never replayed."""
+    batch = math.ceil(max(spec.workload.concurrency) / max(1, spec.server.dp_size))
+    if isinstance(max_running, int) and max_running > 0:
+        batch = min(batch, max_running)
+    ordered = sorted(sizes)
+    return next((v for v in ordered if v >= batch), ordered[-1])
+
+
 def kv_demand(spec: StudySpec) -> int:
     """KV tokens the workload keeps live at its highest concurrency (every request's prompt and output)."""
     wl = spec.workload
@@ -200,6 +213,8 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
     base = {k: v for k, v in baseline.items() if k in axes and (k == "mem_fraction_static" or v in axes[k])}
     for k, vals in axes.items():
         base.setdefault(k, vals[len(vals) // 2])
+    if "cuda_graph_max_bs" in axes:
+        base["cuda_graph_max_bs"] = graph_size_for(spec, axes["cuda_graph_max_bs"], base.get("max_running_requests"))
     fs = sorted(axes.get("mem_fraction_static", []))
     cache: dict[str, dict[str, Any]] = {}
 
