@@ -79,7 +79,7 @@ PROVENANCE: dict[str, tuple[str, str]] = {
                     "case (f 0.88, bs 512) must still start and serve"),
     "GRAPH_BASE_MIB, GRAPH_PER_SIZE_*, GRAPH_LIVE_TENSORS": ("modelled", "dense-model graph pool"),
     "PREFILL_ACT_*": ("modelled", "live tensors of one prefill chunk (hidden x 12 + active MLP)"),
-    "attention workspace 384/512 MiB": ("measured", "SGLANG_FLASHINFER_WORKSPACE_SIZE default (SGLang source)"),
+    "attention workspace 384/512 MiB": ("source", "SGLANG_FLASHINFER_WORKSPACE_SIZE default (SGLang source)"),
 }
 
 
