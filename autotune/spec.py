@@ -428,6 +428,12 @@ class SearchSpec(_Model):
     # winner with median and spread.
     confirm_top: int = Field(default=2, ge=0, le=20)
     repeats: int = Field(default=1, ge=0, le=10)
+    # When SGLang's defaults (the baseline) launch: "last" (default) as the last search trial,
+    # right before the confirmation re-runs, so the search's first launch is already a candidate
+    # that can win and the defaults are measured back to back with the winner (the fairer A/B);
+    # "first": as trial 0 (a study stopped by its wall time or GPU budget still has it; also what
+    # a grid sampler and stages "fixed" do).
+    baseline: Literal["first", "last"] = "last"
     # Named launch points run right after the baseline (SGLang's automatic values), so the report
     # shows the gain against them too, e.g. the value a node was started with by hand:
     # {"seed's start": {"mem_fraction_static": 0.88}}. Their params override the baseline's.

@@ -48,8 +48,9 @@ Per study (scenario):
    (by its noise-free value) to the end of the budget; ``inf`` if the final pick is off
    target. Medians and [min, max] over ``--seeds`` seeds; *final regret* is the final
    pick's distance to the optimum (``defaults_regret_pct``: SGLang's defaults', the
-   baseline every driver strategy launches first; None when the defaults fail or miss the
-   SLO). ``failed_gpu_s`` is what launches that died
+   baseline every driver strategy launches, as its last search trial (first with the
+   grid); None when the defaults fail or miss the SLO). ``failed_gpu_s`` is what launches
+   that died
    (OOM and other failures) cost: what pruning saves shows as the gap between
    ``random`` and ``driver+random``.
 

@@ -98,3 +98,97 @@ def test_adaptive_stages_on_the_driver(tmp_path: Path):
                    if t2.number < t.number and t2.user_attrs.get("failure_kind") in slack_kinds]
         if earlier and t.user_attrs.get("design") != "space-filling":
             assert t.params["mem_fraction_static"] < min(earlier)
+
+
+def test_the_baseline_runs_last_beside_the_confirmation_unless_asked_first(tmp_path: Path):
+    (tmp_path / "last").mkdir()
+    spec = _spec(tmp_path / "last", n_trials=5, search={"confirm_top": 1, "repeats": 1})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    search = [t for t in study.trials if t.user_attrs.get("confirm_of") is None]
+    assert budget_used(study) == 5 and len(search) == 5
+    base = [t for t in search if t.user_attrs.get("baseline")]
+    assert [t.number for t in base] == [search[-1].number]  # the search's last trial, not its first
+    assert search[0].user_attrs.get("stage") == "design"  # the first launch is one that can win
+    assert any(t.user_attrs.get("confirm_of") == base[0].number for t in study.trials)  # re-run with the winner
+    (tmp_path / "first").mkdir()
+    spec = _spec(tmp_path / "first", n_trials=3, search={"confirm_top": 0, "baseline": "first"})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert study.trials[0].user_attrs.get("baseline") and len(study.trials) == 3
+
+
+def test_the_speculative_probe_starts_from_sglangs_own_settings_for_the_architecture(tmp_path: Path):
+    spec = _spec(tmp_path)  # EAGLE3, steps 1-4, top-k 1
+    # SGLang's auto_choose_speculative_params: (3, 1, 4) for DeepSeek-V3-class, (5, 4, 8) for Llama
+    probe = initial_design._spec_probe(spec, "EAGLE3", "DeepseekV3ForCausalLM")
+    assert probe == {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                     "speculative_num_draft_tokens": 4}
+    probe = initial_design._spec_probe(spec, "EAGLE3", "LlamaForCausalLM")  # snapped: 4 steps, top-k 1 only
+    assert probe["speculative_num_steps"] == 4 and probe["speculative_eagle_topk"] == 1
+    assert probe["speculative_num_draft_tokens"] == 5
+
+
+def test_a_speculative_launch_does_not_calibrate_the_memory_model(tmp_path: Path):
+    spec = _spec(tmp_path, n_trials=4)
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    first = study.trials[0]
+    assert first.params.get("speculative_algorithm") == "EAGLE3"  # the design's probe launches first
+    cal = study.user_attrs["calibration"]
+    source = study.trials[int(cal["source"].split()[-1])]
+    assert source.params.get("speculative_algorithm") == "none" and source.number > first.number
+    # calibrated from the target's lines, the next candidates are not all condemned
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) >= 3
+
+
+def test_boundaries_put_the_largest_kv_pool_first_and_slack_failures_condemn_only_larger_graphs(tmp_path: Path):
+    from autotune.study.search_policy import _needs_as_much_slack
+
+    spec = _spec(tmp_path)  # demo workload: 256 x (512 + 32) live tokens
+
+    def predict(params):  # a smaller graph leaves more of f to the KV pool; feasible up to 0.92
+        ok = 0.80 <= params["mem_fraction_static"] <= 0.92
+        tokens = int(params["mem_fraction_static"] * 100_000) - params.get("cuda_graph_max_bs", 0) * 100
+        return {"verdict": "fits" if ok else "kv_oom", "should_prune": not ok, "kv_tokens": tokens}
+
+    baseline = {"mem_fraction_static": 0.85, "cuda_graph_max_bs": 512, "custom_allreduce": True,
+                "speculative_algorithm": "none"}
+    points = initial_design.build(spec, baseline, predict, 4, seed=0)
+    bounds = [p.params["cuda_graph_max_bs"] for p in points if p.why == "boundary"]
+    # demand not met by any pool: the smallest graph (largest pool) first, then by pool
+    assert bounds[0] == 64 and bounds == sorted(bounds) and len(bounds) >= 2
+    failed = {"mem_fraction_static": 0.9, "cuda_graph_max_bs": 128, "speculative_algorithm": "none"}
+    assert _needs_as_much_slack({**failed, "cuda_graph_max_bs": 256}, failed)
+    assert not _needs_as_much_slack({**failed, "cuda_graph_max_bs": 64}, failed)
+    assert not _needs_as_much_slack({**failed, "speculative_algorithm": "EAGLE3"}, failed)
+
+
+def test_a_calibration_learnt_before_the_baseline_does_not_move_it(tmp_path: Path):
+    from autotune.study.candidates import Candidates
+    from autotune.study.prediction import Predictor
+
+    spec = _spec(tmp_path)
+    study = optuna.create_study(direction="maximize")
+
+    def fresh() -> Candidates:
+        return Candidates(spec, study, Predictor(spec, lambda: study.user_attrs.get("calibration")))
+
+    before = fresh().baseline_params()
+    stored = dict(study.user_attrs["baseline_resolved"])
+    # a launch calibrated the model since: SGLang's automatic values come out otherwise now
+    later = fresh()
+    later._resolved_baseline = lambda: {**stored, "max_running_requests": 4096}  # type: ignore[method-assign]
+    assert later.baseline_params() == before  # the space is widened once, by the values at the start
+    assert later.widened_spec().search_space == fresh().widened_spec().search_space
+
+
+def test_the_designed_graph_size_covers_the_decode_batch(tmp_path: Path):
+    spec = _spec(tmp_path)  # concurrency 256, one replica
+    assert initial_design.graph_size_for(spec, [64, 128, 256, 512]) == 256
+    assert initial_design.graph_size_for(spec, [64, 128, 256, 512], 144) == 256
+    assert initial_design.graph_size_for(spec, [64, 128, 256, 512], 100) == 128
+    assert initial_design.graph_size_for(spec, [16, 32, 64]) == 64  # none covers it: the largest
+    dp = _spec(tmp_path, server={**spec.server.model_dump(mode="json", exclude_none=True), "dp_size": 8,
+                                 "tp_size": 1})
+    assert initial_design.graph_size_for(dp, [16, 32, 64, 128]) == 32  # 256 / 8 replicas

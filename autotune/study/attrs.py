@@ -40,3 +40,4 @@ CALIBRATION = "calibration"
 SPEC = "spec"
 CONFIRMATION = "confirmation"
 CONFIRMATION_STARTED = "confirmation_started"
+BASELINE_RESOLVED = "baseline_resolved"  # SGLang's automatic values as predicted at the study's start

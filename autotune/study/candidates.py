@@ -4,7 +4,7 @@ From an optuna trial to a launch: the suggested parameters (on a space widened s
 SGLang's defaults are one of its points), the server config, the arguments SGLang
 would refuse (speculative settings, the installed SGLang's own parser), the memory
 prediction, and the verdict that prunes it before launch. The baseline (SGLang's
-defaults) is trial 0.
+defaults) is the last search trial (``search.baseline: last``) or trial 0 ("first").
 """
 
 from __future__ import annotations
@@ -138,8 +138,18 @@ class Candidates:
     def widened_spec(self) -> StudySpec:
         """The space with the baseline as one of its points (see space.widen_for_baseline)."""
         if self._widened is None:
-            self._widened, _ = space.widen_for_baseline(self.spec, self._resolved_baseline())
+            self._widened, _ = space.widen_for_baseline(self.spec, self._baseline_resolved())
         return self._widened
+
+    def _baseline_resolved(self) -> dict[str, Any]:
+        """SGLang's automatic values as predicted when the study started, stored with it: the space
+        is widened by them once, and a prediction calibrated later (before a baseline launched
+        last) must not widen it again (optuna refuses a categorical whose choices changed)."""
+        stored = self.study.user_attrs.get(attrs.BASELINE_RESOLVED)
+        if stored is None:
+            stored = self._resolved_baseline()
+            self.study.set_user_attr(attrs.BASELINE_RESOLVED, stored)
+        return dict(stored)
 
     def _resolved_baseline(self) -> dict[str, Any]:
         base_cfg = space.to_config(self.spec, {}, baseline=True)
@@ -159,17 +169,44 @@ class Candidates:
         return space.baseline_params(self.spec, resolved)
 
     def ensure_baseline(self) -> None:
-        """Trial 0 is SGLang's defaults; enqueue it when the study is new."""
+        """When the study is new: record its spec, and enqueue SGLang's defaults (and the
+        references) now when :meth:`baseline_first`; else the driver enqueues them when the
+        search is down to its last trials (:meth:`enqueue_baseline`)."""
         if self.study.get_trials(deepcopy=False):
             return
-        resolved = self._resolved_baseline()
-        self._widened, params = space.widen_for_baseline(self.spec, resolved)
+        if self.baseline_first():
+            self.enqueue_baseline()
+        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
+
+    def baseline_first(self) -> bool:
+        """``search.baseline: first``, and where "last" does not apply: a grid launches every point,
+        the baseline's among them, and marks the ones it has seen from the study's trials (launched
+        last, that point would run twice); fixed stages build the speculative stage on the best base
+        found, which is the baseline when the base stage found nothing feasible."""
+        s = self.spec.search
+        return s.baseline == "first" or s.stages == "fixed" \
+            or isinstance(self.study.sampler, optuna.samplers.BruteForceSampler)
+
+    def baseline_params(self) -> dict[str, Any]:
+        """SGLang's defaults as params of the widened space (no launch needed)."""
+        return space.widen_for_baseline(self.widened_spec(), self._baseline_resolved())[1]
+
+    def baseline_launches(self) -> int:
+        """Launches of the baseline and its references (the search trials they take)."""
+        return 1 + len(self.spec.search.references)
+
+    def baseline_enqueued(self) -> bool:
+        return any(t.user_attrs.get(attrs.BASELINE) for t in self.study.get_trials(deepcopy=False))
+
+    def enqueue_baseline(self) -> None:
+        """Queue SGLang's defaults, then the ``search.references`` points."""
+        resolved = self._baseline_resolved()
+        params = self.baseline_params()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.study.enqueue_trial(params, user_attrs={attrs.BASELINE: True, attrs.RESOLVED: resolved})
             for name, ref in self.spec.search.references.items():  # e.g. the seed's hand-passed 0.88
                 self.study.enqueue_trial({**params, **ref}, user_attrs={attrs.REFERENCE: name})
-        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
 
     # ---- validation and prediction --------------------------------------------------------
     def config_of(self, params: dict[str, Any], *, baseline: bool) -> ServerConfig:

@@ -110,6 +110,7 @@ class StudyDriver:
         self._live: dict[int, optuna.Trial] = {}  # launched or waiting on a launch of the same argv
         self._launching: dict[str, int] = {}  # launch key -> the trial in flight with it
         self._followers: dict[int, list[optuna.Trial]] = {}  # trial in flight -> trials reusing its result
+        self._baseline_queued = False  # SGLang's defaults are in the study (see _baseline_due)
         self.executor = executor or self._default_executor()
 
     # ---- setup ---------------------------------------------------------
@@ -270,9 +271,29 @@ class StudyDriver:
     def _wants_confirmation(self, st: _LoopState) -> bool:
         return not st.out_of_budget and not st.confirming and self.phases.wants_confirmation()
 
+    def _baseline_due(self, st: _LoopState) -> bool:
+        """Queue SGLang's defaults (``search.baseline: last``) once the search is down to the trials
+        they take, or over early (exhausted grid); never past a wall-time or GPU budget. The search's
+        first launch is then a candidate that can win rather than a reference point, and the defaults
+        run right before the confirmation re-runs, back to back with the winner."""
+        if self._baseline_queued or st.out_of_budget:
+            return False
+        if self.candidates.baseline_enqueued():  # "first", or a resumed study
+            self._baseline_queued = True
+            return False
+        left = self.spec.n_trials - budget_used(self.study) - len(self._live)
+        if st.stopped is None and not self._grid_exhausted() and left > self.candidates.baseline_launches():
+            return False
+        self.candidates.enqueue_baseline()
+        self._baseline_queued = True
+        log.info("launching SGLang's defaults (the baseline) as the search's last trial")
+        return True
+
     def _confirmation_phase(self, st: _LoopState) -> None:
         """Once the search is over and nothing runs: queue the re-runs of the top trials and the baseline."""
-        if self._searching(st) or self._live or not self._wants_confirmation(st):
+        self._baseline_due(st)
+        if self._searching(st) or self._live or (self.phases.pending() and not st.confirming) \
+                or not self._wants_confirmation(st):
             return
         numbers = self.phases.enqueue_confirmation()
         st.confirming = True
@@ -283,10 +304,11 @@ class StudyDriver:
         """Start trials while the executor has room: search trials within the budget, then the
         queued confirmation re-runs."""
         while self.executor.slots_free() > 0:
+            self._baseline_due(st)
             used = budget_used(self.study)
             if st.stopped is None and not self._grid_exhausted() and used + len(self._live) < self.spec.n_trials:
                 self.phases.before_ask(used)
-            elif not (st.confirming and self.phases.pending()):
+            elif not (self.phases.pending() and (st.confirming or not st.out_of_budget)):
                 return
             req = self._next_launch(confirming=st.confirming)
             if req is not None:
@@ -301,7 +323,7 @@ class StudyDriver:
             return False
         if self._searching(st) and not self._grid_exhausted():
             return False
-        if st.confirming and self.phases.pending():
+        if self.phases.pending() and (st.confirming or not st.out_of_budget):
             return False
         return not self._wants_confirmation(st)
 

@@ -3,16 +3,17 @@
 Optuna's samplers start from random draws (TPE: 8 of them). A designed start spends
 those launches where they say the most:
 
-1. **Memory boundaries.** ``mem_fraction_static`` has monotone feasibility for fixed
+1. **Memory boundaries** (the largest predicted KV pool first while the workload's live
+   tokens do not fit it). ``mem_fraction_static`` has monotone feasibility for fixed
    other knobs: below the lowest feasible f the KV pool formula goes negative
    (``rest = A - P x (1 - f)``), above the highest one the slack left for CUDA graphs
    and activations is too small. Both edges are found by bisection on the memory
    model's verdict (no launch), so the interval costs ~2 log2(steps) predictions per
    CUDA-graph size. The highest ``fits`` f (largest KV pool that keeps the slack the
-   model asks for) is launched for the baseline's, the smallest and the largest
-   ``cuda_graph_max_bs``.
+   model asks for) is launched for the graph size that covers the workload's decode batch
+   (:func:`graph_size_for`), the smallest and the largest ``cuda_graph_max_bs``, and for every other ``kv_cache_dtype`` of the space.
 2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
-   with that algorithm at mid-range settings, so the data says at once whether the
+   with that algorithm at the settings SGLang picks for the architecture, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
    :mod:`autotune.study.search_policy`).
    When the workload's live tokens (concurrency x (input + output)) do not fit the
@@ -139,30 +140,52 @@ def _sobol(dims: int, n: int, seed: int | None) -> list[list[float]]:
     return [list(map(float, p)) for p in pts[:n]]
 
 
-def _spec_probe(spec: StudySpec, algo: str) -> dict[str, Any]:
-    """Mid-range speculative settings for ``algo`` (topk 1 where SGLang allows the chain form)."""
+def _nearest(vals: list[Any], want: float) -> Any:
+    return min(vals, key=lambda v: (abs(float(v) - want), float(v)))
+
+
+def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> dict[str, Any]:
+    """The settings SGLang itself picks for ``algo`` on this architecture when only the algorithm
+    is given (``auto_choose_speculative_params`` in its server_args.py:
+    :func:`autotune.sglang.defaults.auto_speculative_params`, e.g. 3 steps, top-k 1, 4 draft
+    tokens for DeepSeek-V3-class models), snapped to the space: the maintainers' tuned default
+    is a better first guess than the middle of whatever range the user wrote (topk 1, the chain
+    form, where the space allows it and the default is not tree-shaped)."""
+    from autotune.sglang.defaults import auto_speculative_params
+
     sp = spec.search_space.speculative
     out: dict[str, Any] = {"speculative_algorithm": algo}
     if sp is None:
         return out
+    steps0, topk0, draft0 = auto_speculative_params(algo, architecture or "")
     if algo == "NGRAM":
         if sp.num_draft_tokens is not None:
-            vals = space._values(sp.num_draft_tokens)
-            out["speculative_num_draft_tokens"] = vals[len(vals) // 2]
+            out["speculative_num_draft_tokens"] = _nearest(space._values(sp.num_draft_tokens), draft0)
         return out
     if sp.num_steps is None:
         return out
-    steps_vals = space._values(sp.num_steps)
-    steps = steps_vals[(len(steps_vals) - 1) // 2]
+    steps = _nearest(space._values(sp.num_steps), steps0)
     topks = space._values(sp.eagle_topk) if sp.eagle_topk is not None else [1]
-    topk = 1 if 1 in topks else topks[0]
+    topk = _nearest(topks, topk0)
     out.update(speculative_num_steps=steps, speculative_eagle_topk=topk)
     if topk == 1:
         out["speculative_num_draft_tokens"] = steps + 1
     elif sp.num_draft_tokens is not None:
-        vals = space._values(sp.num_draft_tokens)
-        out["speculative_num_draft_tokens"] = vals[len(vals) // 2]
+        out["speculative_num_draft_tokens"] = _nearest(space._values(sp.num_draft_tokens), draft0)
     return out
+
+
+def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None) -> Any:
+    """The design's ``cuda_graph_max_bs``: the smallest size of the space that covers a replica's
+    decode batch at the workload's concurrency (ceil(concurrency / dp_size), capped by the
+    running-request limit when the design sets one), else the largest. SGLang replays a captured
+    graph only for batches up to the size; a smaller size runs the larger batches eagerly, a larger
+    one captures graphs (time at every launch, and memory) that are never replayed."""
+    batch = math.ceil(max(spec.workload.concurrency) / max(1, spec.server.dp_size))
+    if isinstance(max_running, int) and max_running > 0:
+        batch = min(batch, max_running)
+    ordered = sorted(sizes)
+    return next((v for v in ordered if v >= batch), ordered[-1])
 
 
 def kv_demand(spec: StudySpec) -> int:
@@ -172,7 +195,7 @@ def kv_demand(spec: StudySpec) -> int:
 
 
 def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
-          seed: int | None = 0) -> list[DesignPoint]:
+          seed: int | None = 0, architecture: str | None = None) -> list[DesignPoint]:
     """Up to ``n`` designed points (module docstring), best-informed first.
 
     ``spec`` is the study's own search space; ``baseline`` trial 0's params;
@@ -190,6 +213,8 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
     base = {k: v for k, v in baseline.items() if k in axes and (k == "mem_fraction_static" or v in axes[k])}
     for k, vals in axes.items():
         base.setdefault(k, vals[len(vals) // 2])
+    if "cuda_graph_max_bs" in axes:
+        base["cuda_graph_max_bs"] = graph_size_for(spec, axes["cuda_graph_max_bs"], base.get("max_running_requests"))
     fs = sorted(axes.get("mem_fraction_static", []))
     cache: dict[str, dict[str, Any]] = {}
 
@@ -261,18 +286,33 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         or [None]
     sp = spec.search_space.speculative
     algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
-    boundary_of_base: dict[str, Any] | None = None
-    for bs in bs_pick:
-        others = {**base, **({"cuda_graph_max_bs": bs} if bs is not None else {}), **spec_none}
+    # ... and at the baseline's graph size, for every other KV cache dtype of the space: the cell
+    # size moves the whole feasible interval and what the pool holds (and a narrower cell is less
+    # to read per decoded token), a bigger change than the graph size, so it comes second.
+    variants = [{"cuda_graph_max_bs": bs} if bs is not None else {} for bs in bs_pick]
+    dtypes = [d for d in axes.get("kv_cache_dtype", []) if d != base.get("kv_cache_dtype")]
+    variants[1:1] = [{**variants[0], "kv_cache_dtype": d} for d in dtypes]
+    boundaries: list[dict[str, Any]] = []
+    for variant in variants:
+        others = {**base, **variant, **spec_none}
         iv = interval(others)
-        if iv is None:
-            continue
-        point = {**others, "mem_fraction_static": iv[1]} if fs else others
+        if iv is not None:
+            boundaries.append({**others, "mem_fraction_static": iv[1]} if fs else others)
+    if fs:
+        # The largest pool first while the workload's live tokens do not fit it: below the demand
+        # requests queue for KV space and throughput follows the pool (a smaller graph size leaves
+        # more of f to the pool); ties (every pool holds the demand) keep the baseline's size first.
+        def pool(point: dict[str, Any]) -> int:
+            return min(demand, int(verdict(point).get("kv_tokens") or 0))
+
+        boundaries.sort(key=pool, reverse=True)
+    boundary_of_base: dict[str, Any] | None = None
+    for point in boundaries:
         if boundary_of_base is None:
             boundary_of_base = point
             for algo in algos:
                 anchor = {k: v for k, v in point.items() if k not in space.SPEC_PARAMS}
-                probe = {**anchor, **_spec_probe(spec, algo)}
+                probe = {**anchor, **_spec_probe(spec, algo, architecture)}
                 if fs:  # the draft model takes memory: the boundary moves down
                     piv = interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
                     if piv is None:

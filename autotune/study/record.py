@@ -98,6 +98,11 @@ class Recorder:
             return
         baseline = bool(trial.user_attrs.get(attrs.BASELINE))
         cfg = self.candidates.config_of(dict(trial.params), baseline=baseline)
+        if cfg.speculative.enabled or obs.get("draft_seen"):
+            # The draft model runner logs the same unlabelled memory lines as the target; a P or A
+            # read from its lines (seen with the simulator's 0.5.9 logs: P 12 GiB on an H200)
+            # would condemn every later candidate. The first launch without a draft calibrates.
+            return
         pred = trial.user_attrs.get(attrs.PREDICTION, {})
         cal = Calibration.at(obs, cfg, source=f"trial {trial.number}", resolved_f=pred.get("f")).to_dict()
         self.study.set_user_attr(attrs.CALIBRATION, cal)

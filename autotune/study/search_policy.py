@@ -54,6 +54,8 @@ MIN_GAIN = 0.005
 #: A speculative probe that beats every other launch by this much (far beyond noise) ends the
 #: design: the speculative stage runs at once.
 BIG_GAIN = 0.10
+#: A failed boundary point of the design is walked down at most this many steps of f.
+MAX_BOUNDARY_STEPS = 2
 #: Failures that say f left too little slack: every higher f (other knobs equal) fails too.
 SLACK_KINDS = (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.RUNTIME_OOM.value)
 
@@ -61,6 +63,16 @@ SLACK_KINDS = (FailureKind.GRAPH_CAPTURE_OOM.value, FailureKind.RUNTIME_OOM.valu
 # ---- the stages ---------------------------------------------------------------------
 def _launched(t: FrozenTrial) -> bool:
     return t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_extra(t) and not t.user_attrs.get("retried")
+
+
+def _needs_as_much_slack(point: dict[str, Any], failed: dict[str, Any]) -> bool:
+    """``point`` differs from ``failed`` at most in f and a graph size at least as large (so it
+    needs at least the slack after the KV pool that ``failed`` lacked)."""
+    skip = ("mem_fraction_static", "cuda_graph_max_bs")
+    if {k: v for k, v in point.items() if k not in skip} != {k: v for k, v in failed.items() if k not in skip}:
+        return False
+    bs, bs_failed = point.get("cuda_graph_max_bs"), failed.get("cuda_graph_max_bs")
+    return bs is None or bs_failed is None or bs >= bs_failed
 
 
 def _as_suggested(variant: dict[str, Any]) -> dict[str, Any]:
@@ -115,9 +127,11 @@ class SearchPolicy:
         spec = [float(t.value or 0.0) for t in done if t.params.get("speculative_algorithm", "none") != "none"]
         best_spec = max(spec, key=lambda v: self.sign * v) if spec else None
         best_base = max(base, key=lambda v: self.sign * v) if base else None
-        # Speculative first only when it wins by more than measurement noise.
-        if best_spec is not None and (best_base is None or
-                                      self.sign * (best_spec - best_base) > MIN_GAIN * abs(best_base)):
+        # Speculative first only when it beats a measured base configuration by more than
+        # measurement noise (with SGLang's defaults launched last, the probe may be the only
+        # measurement so far: that says nothing about the prior).
+        if best_spec is not None and best_base is not None and \
+                self.sign * (best_spec - best_base) > MIN_GAIN * abs(best_base):
             return ["speculative", "base", "joint"]
         return ["base", "speculative", "joint"]
 
@@ -216,7 +230,8 @@ class SearchPolicy:
         cands = self.candidates
         wide = cands.widened_spec()
         base = next((t for t in self._trials() if t.user_attrs.get("baseline")), None)
-        baseline = dict(base.params) if base is not None else {}
+        # SGLang's defaults are known without launching them (search.baseline: last)
+        baseline = dict(base.params) if base is not None else cands.baseline_params()
 
         def predict(params: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -225,7 +240,8 @@ class SearchPolicy:
                 log.debug("design: no prediction for %s: %s", params, exc)
                 return {"should_prune": True, "verdict": "unknown"}
 
-        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed)
+        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed,
+                                      architecture=cands.predictor.profiles()[0].architecture)
         self.study.set_user_attr("design_points", [{"params": p.params, "why": p.why} for p in points])
         log.info("designed start: %d point(s) (%s)", len(points), ", ".join(p.why for p in points))
 
@@ -244,6 +260,11 @@ class SearchPolicy:
                      BIG_GAIN * 100)
             return False
         seen = {json_key(t.params) for t in trials}
+        step = self._boundary_step(trials, points)
+        if step is not None and json_key(step) not in seen:
+            # the next point of the design walks the failed boundary down one step of f
+            points = [*points[:used], {"params": step, "why": "boundary step"}, *points[used:]]
+            self.study.set_user_attr("design_points", points)
         while used < len(points):
             params = self._adapt(points[used], trials)
             used += 1
@@ -253,6 +274,33 @@ class SearchPolicy:
                 return True
         self.study.set_user_attr("design_used", used)
         return False
+
+    def _boundary_step(self, trials: list[FrozenTrial], points: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """After a designed boundary point ran out of slack (graph capture or runtime OOM): the same
+        knobs one step of f lower. Feasibility is monotone in f for fixed other knobs, so the largest
+        KV pool that really fits is the next step down, and the memory model's edge is least certain
+        right there; a failed launch costs its startup, far less than a completed one. At most
+        MAX_BOUNDARY_STEPS in a row."""
+        design = [t for t in trials if t.user_attrs.get("stage") == "design" and _launched(t)]
+        if not design:
+            return None
+        last = design[-1]
+        if last.state != TrialState.FAIL or last.user_attrs.get("failure_kind") not in SLACK_KINDS \
+                or last.user_attrs.get("design") not in ("boundary", "boundary step"):
+            return None
+        walked = 0
+        for t in reversed(design):
+            if t.user_attrs.get("design") != "boundary step":
+                break
+            walked += 1
+        dom = self.candidates.widened_spec().search_space.mem_fraction_static
+        f = last.params.get("mem_fraction_static")
+        if walked >= MAX_BOUNDARY_STEPS or dom is None or f is None:
+            return None
+        step = dom.step or 0.01
+        if f - step < dom.low - 1e-9:
+            return None
+        return {**last.params, "mem_fraction_static": round(f - step, 6)}
 
     def _probe_won_big(self, trials: list[FrozenTrial]) -> bool:
         done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and not is_extra(t)
@@ -268,14 +316,25 @@ class SearchPolicy:
         params = dict(point["params"])
         best = ranked(self.study)
         won = best[0].params if best else {}
+        measured_base = any(t.params.get("speculative_algorithm", "none") == "none" for t in best)
         if point["why"] != "speculative probe" and won.get("speculative_algorithm", "none") != "none" \
-                and params.get("speculative_algorithm", "none") == "none":
+                and measured_base and params.get("speculative_algorithm", "none") == "none":
             # a speculative probe beat everything: the rest of the design carries its settings
             params = {**{k: v for k, v in params.items() if k not in SPEC_KEYS},
                       **{k: v for k, v in won.items() if k in SPEC_KEYS}}
+        dtype = params.get("kv_cache_dtype")
+        if point["why"] == "boundary" and best and dtype is not None \
+                and best[0].params.get("kv_cache_dtype", dtype) != dtype \
+                and any(t.params.get("kv_cache_dtype") == dtype for t in best):
+            # the KV cache dtypes were both measured at their boundaries and the other one leads:
+            # the remaining boundaries (graph sizes) are taken with it
+            params["kv_cache_dtype"] = best[0].params["kv_cache_dtype"]
         f = params.get("mem_fraction_static")
+        # A slack failure at f condemns higher f only where at least as much slack is needed:
+        # the same knobs (f aside) with a graph size at least as large as the failed launch's.
         slack_fails = [t.params["mem_fraction_static"] for t in trials
-                       if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params]
+                       if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params
+                       and _needs_as_much_slack(params, t.params)]
         if f is not None and slack_fails and point["why"] != "space-filling" and f >= min(slack_fails):
             dom = self.candidates.widened_spec().search_space.mem_fraction_static
             step = (dom.step if dom is not None and dom.step else 0.01)
