@@ -224,3 +224,28 @@ def test_min_over_all_lines_would_take_the_drafts() -> None:
     events = parse_log((_LOGS / "eagle-0.5.9.log").read_text())
     begins = [e.values["avail_gib"] for e in events if e.values.get("source") == "load_weight_begin"]
     assert min(begins) == pytest.approx(9.0)
+
+
+@pytest.mark.parametrize("name", ["eagle-0.5.9.log", "eagle-0.5.23.log"])
+def test_the_live_watcher_reads_the_targets_lines_and_spares_a_speculative_launch(name: str) -> None:
+    """The live watcher sees one line at a time: the draft runner's later "Load weight" lines
+    (avail mem 9.0 / 7.5 on the 0.5.9 log) must neither become P and A nor prove the formula
+    negative and kill a launch that started (f 0.88 on the 0.5.9 log)."""
+    from autotune.trial.live_kill import LiveKill
+
+    path = _LOGS / name
+    killed: list[str] = []
+
+    class Target:
+        def kill_now(self, kind: str, evidence: str) -> None:
+            killed.append(evidence)
+
+    watcher = LiveKill(0.88, None)
+    watcher.server = Target()
+    for line in path.read_text().splitlines():
+        watcher(line)
+    assert killed == []
+    live = summarize(watcher.events)
+    whole = summarize(parse_log(path.read_text()))
+    assert (live["p_gib"], live["a_gib"], live["kv_gib"]) == (whole["p_gib"], whole["a_gib"], whole["kv_gib"])
+    assert live["draft_seen"]

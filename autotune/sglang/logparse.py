@@ -17,7 +17,7 @@ from typing import Any
 
 from autotune.outcome import FailureKind
 
-__all__ = ["LogEvent", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
+__all__ = ["LogEvent", "RoleTagger", "is_target", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
 
 EVENT_KINDS = frozenset(
     {"baseline", "weights_loaded", "kv_allocated", "mamba_allocated", "memory_pool_end", "graph_begin",
@@ -214,28 +214,47 @@ def _role_key(e: LogEvent) -> str | None:
     return None
 
 
-def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
-    """Parse a whole log. A CUDA OOM seen while graphs are being captured becomes ``graph_capture_oom``.
+class RoleTagger:
+    """Tags a stream of events with ``role``, line by line (the live watcher sees one line at a time).
 
     "Load weight begin/end" and "KV Cache is allocated" get ``role``: the first
     of each per rank is the target's, later ones the draft model runner's (it
     logs the same unlabelled lines: 0.5.9 ``model_runner.py:897``, 0.5.23 ``:1274``).
     """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[int | None, str]] = set()
+
+    def tag(self, e: LogEvent) -> LogEvent:
+        key = _role_key(e)
+        if key is not None:
+            role = "draft" if (e.rank, key) in self._seen else "target"
+            self._seen.add((e.rank, key))
+            return LogEvent(e.kind, e.rank, {**e.values, "role": role}, e.failure_kind, e.line)
+        if e.kind == "kv_allocated":  # a line labelled as the draft's
+            return LogEvent(e.kind, e.rank, {**e.values, "role": "draft"}, e.failure_kind, e.line)
+        return e
+
+
+def is_target(e: LogEvent) -> bool:
+    """Whether ``e`` is about the target model (not a speculative draft's runner)."""
+    return bool(e.values.get("role", "target") == "target")
+
+
+def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
+    """Parse a whole log. A CUDA OOM seen while graphs are being captured becomes ``graph_capture_oom``.
+
+    Events are tagged by :class:`RoleTagger` (target or draft).
+    """
     lines = text.splitlines() if isinstance(text, str) else list(text)
     events: list[LogEvent] = []
     capturing = False
-    seen: set[tuple[int | None, str]] = set()
+    tagger = RoleTagger()
     for line in lines:
         e = parse_line(line)
         if e is None:
             continue
-        key = _role_key(e)
-        if key is not None:
-            role = "draft" if (e.rank, key) in seen else "target"
-            seen.add((e.rank, key))
-            e = LogEvent(e.kind, e.rank, {**e.values, "role": role}, e.failure_kind, e.line)
-        elif e.kind == "kv_allocated":
-            e = LogEvent(e.kind, e.rank, {**e.values, "role": "draft"}, e.failure_kind, e.line)
+        e = tagger.tag(e)
         if e.kind == "graph_begin":
             capturing = True
         elif e.kind in ("graph_captured", "max_total_num_tokens", "ready"):
@@ -271,9 +290,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     evs = list(events)
     by = lambda kind: [e for e in evs if e.kind == kind]  # noqa: E731
 
-    def target(e: LogEvent) -> bool:
-        return bool(e.values.get("role", "target") == "target")
-
+    target = is_target
     base = [e for e in by("baseline") if target(e)]
     loaded = [e for e in by("weights_loaded") if target(e)]
     kv = [e for e in by("kv_allocated") if not e.values.get("draft") and target(e)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from autotune.outcome import FailureKind
-from autotune.sglang.logparse import LogEvent, parse_line
+from autotune.sglang.logparse import LogEvent, RoleTagger, is_target, parse_line
 
 __all__ = ["KillTarget", "LiveKill"]
 
@@ -28,12 +28,18 @@ class LiveKill:
         self.p_seen: float | None = None
         self.events: list[LogEvent] = []
         self.server: KillTarget | None = None
+        self._roles = RoleTagger()
 
     def __call__(self, line: str) -> None:
         ev = parse_line(line)
         if ev is None:
             return
+        ev = self._roles.tag(ev)
         self.events.append(ev)
+        if not is_target(ev):
+            # A speculative launch's draft runner logs the same unlabelled lines after the
+            # target's: its "avail mem" is what the target left, not P or A of the formula.
+            return
         # "Load weight begin. avail mem=P" (and 0.5.23's baseline line) carry P as avail_gib.
         if ev.kind == "baseline" and ev.values.get("avail_gib") is not None:
             p = float(ev.values["avail_gib"])
