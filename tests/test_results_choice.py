@@ -53,3 +53,18 @@ def test_without_confirmation_no_tie_is_called() -> None:
     out = _explain(_t(1, 1000.0, 0.9), [_t(2, 999.9, 0.5)], {})
     assert out["basis"] == "a single run" and out["ties"] == [] and out["noise_pct"] is None
     assert "noise is unknown" in out["reason"]
+
+
+def test_another_trial_of_the_winners_own_parameters_is_neither_a_tie_nor_a_runner_up() -> None:
+    """A retry or repeat of the winner's configuration (trial 38 of the scale study had the
+    winner's parameters) is the same configuration: `best` lists each other configuration
+    once, at its best-ranked trial."""
+    from autotune.results.summary import _other_configurations
+
+    top = _t(1, 1000.0, 0.85)
+    same = _t(38, 999.9, 0.8500000000000001)  # optuna's stepped float noise: the same configuration
+    other, other_again = _t(4, 990.0, 0.80), _t(9, 980.0, 0.80)
+    ranked = [top, same, other, other_again]
+    assert [t.number for t in _other_configurations(ranked, top)] == [4]
+    out = _explain(top, _other_configurations(ranked, top), CONF)
+    assert 38 not in out["ties"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, cast
 
@@ -129,12 +130,12 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     searched = space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get(attrs.BASELINE))).env
     env = {**env, **dict(searched)}  # the study's searched env vars (search_space.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-    others = [t for t in phases.ranked(study) if t.number != top.number]
+    others = _other_configurations(phases.ranked(study), top)
     choice = _choice(spec, study, top, others, conf)
     if choice["recommended"] != top.number:  # a tie with more headroom / fewer flags
         top = next(t for t in others if t.number == choice["recommended"])
         top_value = _value(study, top)
-        others = [t for t in phases.ranked(study) if t.number != top.number]
+        others = _other_configurations(phases.ranked(study), top)
         gain = None if not base_value else round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
     cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     return {
@@ -169,6 +170,23 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
             for t in others[:runners_up]
         ],
     }
+
+
+def _other_configurations(ranked: list[FrozenTrial], top: FrozenTrial) -> list[FrozenTrial]:
+    """The other configurations, best first, one trial each: another trial of the winner's own
+    parameters (a retry, a repeat) is not a runner-up or a tie of it."""
+    seen = {_params_key(top)}
+    out = []
+    for t in ranked:
+        key = _params_key(t)
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
+def _params_key(t: FrozenTrial) -> str:
+    return json.dumps(clean_params(t.params), sort_keys=True, default=str)
 
 
 def _choice(spec: StudySpec, study: optuna.Study, top: FrozenTrial, others: list[FrozenTrial],
