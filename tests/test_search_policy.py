@@ -192,3 +192,20 @@ def test_the_designed_graph_size_covers_the_decode_batch(tmp_path: Path):
     dp = _spec(tmp_path, server={**spec.server.model_dump(mode="json", exclude_none=True), "dp_size": 8,
                                  "tp_size": 1})
     assert initial_design.graph_size_for(dp, [16, 32, 64, 128]) == 32  # 256 / 8 replicas
+
+
+def test_the_baseline_and_references_are_never_stopped_early():
+    """Run last, SGLang's defaults are usually worse than what the search found: the pruner would
+    cut them short and `best` would have no baseline to measure the gain against."""
+    from types import SimpleNamespace
+
+    from autotune.study.driver import StudyDriver
+
+    def trial(**attrs):
+        return SimpleNamespace(user_attrs=attrs, report=lambda v, s: None, should_prune=lambda: True)
+
+    live = {1: trial(baseline=True), 2: trial(reference="seed-0.88"), 3: trial()}
+    fake = SimpleNamespace(_live=live, spec=SimpleNamespace(has_slo=False))
+    assert StudyDriver._reporter(fake, 1) is None and StudyDriver._reporter(fake, 2) is None
+    report = StudyDriver._reporter(fake, 3)
+    assert report is not None and report(1, 10.0) is False  # a search trial can still be stopped

@@ -129,6 +129,11 @@ class StudyDriver:
         trial = self._live.get(number)
         if trial is None or trial.user_attrs.get(attrs.CONFIRM_OF) is not None:
             return None  # confirmation re-runs are never stopped early
+        if trial.user_attrs.get(attrs.BASELINE) or trial.user_attrs.get(attrs.REFERENCE):
+            # SGLang's defaults and the study's references are what the gain is measured
+            # against: run last (search.baseline: last), a worse baseline would be cut short
+            # and the study would report no gain at all.
+            return None
         if self.spec.has_slo:
             return None  # throughput so far says nothing about meeting the SLO: no early stop
 
