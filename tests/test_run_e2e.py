@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -57,6 +58,22 @@ def _study(tmp_path: Path, **over) -> Path:
 def _json_out(capsys, argv: list[str]) -> dict:
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def _sim_trial_request(tmp_path: Path, number: int, f: float, sim: Any, env: dict[str, str] | None = None) -> Any:
+    """A TrialRequest for one launch of the e2e study's seed node on the simulator, at ``f``."""
+    from autotune import space
+    from autotune.spec import load_study_spec
+    from autotune.trial.contract import TrialRequest
+
+    spec = load_study_spec(_study(tmp_path))
+    return TrialRequest(
+        study_name="e2e", trial_number=number, config=space.to_config(spec, {"mem_fraction_static": f}),
+        backend="sim", sglang_version="0.5.9", gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie",
+        workload=spec.workload, objective=spec.objective.as_objective(),
+        artifact_dir=str(tmp_path / f"t{number}"), run_dir=str(tmp_path / "runs"), startup_timeout_s=60,
+        sim=sim, env=env or {},
+    )
 
 
 def _sim_servers(root: int | None = None) -> list[psutil.Process]:
@@ -165,22 +182,13 @@ def test_kill_9_then_resume(tmp_path: Path, capsys):
 def test_live_kill_when_the_weights_loaded_line_proves_the_formula_negative(tmp_path: Path):
     """A launch the estimate could not condemn (f just under the boundary, P and A only estimated)
     is killed at the weights-loaded line, with the formula as evidence, not at the pool's failure."""
-    from autotune import space
-    from autotune.spec import SimSpec, load_study_spec
-    from autotune.trial.contract import TrialRequest
+    from autotune.spec import SimSpec
     from autotune.trial.live import run_trial_body
 
-    spec = load_study_spec(_study(tmp_path))
-    cfg = space.to_config(spec, {"mem_fraction_static": 0.765})
-    req = TrialRequest(
-        study_name="e2e", trial_number=7, config=cfg, backend="sim", sglang_version="0.5.9",
-        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=spec.workload,
-        objective=spec.objective.as_objective(),
-        artifact_dir=str(tmp_path / "t7"), run_dir=str(tmp_path / "runs"), startup_timeout_s=60,
-        # slow enough that the kill lands between the weights line and the pool's failure (0.1 s apart);
-        # the checkpoint read warm (~48 modelled s, autotune.sim.weight_load) keeps the launch under a minute
-        sim=SimSpec(time_scale=3.0, seed=0), env={"AUTOTUNE_SIM_PAGE_CACHE": "warm"},
-    )
+    # slow enough that the kill lands between the weights line and the pool's failure (0.1 s apart);
+    # the checkpoint read warm (~48 modelled s, autotune.sim.weight_load) keeps the launch under a minute
+    req = _sim_trial_request(tmp_path, 7, 0.765, SimSpec(time_scale=3.0, seed=0),
+                             env={"AUTOTUNE_SIM_PAGE_CACHE": "warm"})
     result = run_trial_body(req)
     assert result.state == "failed" and result.failure_kind == "kv_oom"
     assert result.evidence.startswith("rest = 21.71 - 94.00 x (1 - 0.765)"), result.evidence
@@ -193,27 +201,17 @@ def test_a_ctrl_c_swallowed_inside_the_load_point_still_stops_the_trial(tmp_path
     """uvloop reports a KeyboardInterrupt raised in a transport callback as that connection's
     error, so the load point merely fails. The signal handler also records the signal, and the
     trial body raises it again instead of recording a load failure (the study then exits 130)."""
-    from autotune import space
     from autotune.errors import LoadGenError
     from autotune.launch import cleanup
-    from autotune.spec import SimSpec, load_study_spec
+    from autotune.spec import SimSpec
     from autotune.trial import live
-    from autotune.trial.contract import TrialRequest
 
     def swallowed(*_a, **_k):
         cleanup.note_interrupt(signal.SIGINT)  # what the handler records before its raise is lost
         raise LoadGenError("load point failed: connection closed")
 
     monkeypatch.setattr(live, "run_load", swallowed)
-    spec = load_study_spec(_study(tmp_path))
-    cfg = space.to_config(spec, {"mem_fraction_static": 0.88})
-    req = TrialRequest(
-        study_name="e2e", trial_number=3, config=cfg, backend="sim", sglang_version="0.5.9",
-        gpu="rtx-pro-6000", num_gpus=8, interconnect="pcie", workload=spec.workload,
-        objective=spec.objective.as_objective(),
-        artifact_dir=str(tmp_path / "t3"), run_dir=str(tmp_path / "runs"), startup_timeout_s=60,
-        sim=SimSpec(time_scale=20.0, seed=0),
-    )
+    req = _sim_trial_request(tmp_path, 3, 0.88, SimSpec(time_scale=20.0, seed=0))
     try:
         with pytest.raises(KeyboardInterrupt):
             live.run_trial_body(req)
