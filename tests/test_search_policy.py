@@ -209,3 +209,29 @@ def test_the_baseline_and_references_are_never_stopped_early():
     assert StudyDriver._reporter(fake, 1) is None and StudyDriver._reporter(fake, 2) is None
     report = StudyDriver._reporter(fake, 3)
     assert report is not None and report(1, 10.0) is False  # a search trial can still be stopped
+
+
+def test_a_searched_layout_gets_a_boundary_per_layout_with_its_replicas_graph_size(tmp_path: Path):
+    """The layout moves the whole memory picture and the replica's decode batch: each layout of
+    the space is launched at its own largest KV pool, with the graph size that covers its
+    replica's batch (256 streams / dp), pools compared server-wide; for throughput the most
+    replicas first; a layout whose pool cannot hold the live tokens is left to the sampler."""
+    spec = _spec(tmp_path, search_space={"layout": {"choices": ["tp8", "tp4-dp2", "tp2-dp4", "tp1-dp8"]},
+                                         "mem_fraction_static": {"low": 0.80, "high": 0.94, "step": 0.02},
+                                         "cuda_graph_max_bs": {"choices": [32, 64, 128, 256]}})
+    tops = {"tp8": 0.92, "tp4-dp2": 0.90, "tp2-dp4": 0.86, "tp1-dp8": 0.80}
+
+    def predict(params):  # fewer GPUs per replica: more weights per GPU, a lower highest-fitting f
+        ok = params["mem_fraction_static"] <= tops[params["layout"]]
+        dp = int(params["layout"].split("dp")[1]) if "dp" in params["layout"] else 1
+        server = 100_000 if dp == 8 else 400_000  # the demo's 256 x 544 live tokens: 139,264
+        return {"verdict": "fits" if ok else "kv_oom", "should_prune": not ok,
+                "kv_tokens": server // dp, "server_kv_tokens": server}
+
+    baseline = {"layout": "tp8", "mem_fraction_static": 0.85, "cuda_graph_max_bs": 256, "custom_allreduce": True}
+    points = initial_design.build(spec, baseline, predict, 5, seed=0)
+    bounds = [(p.params["layout"], p.params["cuda_graph_max_bs"], p.params["mem_fraction_static"])
+              for p in points if p.why == "boundary"]
+    assert bounds[:3] == [("tp2-dp4", 64, 0.86), ("tp4-dp2", 128, 0.9), ("tp8", 256, 0.92)]
+    assert all(lay != "tp1-dp8" for lay, _, _ in bounds)
+    assert all(predict(p.params)["verdict"] == "fits" for p in points)

@@ -41,6 +41,7 @@ from autotune.spec import (
     IntRange,
     StrChoices,
     StudySpec,
+    parse_layout,
 )
 
 #: The memory model's verdict for one candidate's params (a Prediction as a dict).
@@ -67,9 +68,12 @@ def _axis_values(dom: Any) -> list[Any]:
 
 
 def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
-    """Every non-speculative knob of the space with its values (floats stepped)."""
+    """Every non-speculative knob of the space with its values (floats stepped), the node layout
+    (``tp4-dp2``) first when the space searches it."""
     sp = spec.search_space
     out: dict[str, list[Any]] = {}
+    if sp.layout is not None:
+        out["layout"] = list(sp.layout.choices)
     for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *space._SIMPLE_KNOBS):
         dom = getattr(sp, name)
         if isinstance(dom, (FloatRange, IntRange, IntChoices, BoolChoices, StrChoices)):
@@ -175,17 +179,25 @@ def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> 
     return out
 
 
-def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None) -> Any:
+def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None, layout: str | None = None) -> Any:
     """The design's ``cuda_graph_max_bs``: the smallest size of the space that covers a replica's
-    decode batch at the workload's concurrency (ceil(concurrency / dp_size), capped by the
-    running-request limit when the design sets one), else the largest. SGLang replays a captured
-    graph only for batches up to the size; a smaller size runs the larger batches eagerly, a larger
-    one captures graphs (time at every launch, and memory) that are never replayed."""
-    batch = math.ceil(max(spec.workload.concurrency) / max(1, spec.server.dp_size))
+    decode batch at the workload's concurrency (ceil(concurrency / dp_size), with the dp of
+    ``layout`` when given, capped by the running-request limit when the design sets one), else the
+    largest. SGLang replays a captured graph only for batches up to the size; a smaller size runs
+    the larger batches eagerly, a larger one captures graphs (time at every launch, and memory)
+    that are never replayed."""
+    dp = parse_layout(layout)[1] if layout else spec.server.dp_size
+    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp))
     if isinstance(max_running, int) and max_running > 0:
         batch = min(batch, max_running)
     ordered = sorted(sizes)
     return next((v for v in ordered if v >= batch), ordered[-1])
+
+
+def _tokens(pred: dict[str, Any]) -> int:
+    """KV tokens of the whole server (every DP rank and ``--dp-size`` replica): what the workload's
+    live tokens (:func:`kv_demand`, over all replicas) are compared with."""
+    return int(pred.get("server_kv_tokens") or pred.get("kv_tokens") or 0)
 
 
 def kv_demand(spec: StudySpec) -> int:
@@ -214,7 +226,8 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
     for k, vals in axes.items():
         base.setdefault(k, vals[len(vals) // 2])
     if "cuda_graph_max_bs" in axes:
-        base["cuda_graph_max_bs"] = graph_size_for(spec, axes["cuda_graph_max_bs"], base.get("max_running_requests"))
+        base["cuda_graph_max_bs"] = graph_size_for(spec, axes["cuda_graph_max_bs"], base.get("max_running_requests"),
+                                                   base.get("layout"))
     fs = sorted(axes.get("mem_fraction_static", []))
     cache: dict[str, dict[str, Any]] = {}
 
@@ -231,7 +244,7 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         lo, hi = fs.index(iv[0]), fs.index(iv[1])
 
         def enough(i: int) -> bool:
-            return (verdict({**others, "mem_fraction_static": fs[i]}).get("kv_tokens") or 0) >= demand
+            return _tokens(verdict({**others, "mem_fraction_static": fs[i]})) >= demand
 
         if not enough(hi):
             return iv
@@ -274,7 +287,7 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
             iv = interval(others)
             if iv is None:
                 return -1
-            return int(verdict({**others, "mem_fraction_static": iv[1]}).get("kv_tokens") or 0)
+            return _tokens(verdict({**others, "mem_fraction_static": iv[1]}))
 
         if top_tokens(base.get("kv_cache_dtype")) < demand:
             base["kv_cache_dtype"] = max(axes["kv_cache_dtype"], key=top_tokens)
@@ -289,9 +302,17 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
     # ... and at the baseline's graph size, for every other KV cache dtype of the space: the cell
     # size moves the whole feasible interval and what the pool holds (and a narrower cell is less
     # to read per decoded token), a bigger change than the graph size, so it comes second.
+    # The node layout (when searched) moves everything at once: per-GPU weights, so the feasible
+    # interval and the pool, the replica's decode batch (so its graph size) and the allreduce
+    # cost; every other layout's boundary comes right after the baseline's, before the dtypes.
     variants = [{"cuda_graph_max_bs": bs} if bs is not None else {} for bs in bs_pick]
     dtypes = [d for d in axes.get("kv_cache_dtype", []) if d != base.get("kv_cache_dtype")]
     variants[1:1] = [{**variants[0], "kv_cache_dtype": d} for d in dtypes]
+    layouts = [lay for lay in axes.get("layout", []) if lay != base.get("layout")]
+    variants[1:1] = [{**variants[0], "layout": lay,
+                      **({"cuda_graph_max_bs": graph_size_for(spec, bs_vals, base.get("max_running_requests"), lay)}
+                         if "cuda_graph_max_bs" in axes else {})}
+                     for lay in layouts]
     boundaries: list[dict[str, Any]] = []
     for variant in variants:
         others = {**base, **variant, **spec_none}
@@ -303,9 +324,23 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         # requests queue for KV space and throughput follows the pool (a smaller graph size leaves
         # more of f to the pool); ties (every pool holds the demand) keep the baseline's size first.
         def pool(point: dict[str, Any]) -> int:
-            return min(demand, int(verdict(point).get("kv_tokens") or 0))
+            return min(demand, _tokens(verdict(point)))
 
-        boundaries.sort(key=pool, reverse=True)
+        # Among layouts whose pools hold the demand alike, a throughput objective tries the most
+        # replicas first (data parallelism adds replicas without allreduces, tensor parallelism
+        # adds an allreduce per layer), a latency objective the fewest (TP shortens each step);
+        # both are priors the launches after them test.
+        more_replicas = 1 if spec.objective.resolved_direction == "maximize" else -1
+
+        def replicas(point: dict[str, Any]) -> int:
+            return more_replicas * parse_layout(point["layout"])[1] if point.get("layout") else 0
+
+        boundaries.sort(key=lambda p: (pool(p), replicas(p)), reverse=True)
+        # A layout whose largest pool cannot hold the workload's live tokens queues requests for KV
+        # space: while another layout holds them, it is left to the sampler, not designed.
+        if any(pool(p) >= demand for p in boundaries):
+            boundaries = [p for p in boundaries if "layout" not in p or pool(p) >= demand
+                          or any(q.get("layout") == p["layout"] and pool(q) >= demand for q in boundaries)]
     boundary_of_base: dict[str, Any] | None = None
     for point in boundaries:
         if boundary_of_base is None:

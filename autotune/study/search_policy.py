@@ -322,13 +322,14 @@ class SearchPolicy:
             # a speculative probe beat everything: the rest of the design carries its settings
             params = {**{k: v for k, v in params.items() if k not in SPEC_KEYS},
                       **{k: v for k, v in won.items() if k in SPEC_KEYS}}
-        dtype = params.get("kv_cache_dtype")
-        if point["why"] == "boundary" and best and dtype is not None \
-                and best[0].params.get("kv_cache_dtype", dtype) != dtype \
-                and any(t.params.get("kv_cache_dtype") == dtype for t in best):
-            # the KV cache dtypes were both measured at their boundaries and the other one leads:
-            # the remaining boundaries (graph sizes) are taken with it
-            params["kv_cache_dtype"] = best[0].params["kv_cache_dtype"]
+        for key in ("kv_cache_dtype", "layout"):
+            mine = params.get(key)
+            if point["why"] == "boundary" and best and mine is not None \
+                    and best[0].params.get(key, mine) != mine \
+                    and any(t.params.get(key) == mine for t in best):
+                # this KV cache dtype (node layout) was measured at its boundary and another one
+                # leads: the remaining boundaries (graph sizes) are taken with the leader
+                params[key] = best[0].params[key]
         f = params.get("mem_fraction_static")
         # A slack failure at f condemns higher f only where at least as much slack is needed:
         # the same knobs (f aside) with a graph size at least as large as the failed launch's.
