@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any, cast
@@ -11,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
 from autotune.results import pareto
+from autotune.results.estimate import estimates, key_of
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
 from autotune.study.driver import budget_used, count_states
@@ -23,11 +25,19 @@ def clean_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The best search trial; with an SLO, the best that meets it (when any does). When the
-    winner was confirmed by re-runs, ranking uses each confirmed trial's median."""
+    """The best search trial; with an SLO, the best that meets it (when any does). Once re-runs
+    have measured the noise, by each configuration's noise-aware estimate (its runs pooled with
+    an additive model of the knobs: :mod:`autotune.results.estimate`); else, when the winner
+    was confirmed by re-runs, by each confirmed trial's median."""
     ranked = phases.ranked(study)
     if not ranked:
         return None
+    pooled = estimates(study)
+    if pooled:  # the run-to-run noise is measured: rank by the noise-aware estimate (results/estimate.py)
+        sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
+        known = [t for t in ranked if key_of(t) in pooled]
+        if known:
+            return max(known, key=lambda t: (sign * pooled[key_of(t)].value, -t.number))
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     if conf:
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
@@ -137,6 +147,13 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         top_value = _value(study, top)
         others = _other_configurations(phases.ranked(study), top)
         gain = None if not base_value else round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
+    pooled = estimates(study)
+    estimate = pooled.get(key_of(top)) if pooled else None
+    if estimate is not None:
+        note = (f"ranked by the noise-aware estimate (run-to-run noise {estimate.noise_pct:.2f} %, measured by "
+                f"re-runs): trial {top.number}'s {estimate.runs} run(s), mean {estimate.mean:.2f}, pooled with "
+                f"the knobs' effects over every run (model {estimate.model:.2f}) give {estimate.value:.2f}")
+        choice["reason"] = note + (f"; {choice['reason']}" if choice.get("reason") else "")
     cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     return {
         "study": spec.name,
@@ -158,6 +175,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "gain_pct": gain,
         "confirmation": conf.get(str(top.number)),
         "choice": choice,
+        "estimate": None if estimate is None else dataclasses.asdict(estimate),
         "baseline_confirmation": conf.get(str(base.number)) if base is not None else None,
         # The trade-off, over every load point of the completed search trials (with an SLO,
         # objective.slo picks along it; these lists show what it costs).
