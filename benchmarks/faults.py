@@ -25,7 +25,7 @@ when PostgreSQL is installed, else skipped).
 Everything is measured here; nothing is modelled except the servers themselves
 (simulated SGLang at time scale 50). Exit 1 if any row loses a trial or leaves a server.
 
-    python benchmarks/faults.py                 # every fault (~6-10 min on 2 cores)
+    python benchmarks/faults.py                 # every fault (~10-25 min on 2 cores)
     python benchmarks/faults.py --only sigstop,port
 """
 
