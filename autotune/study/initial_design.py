@@ -338,9 +338,9 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         boundaries.sort(key=lambda p: (pool(p), replicas(p)), reverse=True)
         # A layout whose largest pool cannot hold the workload's live tokens queues requests for KV
         # space: while another layout holds them, it is left to the sampler, not designed.
-        if any(pool(p) >= demand for p in boundaries):
-            boundaries = [p for p in boundaries if "layout" not in p or pool(p) >= demand
-                          or any(q.get("layout") == p["layout"] and pool(q) >= demand for q in boundaries)]
+        roomy_layouts = {p.get("layout") for p in boundaries if pool(p) >= demand}
+        if roomy_layouts:
+            boundaries = [p for p in boundaries if p.get("layout") in roomy_layouts]
     boundary_of_base: dict[str, Any] | None = None
     for point in boundaries:
         if boundary_of_base is None:
