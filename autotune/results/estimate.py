@@ -55,7 +55,11 @@ class Estimate:
 
 
 def key_of(t: FrozenTrial) -> str:
-    return phases.json_key(dict(t.params))
+    """A trial's configuration: its params, floats without binary noise (an enqueued 0.93 and a
+    suggested 0.9299999999999999 are the same configuration). Runs, runners-up and ties are
+    grouped by it."""
+    return json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in t.params.items()},
+                      sort_keys=True, default=str)
 
 
 def _runs(study: optuna.Study) -> dict[str, tuple[dict, list[float]]]:
@@ -72,7 +76,7 @@ def _runs(study: optuna.Study) -> dict[str, tuple[dict, list[float]]]:
 
 
 def estimates(study: optuna.Study) -> dict[str, Estimate] | None:
-    """Per configuration (``phases.json_key`` of its params): its noise-aware estimate, or None
+    """Per configuration (:func:`key_of`): its noise-aware estimate, or None
     when no noise is measured yet or the study is too small or has a non-positive value."""
     groups = _runs(study)
     if len(groups) < MIN_CONFIGURATIONS:

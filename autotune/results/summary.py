@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any, cast
 
@@ -193,18 +192,14 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
 def _other_configurations(ranked: list[FrozenTrial], top: FrozenTrial) -> list[FrozenTrial]:
     """The other configurations, best first, one trial each: another trial of the winner's own
     parameters (a retry, a repeat) is not a runner-up or a tie of it."""
-    seen = {_params_key(top)}
+    seen = {key_of(top)}
     out = []
     for t in ranked:
-        key = _params_key(t)
+        key = key_of(t)
         if key not in seen:
             seen.add(key)
             out.append(t)
     return out
-
-
-def _params_key(t: FrozenTrial) -> str:
-    return json.dumps(clean_params(t.params), sort_keys=True, default=str)
 
 
 def _choice(spec: StudySpec, study: optuna.Study, top: FrozenTrial, others: list[FrozenTrial],
