@@ -29,8 +29,10 @@ simulated server's parser, memory plan and engine in modelled time (what
    the embedding that DP attention keeps whole per attention-TP group
    (``autotune/sglang/dp_attention.py``, each term with its source lines).
    At SGLang's defaults that reserve alone leaves no KV cache (f 0.644), so
-   the run also prints the smallest ``--mem-fraction-static`` that launches and
-   the smallest that reaches x4.
+   the run also prints the smallest ``--mem-fraction-static`` that launches,
+   the smallest that reaches x4 (which no longer fits the automatic graph max
+   bs 512), and the largest graph max bs that fits with it, with its margin
+   against the padding SGLang's reserve expects.
 
 Usage::
 
@@ -131,36 +133,74 @@ def _first_f(at_least_tokens: int) -> float:
     return round(f, 2)
 
 
+GRAPH_BS = (512, 256, 128, 64, 32, 16, 8)
+
+
+def _dp_padding_gib(max_bs: int, dp: int = 8) -> float:
+    """SGLang's auto-f reserve for DP attention at this graph max bs: what it expects DP padding to cost."""
+    return max_bs * dp * (3 + (1.5 if max_bs > 300 else 0)) / 1024
+
+
+def _margin_gib(f: float, bs: int) -> float:
+    """Free memory the memory model leaves after graphs, request table, workspace and activations."""
+    p = _predict(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs))
+    return p.slack_gib - p.slack_needed_gib if p.verdict == "fits" else -1.0
+
+
+def _largest_robust_bs(f: float) -> int | None:
+    """The largest graph max bs (SGLang's power-of-two steps) that fits at this f with room left for the
+    padding SGLang's DP-attention reserve expects at that bs, or None."""
+    return next((bs for bs in GRAPH_BS if _margin_gib(f, bs) >= _dp_padding_gib(bs)), None)
+
+
+def _row(label: str, cfg: ServerConfig, obs0: int) -> None:
+    verdict, obs, pred = _capacity(cfg)
+    ratio = f"x{obs / obs0:.2f}" if obs0 and obs and verdict == "complete" else "-"
+    print(f"   {label:<46} {verdict:<17} observed {obs:>9,}  predicted {pred:>9,}  {ratio}")
+
+
 def dp_section() -> None:
-    print("2. DP attention 8 vs TP 8: KV token capacity of the server (ranks x tokens per rank)")
+    print("2. DP attention 8 vs TP 8: KV token capacity of the server (ranks x tokens per rank); a ratio only for "
+          "launches that complete")
     print(f"   source: {DP_SOURCE}")
     print(f"   SGLang's rule: {DP_RULE}")
     base = ServerConfig(model_path=str(MODEL), tp_size=8)
     p0, pd = _predict(base), _predict(_dp())
     v0, obs0, pred0 = _capacity(base)
-    extra = pd.cuda_graph_max_bs * 8 * (3 + (1.5 if pd.cuda_graph_max_bs > 300 else 0)) / 1024
+    extra = _dp_padding_gib(pd.cuda_graph_max_bs)
     print(f"   at the node's automatic max_bs {pd.cuda_graph_max_bs}: {extra:.1f} GiB more, f {p0.f} -> {pd.f}")
-    print(f"   {'TP 8, SGLang defaults (f ' + str(p0.f) + ')':<43} {v0:<10} observed {obs0:>9,}  predicted {pred0:>9,}")
-    rows = [(f"DP attention 8, SGLang defaults (f {pd.f})", _dp())]
+    print(f"   {'TP 8, SGLang defaults (f ' + str(p0.f) + ')':<46} {v0:<17} observed {obs0:>9,}  "
+          f"predicted {pred0:>9,}")
+    _row(f"DP attention 8, SGLang defaults (f {pd.f})", _dp(), obs0)
+    _row("DP attention 8, f 0.88 (the seed log's value)", _dp(mem_fraction_static=0.88), obs0)
     f_min, f_4x = _first_f(1), _first_f(4 * obs0)
+    print("   --mem-fraction-static only (graph max bs stays 512):")
     for f in sorted({f_min, f_4x, 0.95}):
-        rows.append((f"DP attention 8, --mem-fraction-static {f}", _dp(mem_fraction_static=f)))
-    rows.append(("DP attention 8, f 0.95, graph max bs 64", _dp(mem_fraction_static=0.95, cuda_graph_max_bs=64)))
-    for label, cfg in rows:
-        verdict, obs, pred = _capacity(cfg)
-        ratio = f"x{obs / obs0:.2f}" if obs0 and obs else "-"
-        print(f"   {label:<43} {verdict:<10} observed {obs:>9,}  predicted {pred:>9,}  {ratio}")
+        _row(f"DP attention 8, f {f}", _dp(mem_fraction_static=f), obs0)
+    print("   --mem-fraction-static and the largest graph max bs whose free memory after graphs and activations "
+          "(margin) also covers the padding SGLang's DP reserve expects at that bs:")
+    launchable = []
+    for f in sorted({f_4x, round(f_4x + 0.01, 2), 0.95}):
+        bs = _largest_robust_bs(f)
+        if bs is None:
+            print(f"   DP attention 8, f {f}: no graph max bs leaves that room")
+            continue
+        _row(f"DP attention 8, f {f}, graph max bs {bs}", _dp(mem_fraction_static=f, cuda_graph_max_bs=bs), obs0)
+        print(f"   {'':<46} margin {_margin_gib(f, bs):.2f} GiB >= DP padding {_dp_padding_gib(bs):.2f} GiB")
+        launchable.append((f, bs))
     print(f"   the reference's figure, latent KV alone (same rest per GPU): {8 * obs0:,} tokens = x8.00")
     rep = p0.a_gib - pd.a_gib
     print(f"   at the defaults: rest = A - P(1 - f) = {pd.a_gib:.2f} - {pd.p_gib:.2f} x (1 - {pd.f}) = "
           f"{pd.a_gib - pd.p_gib * (1 - pd.f):.2f} GiB; without the {rep:.2f} GiB/GPU of weights DP attention "
           f"keeps whole it would still be {p0.a_gib - pd.p_gib * (1 - pd.f):.2f} GiB: SGLang's own reserve refuses")
-    print("   the defaults (the must-show's 'x4 at the defaults' contradicts that rule). What the user changes: "
-          f"--mem-fraction-static only, >= {f_min} to launch, >= {f_4x} for x4")
+    print("   the defaults (the must-show's 'x4 at the defaults' contradicts that rule), and f alone cannot reach x4 "
+          f"and launch: from f {f_4x} the automatic graph max bs 512 no longer fits. What the user changes: "
+          f"--mem-fraction-static and --cuda-graph-max-bs together, with room for SGLang's padding reserve: "
+          + (", ".join(f"f {f} with bs {bs}" for f, bs in launchable) or "none"))
     print(f"   modelled, not measured: {rep:.2f} GiB/GPU replicated weights (autotune/sglang/dp_attention.py: "
           "attn-TP-sharded q_b/kv_b/o projections bf16 in this checkpoint, MLA's absorbed bf16 kv_b copies, the "
-          "embedding; lm_head over all TP without --enable-dp-lm-head); the simulator does not model the DP "
-          "padding memory SGLang's reserve stands for, so f 0.95 at graph bs 512 is optimistic on a real node")
+          "embedding; lm_head over all TP without --enable-dp-lm-head); the simulator does not charge the DP "
+          "padding memory SGLang's reserve stands for (hence the margin column)")
 
 
 def main(argv: list[str] | None = None) -> int:
