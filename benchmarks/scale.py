@@ -4,8 +4,8 @@
    evaluator (no processes; a short workload, 64 prompts of 32 tokens), kept in
    ``benchmarks/.cache/`` for later runs (``--rebuild`` to redo it). ``--driven K`` drives
    only the first K trials through the driver and tops the study up to the total with
-   copies of them (``study.add_trial``: same parameters, values, attributes, constraints
-   and notes), when a full drive does not fit the time at hand; the output says how many
+   copies of them (``study.add_trial``: same parameters, values, attributes and constraints;
+   their notes, like the driven trials', are generated when read), when a full drive does not fit the time at hand; the output says how many
    were driven. Then 20 more trials are driven on the full study: the driver's cost per
    trial at that size.
 2. Times what a person runs on it, as a person runs it (a fresh ``python -m autotune``
@@ -93,24 +93,19 @@ def top_up(path: Path, total: int) -> int:
     """Copy driven trials (cycling) until the study holds ``total``; return how many were added."""
     import optuna
 
-    from autotune.results.dashboard import _note_attrs, trial_note
     from autotune.spec import load_study_spec
     from autotune.study.storage import open_study
 
     study = open_study(load_study_spec(path), create=False)
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     added = 0
-    storage = study._storage
     while len(done) + added < total:
         src = done[added % len(done)]
         copy = optuna.trial.create_trial(
             state=src.state, value=src.value if src.state == optuna.trial.TrialState.COMPLETE else None,
             params=src.params, distributions=src.distributions, user_attrs=src.user_attrs,
             system_attrs=src.system_attrs, intermediate_values=src.intermediate_values)
-        study.add_trial(copy)
-        new = study.get_trials(deepcopy=False)[-1]
-        for key, value in _note_attrs(new._trial_id, trial_note(new)).items():
-            storage.set_study_system_attr(study._study_id, key, value)
+        study.add_trial(copy)  # no stored note: like a driven trial's, its note is generated at read time
         added += 1
     return added
 

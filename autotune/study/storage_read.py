@@ -86,3 +86,10 @@ def read_trials(engine: Any, study_id: int, states: Container[TrialState] | None
             trial_id=trial_id,
         ))
     return trials
+
+
+def count_trials(engine: Any, study_id: int) -> int:
+    """How many trials the study has, any state (one COUNT, no trial read)."""
+    t = models.TrialModel.__table__
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(t.c.study_id == study_id)).scalar_one())
