@@ -1,7 +1,7 @@
 """optuna-dashboard for a study, in-process: the study's storage and artifact store,
 served with wsgiref on 127.0.0.1 by default.
 
-Why a storage *view*: optuna-dashboard 0.21 reads three things the way older
+Why a storage *view*: optuna-dashboard 0.21 reads two things the way older
 optuna wrote them, and the driver writes them the optuna 5 way. Rather than write
 to the study after the fact (only the driver writes optuna storage), the
 dashboard reads the study through :class:`DashboardStorage`, which adds, at read
@@ -9,16 +9,18 @@ time and only where the stored data lacks them:
 
 * ``system_attrs["constraints"]``, the legacy list the dashboard shows as
   feasibility, from optuna 5's ``constraints:<name>`` keys (``set_constraint``);
-* a study note with the best trial and how to launch it (the dashboard keeps
-  notes in study system attrs, written by ``optuna_dashboard.save_note``);
-* a trial note from the trial's user_attrs: outcome, its ``note``, reason,
-  prediction vs observation, the launch line. Not as study system attrs: the
-  dashboard scans every study attr for every trial it serializes (twice: notes,
-  then artifacts), which made the trial list quadratic (9 s at 2,000 trials). A
-  WSGI layer (:func:`with_trial_notes`) fills the generated notes into the
-  study-detail JSON instead, where the stored note is empty;
 * a readable MIME type (text/plain) for artifacts stored as
   application/octet-stream (server.log, requests_*.jsonl), so "open" shows text.
+
+Notes are generated too, where none was saved: a study note with the best trial
+and how to launch it, and a note per trial from its user_attrs (outcome, its
+``note``, reason, prediction vs observation, the launch line). The dashboard
+keeps saved notes in study system attrs, but generated ones are not added there:
+it scans every study attr for every trial it serializes (twice: notes, then
+artifacts), so the trial list became quadratic (13.6 s at 2,000 trials), and it
+reads the attrs of every study in the storage for each request. A WSGI layer
+(:func:`with_notes`) fills them into the study-detail JSON, the only response
+that shows notes, where the stored note was never saved (version 0).
 
 A note saved from the dashboard's UI is a real stored note and replaces the
 generated one. Everything else is the stored study, unchanged.
@@ -37,7 +39,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
 from optuna.storages import RDBStorage
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
@@ -51,14 +52,6 @@ _CONSTRAINT_PREFIX = "constraints:"
 _ARTIFACT_PREFIX = "artifacts:"
 _TEXT_SUFFIXES = (".log", ".txt", ".sh", ".jsonl", ".out", ".err")
 _NOTE_MAX = 2045  # optuna_dashboard._note.SYSTEM_ATTR_MAX_LENGTH
-
-
-def _note_ver_key(trial_id: int | None) -> str:
-    return "dashboard:note_ver" if trial_id is None else f"dashboard:{trial_id}:note_ver"
-
-
-def _note_str_prefix(trial_id: int | None) -> str:
-    return "dashboard:note_str:" if trial_id is None else f"dashboard:{trial_id}:note_str:"
 
 
 def view_system_attrs(system_attrs: dict[str, Any]) -> dict[str, Any]:
@@ -148,13 +141,6 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
     return "\n".join(lines)
 
 
-def _note_attrs(trial_id: int | None, body: str) -> dict[str, Any]:
-    attrs: dict[str, Any] = {_note_ver_key(trial_id): 0}
-    for i in range(0, max(1, len(body)), _NOTE_MAX):
-        attrs[f"{_note_str_prefix(trial_id)}{i // _NOTE_MAX}"] = body[i:i + _NOTE_MAX]
-    return attrs
-
-
 class DashboardStorage(RDBStorage):
     """The study's RDB storage as optuna-dashboard 0.21 should see it (see the module doc).
 
@@ -183,43 +169,32 @@ class DashboardStorage(RDBStorage):
     def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
         return view_system_attrs(super().get_trial_system_attrs(trial_id))
 
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._with_notes(study_id, super().get_study_system_attrs(study_id))
-
-    def get_all_studies(self) -> list[FrozenStudy]:
-        out = []
-        for s in super().get_all_studies():
-            v = copy.copy(s)  # a shallow copy: the stored study is not changed
-            v.system_attrs = self._with_notes(self.get_study_id_from_name(s.study_name), s.system_attrs)
-            out.append(v)
-        return out
-
-    def _with_notes(self, study_id: int, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The generated study note, when the study has trials and no stored note."""
+    def study_note(self, study_id: int) -> str:
+        """The generated study note ("" for a study without trials)."""
         from autotune.study.storage_read import count_trials
 
-        if _note_ver_key(None) in attrs or not count_trials(self.engine, study_id):
-            return attrs
+        if not count_trials(self.engine, study_id):
+            return ""
         name = self.get_study_name_from_id(study_id)
         study = optuna.load_study(study_name=name, storage=self)
-        spec = self._spec if self._spec is not None and self._spec.name == name else None
-        return {**attrs, **_note_attrs(None, study_note(study, spec))}
+        return study_note(study, self._spec if self._spec is not None and self._spec.name == name else None)
 
     def trial_notes(self, study_id: int, trial_ids: Container[int]) -> dict[int, str]:
-        """Generated notes of these finished trials (trial_id -> note body); a trial with a stored
-        note (saved from the UI) is left out: the stored one is what the dashboard shows."""
-        stored = RDBStorage.get_study_system_attrs(self, study_id)
+        """Generated notes of these trials (trial_id -> note body); running ones have none yet."""
         return {t._trial_id: trial_note(t) for t in super().get_all_trials(study_id, deepcopy=False)
-                if t._trial_id in trial_ids and t.state != TrialState.RUNNING
-                and _note_ver_key(t._trial_id) not in stored}
+                if t._trial_id in trial_ids and t.state != TrialState.RUNNING}
 
 
 _STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
 
 
-def with_trial_notes(app: Callable[..., Any], storage: DashboardStorage) -> Callable[..., Any]:
-    """WSGI middleware: the study-detail JSON (``GET /api/studies/<id>``, the trial list) with each
-    trial's generated note where its stored note is empty; every other request passes through."""
+def _unsaved(note: dict[str, Any] | None) -> bool:
+    return not note or (not note.get("version") and not note.get("body"))
+
+
+def with_notes(app: Callable[..., Any], storage: DashboardStorage) -> Callable[..., Any]:
+    """WSGI middleware: the study-detail JSON (``GET /api/studies/<id>``, the trial list) with the
+    generated study and trial notes where none was saved; every other request passes through."""
 
     def middleware(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         match = _STUDY_DETAIL.fullmatch(environ.get("PATH_INFO", ""))
@@ -229,10 +204,12 @@ def with_trial_notes(app: Callable[..., Any], storage: DashboardStorage) -> Call
         body = b"".join(app(environ, lambda status, headers, exc_info=None: head.extend((status, headers))))
         status, headers = head
         if status.startswith("200"):
-            detail = json.loads(body)
+            detail, study_id = json.loads(body), int(match.group(1))
+            if _unsaved(detail.get("note")):
+                detail["note"] = {"version": 0, "body": storage.study_note(study_id)}
             trials = detail.get("trials", []) + detail.get("best_trials", [])
-            empty = {t["trial_id"] for t in trials if not t["note"]["version"] and not t["note"]["body"]}
-            notes = storage.trial_notes(int(match.group(1)), empty) if empty else {}
+            empty = {t["trial_id"] for t in trials if _unsaved(t.get("note"))}
+            notes = storage.trial_notes(study_id, empty) if empty else {}
             for t in trials:
                 if t["trial_id"] in notes:
                     t["note"] = {"version": 0, "body": notes[t["trial_id"]]}
@@ -261,7 +238,7 @@ def make_app(spec: StudySpec) -> Callable[..., Any]:
     from autotune.study.storage import artifact_store
 
     storage = open_dashboard_storage(spec)
-    return with_trial_notes(wsgi(storage, artifact_store=artifact_store(spec)), storage)
+    return with_notes(wsgi(storage, artifact_store=artifact_store(spec)), storage)
 
 
 class _QuietHandler(WSGIRequestHandler):
