@@ -31,8 +31,8 @@ simulated server's parser, memory plan and engine in modelled time (what
    At SGLang's defaults that reserve alone leaves no KV cache (f 0.644), so
    the run also prints the smallest ``--mem-fraction-static`` that launches,
    the smallest that reaches x4 (which no longer fits the automatic graph max
-   bs 512), and the largest graph max bs that fits with it, with its margin
-   against the padding SGLang's reserve expects.
+   bs 512), and the largest graph max bs that fits with it. DP attention's
+   padding at graph capture is charged as SGLang's reserve estimates it.
 
 Usage::
 
@@ -141,16 +141,10 @@ def _dp_padding_gib(max_bs: int, dp: int = 8) -> float:
     return max_bs * dp * (3 + (1.5 if max_bs > 300 else 0)) / 1024
 
 
-def _margin_gib(f: float, bs: int) -> float:
-    """Free memory the memory model leaves after graphs, request table, workspace and activations."""
-    p = _predict(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs))
-    return p.slack_gib - p.slack_needed_gib if p.verdict == "fits" else -1.0
-
-
-def _largest_robust_bs(f: float) -> int | None:
-    """The largest graph max bs (SGLang's power-of-two steps) that fits at this f with room left for the
-    padding SGLang's DP-attention reserve expects at that bs, or None."""
-    return next((bs for bs in GRAPH_BS if _margin_gib(f, bs) >= _dp_padding_gib(bs)), None)
+def _largest_fitting_bs(f: float) -> int | None:
+    """The largest graph max bs (SGLang's power-of-two steps) the memory model says fits at this f, or None."""
+    return next((bs for bs in GRAPH_BS
+                 if _predict(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs)).verdict == "fits"), None)
 
 
 def _row(label: str, cfg: ServerConfig, obs0: int) -> None:
@@ -175,32 +169,41 @@ def dp_section() -> None:
     _row("DP attention 8, f 0.88 (the seed log's value)", _dp(mem_fraction_static=0.88), obs0)
     f_min, f_4x = _first_f(1), _first_f(4 * obs0)
     print("   --mem-fraction-static only (graph max bs stays 512):")
+    f_only = {}
     for f in sorted({f_min, f_4x, 0.95}):
         _row(f"DP attention 8, f {f}", _dp(mem_fraction_static=f), obs0)
-    print("   --mem-fraction-static and the largest graph max bs whose free memory after graphs and activations "
-          "(margin) also covers the padding SGLang's DP reserve expects at that bs:")
+        f_only[f] = _capacity(_dp(mem_fraction_static=f))[0]
+    print("   --mem-fraction-static and the largest graph max bs the memory model says fits (its graphs include "
+          "DP attention's padding, the amount SGLang's reserve sets aside for it):")
     launchable = []
     for f in sorted({f_4x, round(f_4x + 0.01, 2), 0.95}):
-        bs = _largest_robust_bs(f)
+        bs = _largest_fitting_bs(f)
         if bs is None:
-            print(f"   DP attention 8, f {f}: no graph max bs leaves that room")
+            print(f"   DP attention 8, f {f}: no graph max bs fits")
             continue
+        p = _predict(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs))
+        verdict = _capacity(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs))[0]
         _row(f"DP attention 8, f {f}, graph max bs {bs}", _dp(mem_fraction_static=f, cuda_graph_max_bs=bs), obs0)
-        print(f"   {'':<46} margin {_margin_gib(f, bs):.2f} GiB >= DP padding {_dp_padding_gib(bs):.2f} GiB")
-        launchable.append((f, bs))
+        print(f"   {'':<46} graphs {p.slack_parts['graphs']:.2f} GiB incl. DP padding {_dp_padding_gib(bs):.2f} GiB; "
+              f"free after graphs and activations {p.slack_gib - p.slack_needed_gib:.2f} GiB")
+        if verdict == "complete":
+            launchable.append((f, bs))
     print(f"   the reference's figure, latent KV alone (same rest per GPU): {8 * obs0:,} tokens = x8.00")
     rep = p0.a_gib - pd.a_gib
     print(f"   at the defaults: rest = A - P(1 - f) = {pd.a_gib:.2f} - {pd.p_gib:.2f} x (1 - {pd.f}) = "
           f"{pd.a_gib - pd.p_gib * (1 - pd.f):.2f} GiB; without the {rep:.2f} GiB/GPU of weights DP attention "
           f"keeps whole it would still be {p0.a_gib - pd.p_gib * (1 - pd.f):.2f} GiB: SGLang's own reserve refuses")
+    f_ok = [f for f, v in f_only.items() if v == "complete"]
     print("   the defaults (the must-show's 'x4 at the defaults' contradicts that rule), and f alone cannot reach x4 "
-          f"and launch: from f {f_4x} the automatic graph max bs 512 no longer fits. What the user changes: "
-          f"--mem-fraction-static and --cuda-graph-max-bs together, with room for SGLang's padding reserve: "
+          "and launch: " + (f"it launches from f {min(f_ok)}, but " if f_ok else "at the automatic graph max bs 512 "
+                            f"it launches at no f (the DP padding alone is {extra:.0f} GiB); ")
+          + f"x4 needs f {f_4x}. What the user changes: "
+          f"--mem-fraction-static and --cuda-graph-max-bs together: "
           + (", ".join(f"f {f} with bs {bs}" for f, bs in launchable) or "none"))
     print(f"   modelled, not measured: {rep:.2f} GiB/GPU replicated weights (autotune/sglang/dp_attention.py: "
           "attn-TP-sharded q_b/kv_b/o projections bf16 in this checkpoint, MLA's absorbed bf16 kv_b copies, the "
-          "embedding; lm_head over all TP without --enable-dp-lm-head); the simulator does not charge the DP "
-          "padding memory SGLang's reserve stands for (hence the margin column)")
+          "embedding; lm_head over all TP without --enable-dp-lm-head), and the DP padding at graph capture, taken "
+          "to be what SGLang's reserve sets aside for it (autotune/sglang/_slack.py DP_PADDING_*)")
 
 
 def main(argv: list[str] | None = None) -> int:

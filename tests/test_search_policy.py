@@ -66,6 +66,27 @@ def test_design_stays_inside_the_predicted_feasible_interval(tmp_path: Path):
     assert len({str(sorted(p.params.items())) for p in points}) == len(points)
 
 
+def test_designed_points_set_the_flags_and_env_the_space_searches(tmp_path: Path):
+    # The memory model judges a designed point as launched: a searched flag left for the sampler to
+    # fill in (DP attention, say) would change what fits after the verdict.
+    spec = _spec(tmp_path)
+    seen: list[dict] = []
+
+    def predict(params):
+        seen.append(params)
+        ok = 0.80 <= params["mem_fraction_static"] <= 0.92
+        return {"verdict": "fits" if ok else "kv_oom", "should_prune": not ok}
+
+    baseline = {"mem_fraction_static": 0.83, "cuda_graph_max_bs": 512, "--attn-dp-size": 1,
+                "--moe-runner-backend": "auto", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0", "speculative_algorithm": "none"}
+    points = initial_design.build(spec, baseline, predict, 8, seed=0)
+    names = {"--attn-dp-size", "--moe-runner-backend", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"}
+    assert all(names <= set(p.params) for p in points) and all(names <= set(p) for p in seen)
+    for p in points:
+        if p.why == "boundary":
+            assert {k: p.params[k] for k in names} == {k: baseline[k] for k in names}
+
+
 def test_auto_sampler_is_chosen_by_the_space(tmp_path: Path):
     spec = _spec(tmp_path)
     sampler, why = choose_sampler(spec)
@@ -83,7 +104,13 @@ def test_adaptive_stages_on_the_driver(tmp_path: Path):
     trials = study.trials
     assert budget_used(study) == 16
     design = [t for t in trials if t.user_attrs.get("stage") == "design"]
-    assert 0 < len(design) <= initial_design.design_size(16, None)  # repeats of launched points are skipped
+    steps = [t for t in design if t.user_attrs.get("design") == "boundary step"]
+    # repeats of launched points are skipped; a boundary step is added after a boundary ran out of slack
+    assert 0 < len(design) - len(steps) <= initial_design.design_size(16, None)
+    for t in steps:
+        before = max(t2 for t2 in design if t2.number < t.number)
+        assert before.state == optuna.trial.TrialState.FAIL
+        assert t.params["mem_fraction_static"] < before.params["mem_fraction_static"]
     assert any(t.params.get("speculative_algorithm") == "EAGLE3" for t in design)  # the prior is tested early
     stages = [t.user_attrs.get("stage") for t in trials if t.user_attrs.get("stage") not in (None, "design")]
     assert stages and set(stages) <= {"base", "speculative", "joint"}
@@ -91,11 +118,18 @@ def test_adaptive_stages_on_the_driver(tmp_path: Path):
     order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
     assert len(order) == len(set(order))
     assert all(t.params.get("speculative_algorithm") == "none" for t in trials if t.user_attrs.get("stage") == "base")
-    # a designed point never repeats an f that already ran out of slack: it moves below it
+    # a designed point never repeats an f that already ran out of slack with the same knobs and a
+    # graph size no larger (the point needs at least that slack): it moves below it
     slack_kinds = ("runtime_oom", "graph_capture_oom")
+
+    def others(params):
+        return {k: v for k, v in params.items() if k not in ("mem_fraction_static", "cuda_graph_max_bs")}
+
     for t in design:
         earlier = [t2.params["mem_fraction_static"] for t2 in trials
-                   if t2.number < t.number and t2.user_attrs.get("failure_kind") in slack_kinds]
+                   if t2.number < t.number and t2.user_attrs.get("failure_kind") in slack_kinds
+                   and others(t2.params) == others(t.params)
+                   and t.params.get("cuda_graph_max_bs", 0) >= t2.params.get("cuda_graph_max_bs", 0)]
         if earlier and t.user_attrs.get("design") != "space-filling":
             assert t.params["mem_fraction_static"] < min(earlier)
 

@@ -271,3 +271,23 @@ def test_dp_attention_in_the_memory_model() -> None:
     lm = predict(KIMI, "rtx-pro-6000", _seed(0.95, attn_dp_size=8, flags=(("--enable-dp-lm-head", True),)),
                  version="0.5.9", calibration=SEED_CAL)
     assert lm.a_gib == pytest.approx(mla_dp.a_gib - 163840 * 7168 * 2 * (1 - 1 / 8) / 2**30, abs=0.01)  # lm_head too
+
+
+def test_the_predictor_charges_dp_attentions_padding_as_the_simulator_does() -> None:
+    from autotune.sim.args import parse_args
+    from autotune.sim.hardware import plan_memory
+
+    def both(bs: int) -> tuple[object, float]:
+        cfg = _seed(0.93, attn_dp_size=8, cuda_graph_max_bs=bs)
+        pred = predict(KIMI, "rtx-pro-6000", cfg, version="0.5.23", num_gpus=8, interconnect="pcie")
+        launch, sim = parse_args(f"--model-path {KIMI.path} --tp-size 8 --attn-dp-size 8 --mem-fraction-static 0.93 "
+                                 f"--cuda-graph-max-bs-decode {bs} --sim-gpu rtx-pro-6000 --sim-interconnect pcie "
+                                 "--sim-sglang-version 0.5.23".split())
+        return pred, plan_memory(launch, KIMI, None, sim.gpu, version=sim.version, interconnect=sim.interconnect).graph_gib
+
+    big, big_sim = both(512)
+    small, small_sim = both(64)
+    assert big.verdict == "graph_capture_oom" and small.verdict == "fits"
+    # the padding (512 x 8 x 4.5 MiB = 18 GiB at bs 512) is in both; the prediction adds prefill graphs
+    assert big.slack_parts["graphs"] - small.slack_parts["graphs"] == pytest.approx(big_sim - small_sim, rel=0.05)
+    assert big_sim - small_sim > 18.0 - 1.5

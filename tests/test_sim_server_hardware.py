@@ -129,3 +129,18 @@ def test_prefill_graphs_share_the_decode_pool_from_0_5_22() -> None:
     assert shared.prefill_graphs_on and shared.prefill_graph_gib == 0.0  # MLA's 1 GiB fits in the decode pool
     own = plan("--mem-fraction-static 0.88", version="0.5.14")  # on by default from 0.5.10, own pool
     assert own.prefill_graphs_on and own.prefill_graph_gib > 0.5
+
+
+def test_dp_attention_pays_sglangs_padding_reserve_at_graph_capture() -> None:
+    # SGLang's auto f sets aside max_bs x attention-DP x 3 MiB (+1.5 MiB above max bs 300) for DP
+    # attention's padding (0.5.23 arg_groups/memory_hook.py:372-378): the simulated capture uses it.
+    def graphs(dp: int, bs: int) -> float:
+        p = plan(f"--mem-fraction-static 0.93 --cuda-graph-max-bs-decode {bs} --attn-dp-size {dp}", version="0.5.23")
+        return p.graph_gib
+
+    assert graphs(8, 512) - graphs(1, 512) == pytest.approx(512 * 8 * 4.5 * MIB / GIB, abs=1e-6)
+    assert graphs(8, 64) - graphs(1, 64) == pytest.approx(64 * 8 * 3 * MIB / GIB, abs=1e-6)
+    big = plan("--mem-fraction-static 0.93 --attn-dp-size 8", version="0.5.23")  # automatic max bs 512
+    assert big.fails_at == "graph"
+    small = plan("--mem-fraction-static 0.93 --cuda-graph-max-bs-decode 64 --attn-dp-size 8", version="0.5.23")
+    assert small.fails_at is None

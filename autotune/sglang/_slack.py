@@ -70,6 +70,13 @@ GRAPH_MOE_PER_SIZE_MIB_PER_LAYER_4K = 0.45
 GRAPH_MOE_LIVE_TENSORS_PER_LAYER = 4
 #: The published point the MoE part is fitted to: ~6 GB (decimal) at bs 256, TP 8.
 GRAPH_DSV3_BS256_TP8_BYTES = 6e9
+#: DP attention's padding at capture, per GPU: decode max bs x attention-DP size x 3 MiB, 1.5 MiB more above
+#: max bs 300. SGLang's own estimate, the reserve its automatic mem_fraction_static sets aside for it ("DP
+#: attention needs more padding for some operations", "much more for large cuda graph max bs": 0.5.23
+#: ``arg_groups/memory_hook.py:372-378``, 0.5.9 ``server_args.py:1033-1041``); no measurement is published.
+DP_PADDING_MIB = 3.0
+DP_PADDING_LARGE_MIB = 1.5
+DP_PADDING_LARGE_ABOVE_BS = 300
 
 #: Where each memory constant of this module comes from (printed by benchmarks/sim_graph_bs.py).
 PROVENANCE: dict[str, tuple[str, str]] = {
@@ -78,13 +85,24 @@ PROVENANCE: dict[str, tuple[str, str]] = {
     "GRAPH_MOE_*": ("fitted", "split of that 6 GB into first-capture / per-size / per-token parts; the seed "
                     "case (f 0.88, bs 512) must still start and serve"),
     "GRAPH_BASE_MIB, GRAPH_PER_SIZE_*, GRAPH_LIVE_TENSORS": ("modelled", "dense-model graph pool"),
+    "DP_PADDING_*": ("source", "DP attention's padding = SGLang's own auto-f reserve for it (0.5.23 "
+                     "memory_hook.py:372-378); SGLang's estimate, not a measurement"),
     "PREFILL_ACT_*": ("modelled", "live tensors of one prefill chunk (hidden x 12 + active MLP)"),
     "attention workspace 384/512 MiB": ("source", "SGLANG_FLASHINFER_WORKSPACE_SIZE default (SGLang source)"),
 }
 
 
-def decode_graph_gib(model: ModelProfile, batch_sizes: list[int], tokens_per_req: int) -> float:
-    """Decode CUDA graphs of ``batch_sizes`` (each request ``tokens_per_req`` tokens wide), per GPU.
+def dp_padding_gib(max_bs: int, attn_dp: int) -> float:
+    """DP attention's padding at decode-graph capture (0 without DP attention), per GPU."""
+    if attn_dp <= 1 or max_bs <= 0:
+        return 0.0
+    per = DP_PADDING_MIB + (DP_PADDING_LARGE_MIB if max_bs > DP_PADDING_LARGE_ABOVE_BS else 0.0)
+    return max_bs * attn_dp * per * MIB / GIB
+
+
+def decode_graph_gib(model: ModelProfile, batch_sizes: list[int], tokens_per_req: int, attn_dp: int = 1) -> float:
+    """Decode CUDA graphs of ``batch_sizes`` (each request ``tokens_per_req`` tokens wide), per GPU, with
+    DP attention's padding (``attn_dp`` > 1).
 
     The same per GPU at any TP size: the published figure is TP 8, and MLA attention is replicated.
     """
@@ -98,7 +116,7 @@ def decode_graph_gib(model: ModelProfile, batch_sizes: list[int], tokens_per_req
         layers = model.num_layers
         mib += layers * h4k * (GRAPH_MOE_FIXED_MIB_PER_LAYER_4K + n * GRAPH_MOE_PER_SIZE_MIB_PER_LAYER_4K)
         live += max_tokens * layers * model.hidden_size * 2 * GRAPH_MOE_LIVE_TENSORS_PER_LAYER
-    return (mib * MIB + live) / GIB
+    return (mib * MIB + live) / GIB + dp_padding_gib(max(batch_sizes), attn_dp)
 
 
 def prefill_graph_gib(model: ModelProfile, max_tokens: int) -> float:

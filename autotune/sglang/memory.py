@@ -382,7 +382,7 @@ def predict(
                                                                    dp_attention=attn_dp > 1)
     prefill_max = min(2048 if model.is_mla else chunk, cfg.max_total_tokens or chunk)
     ladder = [] if cfg.disable_cuda_graph else S.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)
-    graphs = _graph_estimate(model, v, ladder, speculative, tpr, prefill_on, prefill_max)
+    graphs = _graph_estimate(model, v, ladder, speculative, tpr, prefill_on, prefill_max, attn_dp)
     graph_calibrated = False
     if cal is not None and cal.graph_gib is not None and not cfg.disable_cuda_graph:
         cal_tp = cal.tp_size or tp
@@ -391,7 +391,8 @@ def predict(
         cal_rows = req_to_token_pool_size(cal.kv_tokens or tokens, context, v, cal_spec, None)
         cal_ladder = S.ladder_for(cal_bs, speculative=cal_spec, version=v, req_rows=cal_rows)
         cal_est = _graph_estimate(
-            model, v, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1, prefill_on, prefill_max
+            model, v, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1, prefill_on, prefill_max,
+            cal.attn_dp_size,
         )
         if cal_est > 0:
             graphs = cal.graph_gib * graphs / cal_est
@@ -487,10 +488,13 @@ def _graph_estimate(
     tokens_per_req: int,
     prefill_on: bool,
     prefill_max: int,
+    attn_dp: int = 1,
 ) -> float:
-    """Decode graphs for ``ladder`` (x1.3 for draft graphs under speculation) plus prefill graphs when on."""
+    """Decode graphs for ``ladder`` (x1.3 for draft graphs under speculation) plus prefill graphs when on;
+    DP attention's padding (``attn_dp`` > 1) once, not scaled for drafts."""
     decode = S.decode_graph_gib(model, ladder, tokens_per_req)
+    pad = S.dp_padding_gib(max(ladder, default=0), attn_dp)
     est = decode * 1.3 if speculative and ladder else decode  # draft decode/extend graphs on top of the target's
     if prefill_on:
-        est += S.prefill_graph_extra_gib(S.prefill_graph_gib(model, prefill_max), decode, version)
-    return est
+        est += S.prefill_graph_extra_gib(S.prefill_graph_gib(model, prefill_max), decode + pad, version)
+    return est + pad

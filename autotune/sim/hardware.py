@@ -268,7 +268,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     if graph_bs and max(graph_bs) > pool:
         graph_bs = sorted({b for b in graph_bs if b <= pool} | {pool})
     tpr = spec.num_draft_tokens if spec.enabled else 1
-    graph = _slack.decode_graph_gib(model, graph_bs, tpr or 1)
+    graph = _slack.decode_graph_gib(model, graph_bs, tpr or 1, launch.attn_dp_size)
     prefill_graph = 0.0
     prefill_on = launch.prefill_graphs
     if prefill_on is None:

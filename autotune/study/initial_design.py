@@ -69,7 +69,10 @@ def _axis_values(dom: Any) -> list[Any]:
 
 def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
     """Every non-speculative knob of the space with its values (floats stepped), the node layout
-    (``tp4-dp2``) first when the space searches it."""
+    (``tp4-dp2``) first when the space searches it, and the flags and environment variables the
+    space searches by name: a designed point sets them too (at the baseline's values unless the
+    design varies them), or the sampler would fill them in after the memory model judged the
+    point without them (DP attention, say, changes what fits)."""
     sp = spec.search_space
     out: dict[str, list[Any]] = {}
     if sp.layout is not None:
@@ -78,6 +81,8 @@ def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
         dom = getattr(sp, name)
         if isinstance(dom, (FloatRange, IntRange, IntChoices, BoolChoices, StrChoices)):
             out[name] = _axis_values(dom)
+    for named in (sp.flags, sp.env):
+        out.update({name: list(dom.choices) for name, dom in named.items()})
     return out
 
 
