@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 
 
 class FailureKind(enum.StrEnum):
@@ -25,3 +26,13 @@ class FailureKind(enum.StrEnum):
     INTERRUPTED = "interrupted"  # the orchestrator died or was stopped during the trial
     WORKER_DIED = "worker_died"  # the Ray worker running the trial body died
 
+
+
+_OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
+
+
+def load_failure_kind(error: str) -> FailureKind:
+    """A load point that failed while the server kept running: ``runtime_oom`` when the server's
+    errors say it ran out of memory (the candidate's own limit: running it again cannot help, and
+    a lower f is what can), else ``load_failed`` (the node or the network may be to blame)."""
+    return FailureKind.RUNTIME_OOM if _OOM.search(error or "") else FailureKind.LOAD_FAILED

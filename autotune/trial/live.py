@@ -22,7 +22,7 @@ from autotune.launch import ProcessRegistry, ServerProcess, classify, free_port
 from autotune.launch.artifacts import write_launch_artifacts
 from autotune.launch.cleanup import raise_if_interrupted
 from autotune.load import Snapshot, run_load
-from autotune.outcome import FailureKind
+from autotune.outcome import FailureKind, load_failure_kind
 from autotune.sglang.logparse import summarize
 from autotune.trial.argv import build_argv
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
@@ -135,7 +135,7 @@ def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Report
         res = run_load(url, spec, on_snapshot=on_snapshot)
     except LoadGenError as exc:
         raise_if_interrupted()  # a Ctrl-C swallowed in a transport callback: not a load failure
-        result.fail(FailureKind.LOAD_FAILED, str(exc))
+        result.fail(load_failure_kind(str(exc)), str(exc))
         return None
     raise_if_interrupted()
     metrics = dict(res.metrics)
@@ -154,7 +154,8 @@ def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Report
         result.evidence = f"stopped at {name}: clearly worse than earlier trials"
         return None
     if metrics.get("completed", 0) == 0:
-        result.fail(FailureKind.LOAD_FAILED, f"{name}: no request completed ({metrics.get('errors') or 'no detail'})")
+        why = f"{name}: no request completed ({metrics.get('errors') or 'no detail'})"
+        result.fail(load_failure_kind(why), why)
         return None
     return metrics
 

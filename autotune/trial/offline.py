@@ -54,7 +54,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.launch.failures import classify
 from autotune.objective import Picked
-from autotune.outcome import FailureKind
+from autotune.outcome import FailureKind, load_failure_kind
 from autotune.sglang.models import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
 from autotune.sim.engine import Engine
@@ -181,7 +181,7 @@ def evaluate(request: TrialRequest) -> TrialResult:
     if load.died:
         return result.fail(*runtime_oom_evidence(sim, launch))
     if load.error is not None:
-        return result.fail(FailureKind.LOAD_FAILED, load.error)
+        return result.fail(load_failure_kind(load.error), load.error)
     if load.picked is None:
         return result.fail(FailureKind.LOAD_FAILED, f"no load point reported {request.objective.metric}")
     result.state = TrialState.COMPLETE
