@@ -27,7 +27,6 @@ class FailureKind(enum.StrEnum):
     WORKER_DIED = "worker_died"  # the Ray worker running the trial body died
 
 
-
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 
 
