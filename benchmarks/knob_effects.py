@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.objective import Direction, Objective
+from autotune.sglang._slack import dp_padding_gib
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.gpus import get_gpu
 from autotune.sglang.memory import predict
@@ -136,21 +137,18 @@ def _first_f(at_least_tokens: int) -> float:
 GRAPH_BS = (512, 256, 128, 64, 32, 16, 8)
 
 
-def _dp_padding_gib(max_bs: int, dp: int = 8) -> float:
-    """SGLang's auto-f reserve for DP attention at this graph max bs: what it expects DP padding to cost."""
-    return max_bs * dp * (3 + (1.5 if max_bs > 300 else 0)) / 1024
-
-
 def _largest_fitting_bs(f: float) -> int | None:
     """The largest graph max bs (SGLang's power-of-two steps) the memory model says fits at this f, or None."""
     return next((bs for bs in GRAPH_BS
                  if _predict(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs)).verdict == "fits"), None)
 
 
-def _row(label: str, cfg: ServerConfig, obs0: int) -> None:
+def _row(label: str, cfg: ServerConfig, obs0: int) -> str:
+    """Print one capacity row; return the simulated launch's verdict."""
     verdict, obs, pred = _capacity(cfg)
     ratio = f"x{obs / obs0:.2f}" if obs0 and obs and verdict == "complete" else "-"
     print(f"   {label:<46} {verdict:<17} observed {obs:>9,}  predicted {pred:>9,}  {ratio}")
+    return verdict
 
 
 def dp_section() -> None:
@@ -161,7 +159,7 @@ def dp_section() -> None:
     base = ServerConfig(model_path=str(MODEL), tp_size=8)
     p0, pd = _predict(base), _predict(_dp())
     v0, obs0, pred0 = _capacity(base)
-    extra = _dp_padding_gib(pd.cuda_graph_max_bs)
+    extra = dp_padding_gib(pd.cuda_graph_max_bs, 8)
     print(f"   at the node's automatic max_bs {pd.cuda_graph_max_bs}: {extra:.1f} GiB more, f {p0.f} -> {pd.f}")
     print(f"   {'TP 8, SGLang defaults (f ' + str(p0.f) + ')':<46} {v0:<17} observed {obs0:>9,}  "
           f"predicted {pred0:>9,}")
@@ -171,8 +169,7 @@ def dp_section() -> None:
     print("   --mem-fraction-static only (graph max bs stays 512):")
     f_only = {}
     for f in sorted({f_min, f_4x, 0.95}):
-        _row(f"DP attention 8, f {f}", _dp(mem_fraction_static=f), obs0)
-        f_only[f] = _capacity(_dp(mem_fraction_static=f))[0]
+        f_only[f] = _row(f"DP attention 8, f {f}", _dp(mem_fraction_static=f), obs0)
     print("   --mem-fraction-static and the largest graph max bs the memory model says fits (its graphs include "
           "DP attention's padding, the amount SGLang's reserve sets aside for it):")
     launchable = []
@@ -181,10 +178,10 @@ def dp_section() -> None:
         if bs is None:
             print(f"   DP attention 8, f {f}: no graph max bs fits")
             continue
-        p = _predict(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs))
-        verdict = _capacity(_dp(mem_fraction_static=f, cuda_graph_max_bs=bs))[0]
-        _row(f"DP attention 8, f {f}, graph max bs {bs}", _dp(mem_fraction_static=f, cuda_graph_max_bs=bs), obs0)
-        print(f"   {'':<46} graphs {p.slack_parts['graphs']:.2f} GiB incl. DP padding {_dp_padding_gib(bs):.2f} GiB; "
+        cfg = _dp(mem_fraction_static=f, cuda_graph_max_bs=bs)
+        p = _predict(cfg)
+        verdict = _row(f"DP attention 8, f {f}, graph max bs {bs}", cfg, obs0)
+        print(f"   {'':<46} graphs {p.slack_parts['graphs']:.2f} GiB incl. DP padding {dp_padding_gib(bs, 8):.2f} GiB; "
               f"free after graphs and activations {p.slack_gib - p.slack_needed_gib:.2f} GiB")
         if verdict == "complete":
             launchable.append((f, bs))
