@@ -61,6 +61,27 @@ MTP_ARCHITECTURES = frozenset(
 )
 
 
+#: Plain MHA/GQA architectures whose KV cell and weights the generic rule derives.
+GQA_ARCHITECTURES = frozenset(
+    {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+    }
+)
+
+
+def _unknown_reason(arch: str, is_draft: bool, is_mla: bool) -> str:
+    """Why the profiles cannot derive this architecture's memory ("" when they can)."""
+    if is_draft or is_mla or arch in GQA_ARCHITECTURES:
+        return ""
+    return f"architecture {arch} is not one the memory model knows"
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """What the memory model and the simulator need to know about one checkpoint.
@@ -101,6 +122,16 @@ class ModelProfile:
     weight_bytes_estimated: bool = False  # True when no index.json gave the exact size
     tie_word_embeddings: bool = False
     q_lora_rank: int = 0  # MLA: the query's low-rank projection (0 = a full query projection)
+    #: How far the memory model can be trusted for this checkpoint: "exact" (sizes read from the files on
+    #: disk), "derived" (computed from config.json by the family's rule) or "unknown" (an architecture or
+    #: quantization the profiles cannot derive: sized as plain GQA only as a placeholder; a study never
+    #: condemns a candidate on it before a launch of this model has calibrated the formula).
+    confidence: str = "derived"
+    unknown_reason: str = ""  # why the profile is "unknown" (empty otherwise)
+
+    @property
+    def is_unknown(self) -> bool:
+        return self.confidence == "unknown"
 
     @property
     def is_moe(self) -> bool:
@@ -232,6 +263,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
     n_experts = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
     context = int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or 4096)
 
+    unknown = _unknown_reason(arch, is_draft, arch in MLA_ARCHITECTURES)
     dense_p, expert_p, active_expert_p = _param_counts(cfg, num_layers, is_mla, where)
     # Quantized checkpoints: the quantized linears (experts in practice) use bits/8 bytes
     # plus a small scale overhead; attention/embeddings usually stay in the model dtype.
@@ -277,6 +309,8 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         weight_bytes_estimated=estimated,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         q_lora_rank=int(cfg.get("q_lora_rank") or 0) if is_mla else 0,
+        confidence="unknown" if unknown else ("derived" if estimated else "exact"),
+        unknown_reason=unknown,
     )
 
 
