@@ -21,7 +21,7 @@ MANIFEST: list[dict[str, Any]] = json.loads((ROOT / "manifest.json").read_text()
 KEYS = {"id", "source", "sglang_version", "gpu", "gpu_inferred", "gpu_memory_gib", "num_gpus", "tp", "dp", "ep",
         "enable_dp_attention", "model", "family", "architecture", "quantization", "kv_cache_dtype",
         "mem_fraction_static", "page_size", "context_length", "server_args", "config", "config_source",
-        "hf_quant_config", "config_model", "logged", "failure_kind", "notes", "log"}
+        "hf_quant_config", "config_model", "logged", "failure_kind", "notes", "log", "log_date"}
 LOGGED = {"weight_gib_per_gpu", "avail_before_load_gib", "avail_after_load_gib", "kv_tokens", "kv_size_gib",
           "graph_mem_gib"}
 FAMILIES = {"gqa", "mla", "dsa", "dsv4", "swa", "mamba_hybrid", "multimodal"}
