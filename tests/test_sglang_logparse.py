@@ -249,3 +249,41 @@ def test_the_live_watcher_reads_the_targets_lines_and_spares_a_speculative_launc
     whole = summarize(parse_log(path.read_text()))
     assert (live["p_gib"], live["a_gib"], live["kv_gib"]) == (whole["p_gib"], whole["a_gib"], whole["kv_gib"])
     assert live["draft_seen"]
+
+
+def test_hybrid_swa_second_pool_is_the_targets_not_a_draft() -> None:
+    """sglang PR #15464 (MiMo-V2-Flash, TP4): before 0.5.23 the full and SWA pools were two bare lines per rank."""
+    log = "\n".join([
+        "[2025-12-19 07:42:57 TP2] KV Cache is allocated. #tokens: 1496958, K size: 41.76 GB, V size: 27.84 GB",
+        "[2025-12-19 07:42:57 TP2] KV Cache is allocated. #tokens: 1496958, K size: 4.82 GB, V size: 3.21 GB",
+        "[2025-12-19 07:42:57 TP2] SWAKVPool mem usage: 77.63 GB, swa size: 1496958, full size: 1496958",
+        "[2025-12-19 07:42:57 TP2] Memory pool end. avail mem=22.56 GB",
+    ])
+    events = parse_log(log)
+    swa = [e for e in events if e.kind == "swa_pool"]
+    assert len(swa) == 1 and swa[0].values == {"kv_gib": 77.63, "swa_tokens": 1496958, "full_tokens": 1496958,
+                                               "upper_bound": False}
+    s = summarize(events)
+    assert s["kv_gib"] == 77.63 and s["kv_tokens"] == 1496958
+    assert s["draft_seen"] is False  # a draft_seen launch is never used to calibrate
+
+
+def test_labelled_swa_pool_0_5_23_is_the_targets() -> None:
+    log = "\n".join([
+        "[2026-11-01 10:00:00 TP0] Full KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1000, K size: 1.00 GB, V size: 1.00 GB",
+        "[2026-11-01 10:00:00 TP0] SWA KV Cache is allocated. dtype: torch.bfloat16, #tokens: 800, K size: 0.10 GB, V size: 0.10 GB",
+        "[2026-11-01 10:00:00 TP0] SWAKVPool mem usage: 2.20 GB, swa size: 800, full size: 1000",
+    ])
+    events = parse_log(log)
+    assert [e.values["role"] for e in events if e.kind == "kv_allocated"] == ["target", "target"]
+    s = summarize(events)
+    assert s["kv_gib"] == 2.2 and s["draft_seen"] is False
+
+
+def test_unlabelled_second_kv_line_without_swa_pool_is_still_the_draft() -> None:
+    log = "\n".join([
+        "[2026-11-01 10:00:00 TP0] KV Cache is allocated. #tokens: 1000, K size: 1.00 GB, V size: 1.00 GB",
+        "[2026-11-01 10:00:01 TP0] KV Cache is allocated. #tokens: 1000, K size: 0.05 GB, V size: 0.05 GB",
+    ])
+    s = summarize(parse_log(log))
+    assert s["draft_seen"] is True and s["kv_gib"] == 2.0

@@ -20,7 +20,7 @@ from autotune.outcome import FailureKind
 __all__ = ["LogEvent", "RoleTagger", "is_target", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
 
 EVENT_KINDS = frozenset(
-    {"baseline", "weights_loaded", "kv_allocated", "mamba_allocated", "memory_pool_end", "graph_begin",
+    {"baseline", "weights_loaded", "kv_allocated", "swa_pool", "mamba_allocated", "memory_pool_end", "graph_begin",
      "graph_batch_sizes", "graph_captured", "max_total_num_tokens", "symm_mem_prealloc", "ready", "failure"}
 )
 
@@ -159,6 +159,12 @@ def parse_line(line: str) -> LogEvent | None:
             "dtype": dtype.group(1) if dtype else None, "label": label,
             "draft": bool(label and "draft" in label.lower()), "upper_bound": "VA upper bound" in text,
         })
+    m = re.search(r"SWAKVPool (?:mem usage|VA upper bound): ([\d.]+) ?GB, swa size: (\d+), full size: (\d+)", text)
+    if m:
+        # A hybrid sliding-window model's two pools together (SWATokenToKVPoolAllocator; 0.5.23
+        # mem_cache/swa_memory_pool.py:133): the per-pool lines before it are both the target's.
+        return ev("swa_pool", {"kv_gib": float(m.group(1)), "swa_tokens": int(m.group(2)),
+                               "full_tokens": int(m.group(3)), "upper_bound": "VA upper bound" in text})
     if "Mamba Cache is allocated" in text:
         size = re.search(r"max_mamba_cache_size: (\d+)", text)
         conv = re.search(r"conv_state size: ([\d.]+) ?GB", text)
@@ -203,13 +209,17 @@ def parse_line(line: str) -> LogEvent | None:
     return None
 
 
+#: Labels of a pool the target itself allocates after its first one (0.5.23 "SWA KV Cache is allocated").
+_TARGET_POOL_LABELS = frozenset({"SWA"})
+
+
 def _role_key(e: LogEvent) -> str | None:
     """The lines a speculative launch prints twice per rank, unlabelled: once for the target, then the draft."""
     if e.kind == "baseline" and e.values.get("source") == "load_weight_begin":
         return "load_weight_begin"
     if e.kind == "weights_loaded":
         return "weights_loaded"
-    if e.kind == "kv_allocated" and not e.values.get("draft"):
+    if e.kind == "kv_allocated" and not e.values.get("draft") and e.values.get("label") not in _TARGET_POOL_LABELS:
         return "kv_allocated"
     return None
 
@@ -231,8 +241,9 @@ class RoleTagger:
             role = "draft" if (e.rank, key) in self._seen else "target"
             self._seen.add((e.rank, key))
             return LogEvent(e.kind, e.rank, {**e.values, "role": role}, e.failure_kind, e.line)
-        if e.kind == "kv_allocated":  # a line labelled as the draft's
-            return LogEvent(e.kind, e.rank, {**e.values, "role": "draft"}, e.failure_kind, e.line)
+        if e.kind == "kv_allocated":  # a line labelled as the draft's, or the target's second (SWA) pool
+            role = "draft" if e.values.get("draft") else "target"
+            return LogEvent(e.kind, e.rank, {**e.values, "role": role}, e.failure_kind, e.line)
         return e
 
 
@@ -278,16 +289,39 @@ def _max(values: Iterable[float | None]) -> float | None:
     return max(vals) if vals else None
 
 
+def _reconcile_swa(evs: list[LogEvent]) -> list[LogEvent]:
+    """A rank's unlabelled second KV line followed by its "SWAKVPool" line is its SWA pool, not a draft's.
+
+    Before 0.5.23 labelled them, a hybrid sliding-window launch (GPT-OSS, Gemma 3, MiMo-V2) logged its
+    full and SWA pools as two bare "KV Cache is allocated" lines per rank, which the tagger, seeing one
+    line at a time, takes for target then draft (public log: sglang PR #15464).
+    """
+    out = list(evs)
+    for i, e in enumerate(out):
+        if e.kind != "swa_pool":
+            continue
+        for j in range(i - 1, -1, -1):
+            prev = out[j]
+            if prev.rank != e.rank:
+                continue
+            if prev.kind != "kv_allocated":
+                break
+            if prev.values.get("role") == "draft" and not prev.values.get("label"):
+                out[j] = LogEvent(prev.kind, prev.rank, {**prev.values, "role": "target", "label": "SWA"},
+                                  prev.failure_kind, prev.line)
+    return out
+
+
 def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     """Observed facts of one launch; ``None`` where the log did not show them.
 
     Keys: p_gib, a_gib (both MIN over ranks), weights_gib, baseline_usage_gib,
-    kv_tokens, kv_gib, kv_dtype, pool_end_avail_gib, graph_gib (per-rank sum of
+    kv_tokens, kv_gib (both pools of a hybrid sliding-window model together), kv_dtype, pool_end_avail_gib, graph_gib (per-rank sum of
     the captures, max over ranks), graph_batch_sizes, max_running_requests,
     context_len, chunked_prefill_size, max_prefill_tokens, available_gpu_mem_gib,
     ready, failure_kind (most specific seen), evidence (its line), ranks.
     """
-    evs = list(events)
+    evs = _reconcile_swa(list(events))
     by = lambda kind: [e for e in evs if e.kind == kind]  # noqa: E731
 
     target = is_target
@@ -316,7 +350,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
         "weights_gib": _max(e.values.get("mem_usage_gib") for e in loaded),
         "baseline_usage_gib": _max(e.values.get("mem_usage_gib") for e in base),
         "kv_tokens": int(kv_tokens) if kv_tokens is not None else None,
-        "kv_gib": _min(e.values.get("kv_gib") for e in kv),
+        "kv_gib": _min(e.values.get("kv_gib") for e in (by("swa_pool") or kv)),
         "kv_dtype": next((e.values["dtype"] for e in kv if e.values.get("dtype")), None),
         "pool_end_avail_gib": _min(e.values.get("avail_gib") for e in by("memory_pool_end")),
         "graph_gib": max(graph_per_rank.values()) if graph_per_rank else None,
