@@ -28,12 +28,22 @@ _NAME_RULES: tuple[tuple[str, str | None], ...] = (
     (r"h100", "h100"),
     (r"h200", "h200"),
     (r"\bh20\b", "h20"),
-    (r"b200", "b200"),
+    (r"\bgb200\b", "gb200"),  # before b200: "NVIDIA GB200" contains it
+    (r"\bgb300\b", "gb300"),
+    (r"\bb200\b", "b200"),
+    (r"\bb300\b", "b300"),  # "NVIDIA B300 SXM6 AC"
     (r"rtx pro 6000 blackwell (server|workstation)", "rtx-pro-6000"),
+    (r"rtx 5090", "rtx-5090"),
+    (r"\bl20\b", "l20"),
     (r"a100.*80\s*gb", "a100-80"),
     (r"a100.*40\s*gb|a100-(sxm|pcie)4?-40", "a100-40"),
     (r"l40s", "l40s"),
     (r"rtx 4090", "rtx-4090"),
+    # AMD Instinct, as amd-smi / rocm-smi name them ("AMD Instinct MI300X", "MI355X OAM"): NVML never
+    # reports these, but a name read from amd-smi maps through the same table.
+    (r"mi300x", "mi300x"),
+    (r"mi325x", "mi325x"),
+    (r"mi355x", "mi355x"),
 )
 # The study may describe a GPU outside the catalogue with these hardware keys.
 FIGURE_KEYS = ("memory_mib", "hbm_tb_s", "bf16_tflops", "sm", "nvlink_gb_s", "pcie_gb_s")
