@@ -27,7 +27,7 @@ KIMI, LLAMA = MODELS / "kimi-k2-class", MODELS / "llama-3.1-70b-class"
     ("mi300x", 196592, 0, "amd"),  # rocm-smi 206141652992 B
     ("mi355x", 294896, 0, "amd"),  # rocm-smi 309220868096 B
     ("mi325x", 262128, 0, "amd"),
-    ("b300", 275040, 103, "nvidia"), ("gb200", 189471, 100, "nvidia"), ("gb300", 275040, 103, "nvidia"),
+    ("b300", 275040, 103, "nvidia"), ("gb200", 189471, 100, "nvidia"), ("gb300", 283679, 103, "nvidia"),
     ("h20", 97871, 90, "nvidia"), ("l20", 46068, 89, "nvidia"), ("rtx-5090", 32607, 120, "nvidia"),
 ])
 def test_new_gpus_carry_the_driver_totals(name: str, mib: int, sm: int, vendor: str) -> None:
@@ -51,7 +51,7 @@ def test_a_study_on_mi355x_is_accepted_and_xgmi_means_the_gpu_fabric() -> None:
 
 
 @pytest.mark.parametrize("nvml_name,mib,expected", [
-    ("NVIDIA B300 SXM6 AC", 275040, "b300"), ("NVIDIA GB200", 189471, "gb200"), ("NVIDIA B200", 183359, "b200"),
+    ("NVIDIA B300 SXM6 AC", 275040, "b300"), ("NVIDIA GB200", 189471, "gb200"), ("NVIDIA GB300 NVL", 283500, "gb300"), ("NVIDIA B200", 183359, "b200"),
     ("NVIDIA GeForce RTX 5090", 32607, "rtx-5090"), ("NVIDIA L20", 46068, "l20"), ("NVIDIA H20", 97871, "h20"),
     ("NVIDIA H20", 143771, None),  # H20 141GB: another edition, not the catalogue's card
     ("AMD Instinct MI300X", 196592, "mi300x"), ("AMD Instinct MI355X", 294896, "mi355x"),

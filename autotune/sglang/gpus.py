@@ -75,9 +75,9 @@ class GpuKind:
 _CATALOGUE: tuple[GpuKind, ...] = (
     GpuKind("h100", 81559, 90, 3.35, 989.0, 50.0, 450.0, "H100 SXM 80GB HBM3"),
     GpuKind("h200", 143771, 90, 4.8, 989.0, 50.0, 450.0, "H200 SXM 141GB HBM3e"),
-    # H20: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS bf16 dense, NVLink 900 GB/s (NVIDIA H20 datasheet); 97871 MiB
-    # [unverified]: the nvidia-smi total of 96 GB Hopper boards, not seen from an H20 itself.
-    GpuKind("h20", 97871, 90, 4.0, 148.0, 50.0, 450.0, "H20 96GB HBM3 (memory_mib unverified)"),
+    # H20: nvidia-smi "NVIDIA H20 ... 97871MiB" (a public nvidia-smi output of a 500 W H20, GitHub); 96 GB HBM3,
+    # 4.0 TB/s, 148 TFLOPS bf16 dense, NVLink 900 GB/s both ways (NVIDIA H20 datasheet). The 141 GB H20 is another card.
+    GpuKind("h20", 97871, 90, 4.0, 148.0, 50.0, 450.0, "H20 96GB HBM3"),
     GpuKind("b200", 183359, 100, 8.0, 2250.0, 50.0, 900.0, "B200 180GB HBM3e"),
     # B300: nvidia-smi 275040 MiB ("B300 SXM6 AC", public nvidia-smi output; reference sglang-model-families
     # section 12); 8 TB/s HBM3e, 2.25 PFLOPS bf16 dense per GPU (HGX B300 datasheet: 18 PF dense / 8),
@@ -86,9 +86,11 @@ _CATALOGUE: tuple[GpuKind, ...] = (
     # GB200 (per GPU of the superchip): nvidia-smi 189471 MiB (public output, reference section 12); 8 TB/s,
     # 2.5 PFLOPS bf16 dense (GB200 NVL72: 180 PF / 72), NVLink 5; the host link is NVLink-C2C to Grace.
     GpuKind("gb200", 189471, 100, 8.0, 2500.0, 450.0, 900.0, "GB200 186GB HBM3e (per GPU)"),
-    # GB300 (per GPU): the same 288 GB HBM3e stacks as B300; 275040 MiB [unverified] is B300's nvidia-smi
-    # total. 8 TB/s, 2.5 PFLOPS bf16 dense (GB300 NVL72: 180 PF / 72), NVLink 5, compute capability 10.3.
-    GpuKind("gb300", 275040, 103, 8.0, 2500.0, 450.0, 900.0, "GB300 288GB HBM3e (per GPU; memory_mib unverified)"),
+    # GB300 (per GPU, NVML "NVIDIA GB300 NVL"): 283679 MiB [unverified, derived]: NVML's nominal 278 GiB for the
+    # board (298500227072 B in a public go-nvml MIG profile table, which gives B200 180 GiB and GB200 186 GiB)
+    # less the 993 MiB GB200's nvidia-smi total lacks from its nominal 186 GiB. (Google's A4X Max: "roughly
+    # 279 GB per GPU".) 8 TB/s, 2.5 PFLOPS bf16 dense (GB300 NVL72: 180 PF / 72), NVLink 5, compute capability 10.3.
+    GpuKind("gb300", 283679, 103, 8.0, 2500.0, 450.0, 900.0, "GB300 288GB HBM3e (per GPU; memory_mib unverified)"),
     GpuKind(
         "rtx-pro-6000",
         97887,
@@ -99,7 +101,7 @@ _CATALOGUE: tuple[GpuKind, ...] = (
         0.0,
         "RTX PRO 6000 Blackwell 96GB GDDR7, PCIe 5 only",
     ),
-    # RTX 5090: nvidia-smi 32607 MiB (public output, reference section 12); 1.79 TB/s GDDR7, 209.5 TFLOPS
+    # RTX 5090: nvidia-smi 32607 MiB (public output, reference section 12; noonghunna/club-3090 issue #617); 1.79 TB/s GDDR7, 209.5 TFLOPS
     # fp16/bf16 tensor dense (NVIDIA RTX Blackwell GPU architecture whitepaper), PCIe 5, no NVLink.
     GpuKind("rtx-5090", 32607, 120, 1.792, 209.5, 50.0, 0.0, "GeForce RTX 5090 32GB GDDR7, PCIe 5 only"),
     GpuKind("a100-80", 81920, 80, 2.039, 312.0, 25.0, 300.0, "A100 SXM 80GB HBM2e"),
@@ -110,7 +112,7 @@ _CATALOGUE: tuple[GpuKind, ...] = (
     GpuKind("l20", 46068, 89, 0.864, 119.5, 25.0, 0.0, "L20 48GB GDDR6, PCIe 4 only (memory_mib unverified)"),
     GpuKind("rtx-4090", 24564, 89, 1.008, 165.0, 25.0, 0.0, "GeForce RTX 4090 24GB GDDR6X"),
     # AMD Instinct (OAM, 8 per node on a full xGMI mesh: 7 links per GPU). MI300X: rocm-smi VRAM total
-    # 206141652992 B = 196592 MiB (public output, reference section 12); 5.3 TB/s HBM3, 1307.4 TFLOPS bf16
+    # 206141652992 B = 196592 MiB (public output, reference section 12; ROCm/legacy-rocm-build issue #4750); 5.3 TB/s HBM3, 1307.4 TFLOPS bf16
     # dense, xGMI 7 x 64 GB/s per direction (AMD Instinct MI300X datasheet); gfx942.
     GpuKind("mi300x", 196592, 0, 5.3, 1307.4, 50.0, 448.0, "AMD Instinct MI300X 192GB HBM3",
             vendor="amd", gfx="gfx942"),
