@@ -125,3 +125,73 @@ def test_aiter_scales_f_by_085_above_8192_context_in_sim_and_model() -> None:
     honor = ServerConfig(model_path=str(LLAMA), tp_size=8, mem_fraction_static=0.9,
                          env=(("SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION", "1"),))
     assert predict(model, "mi300x", honor, version="0.5.23", interconnect="nvlink").f == pytest.approx(0.9)
+
+
+class FakeAmdSmi:
+    """The calls autotune.node.amd makes of ROCm's ``amdsmi`` module, over (market name, gfx, VRAM bytes)."""
+
+    class AmdSmiMemoryType:
+        VRAM = 0
+
+    def __init__(self, gpus: list[tuple[str, str, int]], *, xgmi: bool) -> None:
+        self.gpus, self.xgmi, self.open = gpus, xgmi, 0
+
+    def amdsmi_init(self) -> None:
+        self.open += 1
+
+    def amdsmi_shut_down(self) -> None:
+        self.open -= 1
+
+    def amdsmi_get_processor_handles(self) -> list[int]:
+        return list(range(len(self.gpus)))
+
+    def amdsmi_get_gpu_asic_info(self, h: int) -> dict:
+        return {"market_name": self.gpus[h][0], "target_graphics_version": self.gpus[h][1]}
+
+    def amdsmi_get_gpu_memory_total(self, h: int, kind: int) -> int:
+        assert kind == self.AmdSmiMemoryType.VRAM
+        return self.gpus[h][2]
+
+    def amdsmi_get_gpu_driver_info(self, h: int) -> dict:
+        return {"driver_version": "6.10.5"}
+
+    def amdsmi_topo_get_link_type(self, a: int, b: int) -> dict:
+        return {"hops": 1, "type": 2} if self.xgmi else {"hops": 2, "type": 1}
+
+
+def _amd_node(monkeypatch: pytest.MonkeyPatch, fake: FakeAmdSmi) -> None:
+    from fake_nvml import node_of
+
+    from autotune.node import auto
+    from autotune.node.amd import read_amd_node
+    from autotune.node.nvml import read_node
+
+    monkeypatch.setattr(auto, "read_node", lambda: read_node(node_of("x", 1, (9, 0), fail_init=True)))
+    monkeypatch.setattr(auto, "read_amd_node", lambda: read_amd_node(fake))
+    monkeypatch.setattr(auto, "read_topology", lambda: None)
+
+
+@pytest.mark.parametrize("market,gfx,total,expected", [
+    ("AMD Instinct MI300X", "gfx942", 206141652992, "mi300x"),
+    ("0x74a5", "gfx950", 309220868096, "mi355x"),  # a bare device id: gfx and memory decide
+])
+def test_auto_on_an_amd_node_reads_amd_smi(monkeypatch: pytest.MonkeyPatch, market: str, gfx: str, total: int,
+                                           expected: str) -> None:
+    from autotune.node import auto
+
+    fake = FakeAmdSmi([(market, gfx, total)] * 8, xgmi=True)
+    _amd_node(monkeypatch, fake)
+    hw, notes = auto.resolve_hardware({"gpu": "auto"})
+    assert hw == {"gpu": expected, "num_gpus": 8, "interconnect": "nvlink"} and fake.open == 0
+    assert any("links XGMI" in n for n in notes)
+
+
+def test_an_amd_card_outside_the_catalogue_keeps_the_rocm_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.node import auto
+
+    _amd_node(monkeypatch, FakeAmdSmi([("AMD Instinct MI250X", "gfx90a", 68702699520)] * 4, xgmi=False))
+    hw, notes = auto.resolve_hardware({"gpu": "auto"})
+    kind = get_gpu(hw["gpu"])
+    assert (kind.memory_mib, kind.vendor, kind.gfx, kind.sm) == (65520, "amd", "gfx90a", 0)
+    assert hw["interconnect"] == "pcie" and "gfx90a: not in the catalogue" in notes[0]
+    assert "sm" not in kind.unknown  # an AMD card has no compute capability to miss

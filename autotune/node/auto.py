@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.node.amd import read_amd_node
 from autotune.node.nvml import NvmlNode, read_node
 from autotune.node.topology import Topology, read_topology
-from autotune.sglang.gpus import custom_gpu_name, get_gpu, unknown_figures
+from autotune.sglang.gpus import GPUS, custom_gpu_name, get_gpu, unknown_figures
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,24 @@ def catalogue_name(nvml_name: str, memory_mib: int) -> str | None:
             if abs(get_gpu(name).memory_mib - memory_mib) > 0.02 * memory_mib:
                 return None
             return name
+    # AMD SMI may give a bare device id as the market name: the gfx architecture and the memory decide
+    gfx = re.search(r"\((gfx[0-9a-f]+)\)", low)
+    if gfx:
+        same = [g.name for g in GPUS.values() if g.gfx == gfx.group(1)
+                and abs(g.memory_mib - memory_mib) <= 0.02 * memory_mib]
+        return same[0] if len(same) == 1 else None
     return None
+
+
+def _read_any_node() -> tuple[NvmlNode, Topology | None]:
+    """NVML's node; where NVML cannot start, AMD SMI's (with its xGMI topology)."""
+    try:
+        return read_node(), None
+    except ConfigError as nvml_error:
+        try:
+            return read_amd_node()
+        except ConfigError:
+            raise nvml_error from None
 
 
 def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topology: Topology | None = None,
@@ -85,7 +103,9 @@ def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topolo
         hw["gpu"] = custom_gpu_name(gpu, **figures)
         notes.append(_unknown_line(hw["gpu"], "the study's description"))
         return hw, notes
-    node = node if node is not None else (read or read_node)()
+    amd_topology: Topology | None = None
+    if node is None:
+        node, amd_topology = (read(), None) if read is not None else _read_any_node()
     if not node.gpus:
         raise ConfigError("hardware.gpu: auto but NVML sees no GPU on this node")
     kinds = {(g.name, g.memory_mib) for g in node.gpus}
@@ -98,14 +118,17 @@ def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topolo
         notes.append(f"hardware: auto -> {len(node.gpus)} x {first.name} = catalogue {name!r} (driver {node.driver})")
     else:
         figures.setdefault("memory_mib", first.memory_mib)
-        figures.setdefault("sm", first.sm)
-        hw["gpu"] = custom_gpu_name(first.name, **figures)
+        gfx = re.search(r"\((gfx[0-9a-f]+)\)", first.name.lower())
+        if gfx is None:
+            figures.setdefault("sm", first.sm)
+        hw["gpu"] = custom_gpu_name(first.name, gfx=gfx.group(1) if gfx else None, **figures)
+        arch = gfx.group(1) if gfx else f"sm {first.sm}"
         notes.append(f"hardware: auto -> {len(node.gpus)} x {first.name}, {first.memory_mib} MiB, "
-                     f"sm {first.sm}: not in the catalogue (driver {node.driver})")
+                     f"{arch}: not in the catalogue (driver {node.driver})")
         notes.append(_unknown_line(hw["gpu"], "NVML"))
     hw.setdefault("num_gpus", len(node.gpus))
     if "interconnect" not in hw:
-        topo = topology if topology is not None else (read_topo or read_topology)()
+        topo = topology or amd_topology or (read_topo or read_topology)()
         if topo is None:
             hw["interconnect"] = "pcie"
             notes.append("hardware: nvidia-smi topo -m unavailable: interconnect taken as pcie")

@@ -170,16 +170,19 @@ CUSTOM_PREFIX = "custom:"
 _OPTIONAL = ("hbm_tb_s", "bf16_tflops", "sm", "nvlink_gb_s", "pcie_gb_s")
 
 
-def custom_gpu_name(name: str, memory_mib: int, **figures: float | None) -> str:
+def custom_gpu_name(name: str, memory_mib: int, gfx: str | None = None, **figures: float | None) -> str:
     """A GPU outside the catalogue as one string that :func:`get_gpu` reads back.
 
     The string travels where a catalogue name does (study spec, trial request, the
     simulator's ``--sim-gpu``), so every process sees the same figures.
-    ``custom:l4:memory_mib=23034:hbm_tb_s=0.3``; figures left out are unknown.
+    ``custom:l4:memory_mib=23034:hbm_tb_s=0.3``; figures left out are unknown. ``gfx``
+    (``gfx90a``) makes it an AMD GPU, judged by SGLang's ROCm rules.
     """
     label = re.sub(r"[^a-z0-9.-]+", "-", name.strip().lower()).strip("-") or "gpu"
     parts = [f"memory_mib={int(memory_mib)}"]
     parts += [f"{k}={figures[k]:g}" for k in _OPTIONAL if figures.get(k) is not None]
+    if gfx:
+        parts.append(f"gfx={re.sub(r'[^a-z0-9]', '', gfx.lower())}")
     return CUSTOM_PREFIX + label + ":" + ":".join(parts)
 
 
@@ -192,8 +195,12 @@ def _parse_custom(text: str) -> GpuKind:
     body = text[len(CUSTOM_PREFIX):]
     label, _, rest = body.partition(":")
     figures: dict[str, float] = {}
+    gfx = ""
     for item in filter(None, rest.split(":")):
         key, eq, value = item.partition("=")
+        if key == "gfx" and eq and re.fullmatch(r"gfx[0-9a-f]+", value):
+            gfx = value
+            continue
         if not eq or key not in ("memory_mib", *_OPTIONAL):
             raise ConfigError(f"gpu: bad custom GPU figure {item!r} in {text!r}")
         try:
@@ -203,7 +210,7 @@ def _parse_custom(text: str) -> GpuKind:
     if "memory_mib" not in figures or figures["memory_mib"] <= 0:
         raise ConfigError(f"gpu: custom GPU {text!r} needs memory_mib > 0")
     mem = int(figures["memory_mib"])
-    unknown = [k for k in ("hbm_tb_s", "bf16_tflops", "sm") if k not in figures]
+    unknown = [k for k in ("hbm_tb_s", "bf16_tflops", "sm") if k not in figures and not (k == "sm" and gfx)]
     # Speed figures left out are borrowed from the catalogue GPU nearest in memory, so the
     # simulated backend can still run; the real engine's speed is measured, not predicted.
     near = min(_CATALOGUE, key=lambda g: abs(g.memory_mib - mem))
@@ -219,6 +226,8 @@ def _parse_custom(text: str) -> GpuKind:
         nvlink_gb_s=figures.get("nvlink_gb_s", 0.0),
         description=desc,
         unknown=tuple(unknown),
+        vendor="amd" if gfx else "nvidia",
+        gfx=gfx,
     )
 
 
