@@ -70,7 +70,7 @@ SPACE = {"custom_allreduce": {"choices": [True, False]}, "flashinfer_allreduce_f
          "enable_torch_symm_mem": {"choices": [True, False]},
          "attention_backend": {"choices": ["aiter", "triton", "flashinfer", "fa3"]},
          "flags": {"--moe-runner-backend": {"choices": ["auto", "triton", "deep_gemm", "flashinfer_cutlass"]},
-                   "--moe-a2a-backend": {"choices": ["none", "deepep"]}}}
+                   "--moe-a2a-backend": {"choices": ["none", "deepep", "mori"]}}}
 
 
 def test_rocm_prunes_the_cuda_only_knobs_and_keeps_custom_allreduce_on_xgmi() -> None:
@@ -84,7 +84,7 @@ def test_rocm_prunes_the_cuda_only_knobs_and_keeps_custom_allreduce_on_xgmi() ->
     assert sp.custom_allreduce is not None  # xGMI is a full mesh: SGLang keeps it (is_full_nvlink via amdsmi)
     assert sp.attention_backend.choices == ["aiter", "triton"]
     assert sp.flags["--moe-runner-backend"].choices == ["auto", "triton"]
-    assert sp.flags["--moe-a2a-backend"].choices == ["none"]
+    assert sp.flags["--moe-a2a-backend"].choices == ["none", "mori"]
 
 
 def test_cuda_prunes_aiter_and_b300_keeps_the_sm100_fusion() -> None:
@@ -92,8 +92,21 @@ def test_cuda_prunes_aiter_and_b300_keeps_the_sm100_fusion() -> None:
     pruned, removed = prune_space(_spec("b300", "nvlink", SPACE), model, get_gpu("b300"))
     names = {(r.name, r.value) for r in removed}
     assert ("attention_backend", "aiter") in names and ("attention_backend", "fa3") in names  # fa3: SM80-90 only
+    assert ("--moe-a2a-backend", "mori") in names and ("--moe-a2a-backend", "deepep") not in names
     assert pruned.search_space.flashinfer_allreduce_fusion is not None  # 10.3 is SGLang's SM100 family
     assert ("flashinfer_allreduce_fusion", None) not in names
+
+
+@pytest.mark.parametrize("gpu,tp,expected", [  # reference sglang-model-families section 10's table
+    ("mi300x", 8, 0.862), ("mi355x", 8, 0.908), ("b300", 8, 0.899), ("b300", 1, 0.902), ("gb200", 8, 0.854),
+    ("gb200", 1, 0.858), ("rtx-5090", 1, 0.777),
+])
+def test_sglangs_automatic_fraction_on_the_new_gpus(gpu: str, tp: int, expected: float) -> None:
+    from autotune.sglang.defaults import auto_mem_fraction_static
+
+    kind = get_gpu(gpu)  # ROCm: no prefill-graph term (prefill graphs are CUDA-only)
+    f = auto_mem_fraction_static(kind.memory_mib, tp_size=tp, version="0.5.23", prefill_graph=False if kind.rocm else None)
+    assert f == expected
 
 
 def _plan(extra: str, gpu: str, model: Path = LLAMA) -> object:

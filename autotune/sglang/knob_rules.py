@@ -107,6 +107,8 @@ def dead_value_reason(knob: Knob | None, value: Any, ctx: NodeContext, tp_sizes:
             return why
     elif knob.name == "attention_backend" and value in _ROCM_ATTENTION:
         return f"{value} is AMD's ROCm kernel library; this node is CUDA"
+    elif knob.name == "--moe-a2a-backend" and value == "mori":
+        return "mori is AMD's ROCm all-to-all library (moe_hook.py:543); this node is CUDA"
     if knob.name in ("--moe-runner-backend", "--fp8-gemm-backend") and value == "deep_gemm" and ctx.sm == 120:
         return "DeepGEMM has no SM120 kernels: it crashed on RTX PRO 6000 where Triton worked (SGLang issue #18870)"
     if knob.name == "attention_backend" and value in _SM_ATTENTION and ctx.sm not in _SM_ATTENTION[value]:
