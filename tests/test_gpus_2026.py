@@ -208,3 +208,21 @@ def test_an_amd_card_outside_the_catalogue_keeps_the_rocm_rules(monkeypatch: pyt
     assert (kind.memory_mib, kind.vendor, kind.gfx, kind.sm) == (65520, "amd", "gfx90a", 0)
     assert hw["interconnect"] == "pcie" and "gfx90a: not in the catalogue" in notes[0]
     assert "sm" not in kind.unknown  # an AMD card has no compute capability to miss
+
+
+@pytest.mark.parametrize("gpu,dtype", [("mi300x", "torch.float8_e4m3fnuz"), ("mi355x", "torch.float8_e4m3fn"),
+                                       ("h200", "torch.float8_e4m3fn")])
+def test_the_simulated_server_logs_mi300s_fp8_as_fnuz(gpu: str, dtype: str) -> None:
+    import asyncio
+    import io
+
+    from autotune.sim.startup import LogWriter, boot
+
+    args = (f"--model-path {LLAMA} --tp-size 8 --sim-gpu {gpu} --sim-sglang-version 0.5.23 --sim-time-scale 1000000 "
+            "--kv-cache-dtype fp8_e4m3 --mem-fraction-static 0.9")
+    launch, sim = parse_args(args.split())
+    model = load_model_profile(launch.model_path)
+    plan = plan_memory(launch, model, None, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+    out = io.StringIO()
+    asyncio.run(boot(plan, launch, sim, model, LogWriter(sim, launch, stream=out)))
+    assert f"KV Cache is allocated. dtype: {dtype}," in out.getvalue()
