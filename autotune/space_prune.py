@@ -4,7 +4,8 @@ A knob that cannot change anything on this node and release (custom allreduce
 at TP > 2 on PCIe, FlashInfer allreduce fusion off SM90/SM100, a catalogue
 flag or variable the release lacks, an MoE knob on a dense model) is removed;
 so is a value that cannot run (a DP-attention size that divides no TP size of
-the space, an all-to-all back-end that needs NVLink on a PCIe node). A knob
+the space, an all-to-all back-end that needs NVLink on a PCIe node; on an AMD
+Instinct node the CUDA-only knobs and back-ends, :mod:`autotune.sglang.rocm`). A knob
 autotune does not know stays: the release's parser judges each candidate
 (a flag none of autotune's release tables has is taken for a newer build's:
 :mod:`autotune.sglang.unknown_flags`).

@@ -133,7 +133,14 @@ class HardwareSpec(_Model):
     # "auto" in the YAML: parse_study resolves it from the node (autotune.node.auto).
     gpu: str
     num_gpus: int = Field(default=1, ge=1, le=1024)
-    interconnect: Literal["pcie", "nvlink"] = "nvlink"
+    interconnect: Literal["pcie", "nvlink"] = "nvlink"  # nvlink: the GPUs' own fabric (NVLink, or AMD's xGMI)
+
+    @field_validator("interconnect", mode="before")
+    @classmethod
+    def _xgmi(cls, v: Any) -> Any:
+        # AMD Instinct's xGMI (Infinity Fabric) mesh plays NVLink's part everywhere autotune looks
+        # (SGLang's is_full_nvlink asks amdsmi for XGMI links: custom_all_reduce_utils.py).
+        return "nvlink" if isinstance(v, str) and v.lower() in ("xgmi", "infinity-fabric") else v
 
     @field_validator("gpu")
     @classmethod

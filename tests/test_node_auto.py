@@ -57,7 +57,7 @@ def test_auto_keeps_what_the_study_states(monkeypatch: pytest.MonkeyPatch) -> No
     ("NVIDIA L4", 23034, (8, 9)),
     ("NVIDIA H100 PCIe", 81559, (9, 0)),
     ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887, (12, 0)),
-    ("NVIDIA B300 SXM6 AC", 275040, (10, 3)),
+    ("NVIDIA A10", 23028, (8, 6)),  # (B300 joined the catalogue: test_gpus_2026)
 ])
 def test_auto_on_a_gpu_outside_the_catalogue_says_what_it_used(monkeypatch: pytest.MonkeyPatch, name: str,
                                                               mem: int, cc: tuple[int, int]) -> None:

@@ -16,6 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_study_arg(p)
     p.add_argument("--from-log", required=True, metavar="server.log", help="an SGLang server log")
+    p.add_argument("--force", action="store_true",
+                   help="store it even where the log contradicts the study (another architecture, TP/DP size, "
+                        "or a P the study's GPU cannot have); without it such a log exits 2 and stores nothing")
     add_json_flag(p)
     p.set_defaults(func=_calibrate)
 
@@ -24,11 +27,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     from autotune.spec import load_study_spec
     from autotune.study.calibration import calibrate_from_log
 
-    cal = calibrate_from_log(load_study_spec(args.study), args.from_log)
+    cal = calibrate_from_log(load_study_spec(args.study), args.from_log, force=args.force)
     if args.json:
         print_json({k: cal.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
-                   | {"source": cal["source"]})
+                   | {"source": cal["source"], "forced": cal.get("forced", [])})
         return 0
+    for line in cal.get("forced", []):
+        print(f"stored despite (--force): {line}")
     print(f"calibration stored: P={cal['p_gib']} GiB, A={cal['a_gib']} GiB, KV tokens={cal['kv_tokens']}, "
           f"graphs={cal['graph_gib']} GiB (from {cal['source']}, {cal.get('log_wording') or 'unknown'} wording)")
     return 0

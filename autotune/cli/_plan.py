@@ -11,7 +11,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="predict, without launching, which candidates fit in GPU memory",
-        description="The memory verdict (fits, kv_oom, graph_capture_oom, runtime_oom_risk, too_few_tokens) for every "
+        description="The memory verdict (fits, kv_oom, graph_capture_oom, runtime_oom_risk, too_few_tokens; unknown for "
+        "a model whose architecture the memory model does not know, until a launch calibrates it) for every "
         "candidate on the search-space grid, or for the candidates fixed by --set (other knobs at SGLang's "
         "defaults). Uses the study's calibration when it has one.",
     )

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.node.amd import read_amd_node
 from autotune.node.nvml import NvmlNode, read_node
 from autotune.node.topology import Topology, read_topology
-from autotune.sglang.gpus import custom_gpu_name, get_gpu, unknown_figures
+from autotune.sglang.gpus import GPUS, custom_gpu_name, get_gpu, unknown_figures
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,22 @@ _NAME_RULES: tuple[tuple[str, str | None], ...] = (
     (r"h100", "h100"),
     (r"h200", "h200"),
     (r"\bh20\b", "h20"),
-    (r"b200", "b200"),
+    (r"\bgb200\b", "gb200"),  # before b200: "NVIDIA GB200" contains it
+    (r"\bgb300\b", "gb300"),
+    (r"\bb200\b", "b200"),
+    (r"\bb300\b", "b300"),  # "NVIDIA B300 SXM6 AC"
     (r"rtx pro 6000 blackwell (server|workstation)", "rtx-pro-6000"),
+    (r"rtx 5090", "rtx-5090"),
+    (r"\bl20\b", "l20"),
     (r"a100.*80\s*gb", "a100-80"),
     (r"a100.*40\s*gb|a100-(sxm|pcie)4?-40", "a100-40"),
     (r"l40s", "l40s"),
     (r"rtx 4090", "rtx-4090"),
+    # AMD Instinct, as amd-smi / rocm-smi name them ("AMD Instinct MI300X", "MI355X OAM"): NVML never
+    # reports these, but a name read from amd-smi maps through the same table.
+    (r"mi300x", "mi300x"),
+    (r"mi325x", "mi325x"),
+    (r"mi355x", "mi355x"),
 )
 # The study may describe a GPU outside the catalogue with these hardware keys.
 FIGURE_KEYS = ("memory_mib", "hbm_tb_s", "bf16_tflops", "sm", "nvlink_gb_s", "pcie_gb_s")
@@ -52,7 +63,24 @@ def catalogue_name(nvml_name: str, memory_mib: int) -> str | None:
             if abs(get_gpu(name).memory_mib - memory_mib) > 0.02 * memory_mib:
                 return None
             return name
+    # AMD SMI may give a bare device id as the market name: the gfx architecture and the memory decide
+    gfx = re.search(r"\((gfx[0-9a-f]+)\)", low)
+    if gfx:
+        same = [g.name for g in GPUS.values() if g.gfx == gfx.group(1)
+                and abs(g.memory_mib - memory_mib) <= 0.02 * memory_mib]
+        return same[0] if len(same) == 1 else None
     return None
+
+
+def _read_any_node() -> tuple[NvmlNode, Topology | None]:
+    """NVML's node; where NVML cannot start, AMD SMI's (with its xGMI topology)."""
+    try:
+        return read_node(), None
+    except ConfigError as nvml_error:
+        try:
+            return read_amd_node()
+        except ConfigError:
+            raise nvml_error from None
 
 
 def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topology: Topology | None = None,
@@ -75,7 +103,9 @@ def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topolo
         hw["gpu"] = custom_gpu_name(gpu, **figures)
         notes.append(_unknown_line(hw["gpu"], "the study's description"))
         return hw, notes
-    node = node if node is not None else (read or read_node)()
+    amd_topology: Topology | None = None
+    if node is None:
+        node, amd_topology = (read(), None) if read is not None else _read_any_node()
     if not node.gpus:
         raise ConfigError("hardware.gpu: auto but NVML sees no GPU on this node")
     kinds = {(g.name, g.memory_mib) for g in node.gpus}
@@ -88,14 +118,17 @@ def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topolo
         notes.append(f"hardware: auto -> {len(node.gpus)} x {first.name} = catalogue {name!r} (driver {node.driver})")
     else:
         figures.setdefault("memory_mib", first.memory_mib)
-        figures.setdefault("sm", first.sm)
-        hw["gpu"] = custom_gpu_name(first.name, **figures)
+        gfx = re.search(r"\((gfx[0-9a-f]+)\)", first.name.lower())
+        if gfx is None:
+            figures.setdefault("sm", first.sm)
+        hw["gpu"] = custom_gpu_name(first.name, gfx=gfx.group(1) if gfx else None, **figures)
+        arch = gfx.group(1) if gfx else f"sm {first.sm}"
         notes.append(f"hardware: auto -> {len(node.gpus)} x {first.name}, {first.memory_mib} MiB, "
-                     f"sm {first.sm}: not in the catalogue (driver {node.driver})")
+                     f"{arch}: not in the catalogue (driver {node.driver})")
         notes.append(_unknown_line(hw["gpu"], "NVML"))
     hw.setdefault("num_gpus", len(node.gpus))
     if "interconnect" not in hw:
-        topo = topology if topology is not None else (read_topo or read_topology)()
+        topo = topology or amd_topology or (read_topo or read_topology)()
         if topo is None:
             hw["interconnect"] = "pcie"
             notes.append("hardware: nvidia-smi topo -m unavailable: interconnect taken as pcie")

@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass
 
 _PCIE = {"X", "SYS", "NODE", "PHB", "PXB", "PIX"}
+#: An AMD pair joined by one xGMI hop (autotune.node.amd): the GPUs' own fabric, as NVLink is.
+XGMI = "XGMI"
 
 
 @dataclass(frozen=True)
@@ -17,8 +19,8 @@ class Topology:
 
     @property
     def nvlinked(self) -> bool:
-        """Every pair of GPUs joined by NVLink (directly, as NV#)."""
-        return bool(self.links) and all(v.startswith("NV") for v in self.links.values())
+        """Every pair of GPUs joined by NVLink (directly, as NV#) or, on AMD, by one xGMI hop."""
+        return bool(self.links) and all(v.startswith("NV") or v == XGMI for v in self.links.values())
 
     @property
     def interconnect(self) -> str:

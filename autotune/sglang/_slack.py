@@ -38,8 +38,8 @@ def comm_buffers_gib(
     total = 0.0
     nvlink = interconnect == "nvlink"
     if custom_allreduce and tp_size in (2, 4, 6, 8) and (tp_size == 2 or nvlink):
-        total += 24 * MIB
-    if torch_symm_mem and gpu.sm in (90, 100) and nvlink and tp_size in (2, 4, 6, 8):
+        total += (40 if gpu.rocm else 24) * MIB  # ROCm's buffer is 16 MiB, not 8 (custom_all_reduce.py:41-45)
+    if torch_symm_mem and not gpu.rocm and gpu.sm_family in (90, 100) and nvlink and tp_size in (2, 4, 6, 8):
         total += (64 if tp_size <= 4 else 128) * MIB
     return total / GIB
 
@@ -182,7 +182,7 @@ def fusion_enabled(model: ModelProfile, gpu: GpuKind, tp_size: int, explicit: bo
         return True
     return (
         model.architecture in FUSION_AUTO_ARCHITECTURES
-        and gpu.sm in (90, 100)
+        and gpu.sm_family in (90, 100)
         and gpu.name != "h20"
         and not dp_attention
     )

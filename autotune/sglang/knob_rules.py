@@ -18,6 +18,7 @@ from typing import Any
 
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.knobs import Knob, exists_in, releases
+from autotune.sglang.rocm import CUDA_ONLY_ATTENTION, CUDA_ONLY_KNOBS
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["NodeContext", "dead_reason", "dead_value_reason", "resolve"]
@@ -30,6 +31,8 @@ _MIXED_SPEC_RULE = "\"Mixed chunked prefill is disabled because of using eagle s
 _DP_RULE = "SGLang asserts tp_size % dp_size == 0 under DP attention (_handle_data_parallelism)"
 _SM_ATTENTION = {"fa3": (80, 86, 89, 90), "flashmla": (90, 100), "cutlass_mla": (100,), "trtllm_mla": (100,),
                  "trtllm_mha": (100,), "fa4": (100,)}
+_ROCM_ATTENTION = ("aiter", "wave")  # AMD kernel libraries (attention_registry.py registers them for HIP)
+_ROCM_DEFAULT_ATTN = "SGLang's ROCm back-ends are aiter / triton (default aiter: model_override_base.py:326-345)"
 _NVLINK_A2A = {"deepep", "mooncake", "nixl", "mori", "deepep_v2", "pplx", "flashinfer", "megamoe", "flashinfer_megamoe"}
 
 
@@ -44,13 +47,15 @@ class NodeContext:
     is_moe: bool
     is_mla: bool = False
     fp8: bool = False
+    rocm: bool = False  # an AMD GPU: SGLang's HIP paths (autotune.sglang.rocm)
 
     @classmethod
     def of(cls, version: str | SglangVersion, gpu: Any, interconnect: str, tp_size: int, model: Any) -> NodeContext:
         quant = str(getattr(model, "quant_method", "") or "")
-        return cls(version=as_version(version), sm=int(getattr(gpu, "sm", 0)), interconnect=interconnect,
+        sm = int(getattr(gpu, "sm_family", getattr(gpu, "sm", 0)))  # B300's 10.3 is SGLang's "SM100"
+        return cls(version=as_version(version), sm=sm, interconnect=interconnect,
                    tp_size=tp_size, is_moe=bool(getattr(model, "num_experts", 0)), is_mla=bool(model.is_mla),
-                   fp8="fp8" in quant.lower())
+                   fp8="fp8" in quant.lower(), rocm=getattr(gpu, "vendor", "nvidia") == "amd")
 
 
 def dead_reason(knob: Knob | None, name: str, ctx: NodeContext, tp_sizes: tuple[int, ...] = ()) -> str | None:
@@ -67,6 +72,8 @@ def dead_reason(knob: Knob | None, name: str, ctx: NodeContext, tp_sizes: tuple[
             return "one GPU per server: there is no allreduce"
         if ctx.interconnect == "pcie" and min(tps) > 2:
             return f"TP {'/'.join(map(str, tps))} on PCIe: {_CUSTOM_AR_RULE}"
+    if ctx.rocm and knob.name in CUDA_ONLY_KNOBS:
+        return CUDA_ONLY_KNOBS[knob.name]
     if knob.name == "flashinfer_allreduce_fusion" and ctx.sm not in (90, 100):
         return f"SM{ctx.sm}: {_FUSION_RULE}"
     if knob.name == "enable_torch_symm_mem" and ctx.interconnect == "pcie":
@@ -94,12 +101,32 @@ def dead_value_reason(knob: Knob | None, value: Any, ctx: NodeContext, tp_sizes:
         return f"{value} divides no TP size of the space ({'/'.join(map(str, tps))}): {_DP_RULE}"
     if knob.name == "--moe-a2a-backend" and value in _NVLINK_A2A and ctx.interconnect == "pcie":
         return f"{value} exchanges tokens over NVLink/RDMA buffers; a single PCIe node has neither"
+    if ctx.rocm:
+        why = _rocm_value_reason(knob.name, value)
+        if why:
+            return why
+    elif knob.name == "attention_backend" and value in _ROCM_ATTENTION:
+        return f"{value} is AMD's ROCm kernel library; this node is CUDA"
+    elif knob.name == "--moe-a2a-backend" and value == "mori":
+        return "mori is AMD's ROCm all-to-all library (moe_hook.py:543); this node is CUDA"
     if knob.name in ("--moe-runner-backend", "--fp8-gemm-backend") and value == "deep_gemm" and ctx.sm == 120:
         return "DeepGEMM has no SM120 kernels: it crashed on RTX PRO 6000 where Triton worked (SGLang issue #18870)"
     if knob.name == "attention_backend" and value in _SM_ATTENTION and ctx.sm not in _SM_ATTENTION[value]:
         return f"{value} kernels exist for SM{'/SM'.join(map(str, _SM_ATTENTION[value]))} only, not SM{ctx.sm}"
     if knob.name == "--ep-size" and isinstance(value, int) and value > 1 and all(t % value for t in tps):
         return f"{value} divides no TP size of the space: experts are split over ep ranks inside the TP group"
+    return None
+
+
+def _rocm_value_reason(name: str, value: Any) -> str | None:
+    """A value that has no ROCm build (None: it runs on AMD too)."""
+    if name == "attention_backend" and value in CUDA_ONLY_ATTENTION:
+        return f"ROCm: {value} is a CUDA kernel; {_ROCM_DEFAULT_ATTN}"
+    if name in ("--moe-runner-backend", "--fp8-gemm-backend") and (value == "deep_gemm"
+                                                                   or str(value).startswith("flashinfer")):
+        return f"ROCm: {value} is a CUDA library (DeepGEMM / FlashInfer have no ROCm build); aiter or triton run there"
+    if name == "--moe-a2a-backend" and value in ("deepep", "deepep_v2", "nixl", "pplx", "flashinfer"):
+        return f"ROCm: {value} is built on NVSHMEM/CUDA; AMD's all-to-all back-end is mori (moe_hook.py:543)"
     return None
 
 

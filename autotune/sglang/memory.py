@@ -19,6 +19,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.sglang import _slack as S
 from autotune.sglang import releases as R
+from autotune.sglang import rocm
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
@@ -296,10 +297,12 @@ def predict(
     chunk = cfg.chunked_prefill_size or auto_chunked_prefill_size(g.memory_mib, v)
     max_bs = cfg.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, tp, v, cfg.max_running_requests)
     f_is_auto = cfg.mem_fraction_static is None
+    honor = str(cfg.env_value("SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION") or "").lower() in ("1", "true")
+    aiter_applied = honor and not f_is_auto
     if f_is_auto:
         f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
                                      cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
-                                     dp_attention_size=attn_dp)
+                                     dp_attention_size=attn_dp, prefill_graph=False if g.rocm else None)
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
             cal_f = auto_mem_fraction_static(
                 g.memory_mib,
@@ -311,11 +314,19 @@ def predict(
             )
             if abs(cal_f - cal.mem_fraction_static) > 0.0005:
                 f = cal.mem_fraction_static
+                aiter_applied = True  # the logged value is SGLang's final one
                 notes.append(
                     f"auto mem_fraction_static taken as {f} (the calibration launch's value; heuristic gave {cal_f})"
                 )
     else:
         f = float(cfg.mem_fraction_static)  # type: ignore[arg-type]
+    factor = rocm.aiter_f_factor(cfg.attention_backend, model, tp, int(cfg.context_length or model.context_len)
+                                 ) if g.rocm and not aiter_applied else 1.0
+    if factor != 1.0:
+        f *= factor
+        notes.append(f"ROCm aiter attention, context > {rocm.AITER_F_CONTEXT_ABOVE}: mem_fraction_static x "
+                     f"{factor} = {f:.4f} (SGLang attention_hook.py; SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION "
+                     "keeps a given f)")
     if attn_dp > 1 and chunk > 0:
         chunk = max(chunk // attn_dp, 1)  # _handle_data_parallelism: each attention-DP rank prefills its share
         notes.append(f"DP attention {attn_dp}: KV for each attention-DP group's own requests "
@@ -378,7 +389,7 @@ def predict(
 
     rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
     tpr = draft_tokens if speculative and draft_tokens else 1
-    prefill_on = not cfg.disable_cuda_graph and _prefill_graphs_on(cfg, v, speculative=speculative,
+    prefill_on = not cfg.disable_cuda_graph and not g.rocm and _prefill_graphs_on(cfg, v, speculative=speculative,
                                                                    dp_attention=attn_dp > 1)
     prefill_max = min(2048 if model.is_mla else chunk, cfg.max_total_tokens or chunk)
     ladder = [] if cfg.disable_cuda_graph else S.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)

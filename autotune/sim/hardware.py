@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from autotune.sglang import _slack, defaults, releases
+from autotune.sglang import _slack, defaults, releases, rocm
 from autotune.sglang.config import SpeculativeConfig
 from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
@@ -41,6 +41,8 @@ CUDA_CONTEXT_GIB = 0.5528
 NCCL_PER_RANK_GIB = 0.13
 #: Legacy custom allreduce per rank: 8 MiB meta + 8 MiB IPC buffer + 8 MiB rank data.
 CUSTOM_AR_GIB = 24 * MIB / GIB
+#: ROCm: the buffer is 16 MiB instead of 8 (autotune.sglang.rocm.CUSTOM_AR_MAX_MIB), so 16 + 16 + 8 MiB.
+CUSTOM_AR_ROCM_GIB = (2 * rocm.CUSTOM_AR_MAX_MIB + 8) * MIB / GIB
 #: Torch symmetric-memory all-reduce buffer: world size 2/4 -> 64 MiB, 6/8 -> 128 MiB.
 TORCH_SYMM_MEM_MIB = {2: 64, 4: 64, 6: 128, 8: 128}
 #: Loader residue still allocated after "Load weight end" (temporaries, caching allocator).
@@ -196,15 +198,16 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             custom_ar = False
             warnings.append(CUSTOM_AR_PCIE_WARNING.replace("Custom allreduce", prefix, 1))
     torch_symm = False
-    if launch.enable_torch_symm_mem and tp > 1:
-        if gpu.sm not in (90, 100):  # SGLang sizes the buffer for SM90 and SM100 only
+    if launch.enable_torch_symm_mem and tp > 1 and not gpu.rocm:  # CUDA-only (torch_symm_mem.py:24-26)
+        if gpu.sm_family not in (90, 100):  # SGLang sizes the buffer for SM90 and SM100 only
             warnings.append(f"TorchSymmMemCommunicator: Device capability {gpu.sm // 10}.{gpu.sm % 10} not supported, "
                             "communicator is not available.")
         elif interconnect != "nvlink" or tp not in TORCH_SYMM_MEM_MIB:
             warnings.append("TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported.")
         else:
             torch_symm = True
-    dist = (CUDA_CONTEXT_GIB + (NCCL_PER_RANK_GIB * tp if tp > 1 else 0.0) + (CUSTOM_AR_GIB if custom_ar else 0.0)
+    ar_gib = CUSTOM_AR_ROCM_GIB if gpu.rocm else CUSTOM_AR_GIB
+    dist = (CUDA_CONTEXT_GIB + (NCCL_PER_RANK_GIB * tp if tp > 1 else 0.0) + (ar_gib if custom_ar else 0.0)
             + (TORCH_SYMM_MEM_MIB.get(tp, 0) * MIB / GIB if torch_symm else 0.0))
     p = capacity - dist
 
@@ -231,7 +234,11 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         f = defaults.auto_mem_fraction_static(gpu.memory_mib, tp_size=tp, pp_size=launch.pp_size, version=v,
                                               chunked_prefill_size=chunk, cuda_graph_max_bs=max_bs,
                                               speculative_algorithm=spec.algorithm, is_mla=model.is_mla,
-                                              dp_attention_size=launch.attn_dp_size)
+                                              dp_attention_size=launch.attn_dp_size,
+                                              prefill_graph=False if gpu.rocm else None)
+    if gpu.rocm:  # aiter over an 8192+ context: f x 0.85, a given f too (autotune.sglang.rocm)
+        f *= rocm.aiter_f_factor(launch.raw.get("attention_backend"), model, tp,
+                                 int(launch.context_length or model.context_len))
     if launch.attn_dp_size > 1:
         chunk = max(chunk // launch.attn_dp_size, 1)  # _handle_data_parallelism
     rest = a - p * (1.0 - f)
@@ -272,7 +279,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     prefill_graph = 0.0
     prefill_on = launch.prefill_graphs
     if prefill_on is None:
-        prefill_on = releases.prefill_graphs_default_on(v) and releases.prefill_graphs_off_reason(
+        prefill_on = not gpu.rocm and releases.prefill_graphs_default_on(v) and releases.prefill_graphs_off_reason(
             v, speculative=spec.enabled, dp_attention=launch.attn_dp_size > 1) is None
     if prefill_on and not launch.disable_cuda_graph:
         prefill_graph = PREFILL_GRAPH_MLA_GIB if model.is_mla else PREFILL_GRAPH_SIZES * PREFILL_GRAPH_PER_SIZE_MIB * MIB / GIB
@@ -283,7 +290,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         draft_graph = (_slack.decode_graph_gib(draft_model, graph_bs, spec.eagle_topk or 1)
                        + _slack.decode_graph_gib(draft_model, graph_bs, tpr or 1))
 
-    fi_auto = (model.architecture in FI_FUSION_AUTO_ARCHS and gpu.sm in (90, 100) and gpu.name != "h20")
+    fi_auto = (model.architecture in FI_FUSION_AUTO_ARCHS and gpu.sm_family in (90, 100) and gpu.name != "h20")
     fi_active = tp > 1 and (launch.flashinfer_allreduce_fusion is True
                             or (launch.flashinfer_allreduce_fusion is None and fi_auto))
     fi_gib = 0.0

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from autotune.outcome import FailureKind
 from autotune.sglang.models import ModelProfile
+from autotune.sglang.rocm import fp8_is_fnuz
 from autotune.sim.args import Launch, SimOptions
 from autotune.sim.hardware import GIB, MemoryPlan
 from autotune.sim.weight_load import checkpoint_is_warm, checkpoint_read, weight_load_s
@@ -177,7 +178,8 @@ async def boot(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: ModelPr
                              f"--mem-fraction-static={f}. Raise --mem-fraction-static above {minimum:.3f} (minimum "
                              f"viable = 1 - available/pre = {minimum:.4f}). If using speculative decoding, draft "
                              "weights are now counted.", "sglang/srt/mem_cache/kv_cache_configurator.py")
-    kv_dtype = "torch.float8_e4m3fn" if plan.cell_bytes and launch.kv_cache_dtype.startswith("fp8") else "torch.bfloat16"
+    fp8 = "torch.float8_e4m3fnuz" if fp8_is_fnuz(sim.gpu) else "torch.float8_e4m3fn"  # MI300X/MI325X: fnuz
+    kv_dtype = fp8 if plan.cell_bytes and launch.kv_cache_dtype.startswith("fp8") else "torch.bfloat16"
     log.rank0(f"Using KV cache dtype: {kv_dtype}")
     for warning in plan.warnings:
         if warning.startswith("max_total_tokens="):

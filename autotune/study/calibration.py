@@ -17,22 +17,48 @@ def calibration_from_text(text: str) -> dict[str, Any]:
     return {k: s.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
 
 
-def calibrate_from_log(spec: StudySpec, log_path: str) -> dict[str, Any]:
+def _study_profiles(spec: StudySpec) -> tuple[Any, Any]:
+    """(model profile or None when its config cannot be read, GPU kind) of the study."""
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.models import load_model_profile
+
+    try:
+        model = load_model_profile(spec.resolve_path(spec.server.model_path))
+    except (ConfigError, OSError, ValueError):
+        model = None
+    return model, get_gpu(spec.hardware.gpu)
+
+
+def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -> dict[str, Any]:
     """Parse ``log_path`` and store what it says with the study (created if new).
 
     A partial log calibrates what it shows and leaves the rest None (the
     predictor uses P and A only together). ``log_wording`` records which
-    generation's wording was read.
+    generation's wording was read. The log is first held against the study
+    (:mod:`autotune.study.log_check`): a contradiction raises ConfigError naming
+    both sides and stores nothing, unless ``force`` (then ``forced`` lists them).
     """
+    from autotune.sglang.logparse import parse_log, summarize
+    from autotune.study.log_check import contradictions
     from autotune.study.storage import open_study
 
     path = Path(log_path)
     if not path.is_file():
         raise ConfigError(f"--from-log: no such file {log_path!r}")
-    cal = calibration_from_text(path.read_text(errors="replace"))
+    text = path.read_text(errors="replace")
+    events = parse_log(text)
+    summary = summarize(events)
+    cal = {k: summary.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
     if all(cal[k] is None for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib")):
         raise ConfigError(f"--from-log: {log_path!r} has no SGLang memory lines ('Load weight begin/end', "
                           "'KV Cache is allocated', the graph capture lines)")
-    cal["source"] = f"log {path.name}"
+    model, gpu = _study_profiles(spec)
+    against = contradictions(spec, text, summary, events, model, gpu)
+    if against and not force:
+        raise ConfigError(f"--from-log: {path.name} contradicts study {spec.name!r}: {'; '.join(against)} "
+                          "(nothing stored; --force stores it anyway)")
+    cal["source"] = f"log {path.name}" + (" (forced)" if against else "")
+    if against:
+        cal["forced"] = against
     open_study(spec).set_user_attr(attrs.CALIBRATION, cal)
     return cal

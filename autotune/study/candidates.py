@@ -182,10 +182,12 @@ class Candidates:
         """``search.baseline: first``, and where "last" does not apply: a grid launches every point,
         the baseline's among them, and marks the ones it has seen from the study's trials (launched
         last, that point would run twice); fixed stages build the speculative stage on the best base
-        found, which is the baseline when the base stage found nothing feasible."""
+        found, which is the baseline when the base stage found nothing feasible; a model whose profile
+        is unknown is calibrated by the baseline's launch before anything is judged by the formula."""
         s = self.spec.search
         return s.baseline == "first" or s.stages == "fixed" \
-            or isinstance(self.study.sampler, optuna.samplers.BruteForceSampler)
+            or isinstance(self.study.sampler, optuna.samplers.BruteForceSampler) \
+            or self.predictor.awaits_calibration()
 
     def baseline_params(self) -> dict[str, Any]:
         """SGLang's defaults as params of the widened space (no launch needed)."""

@@ -1,9 +1,17 @@
 """Memory predictions for a study's candidates: the model and GPU profiles, read once, and the
-calibration the prediction is made with (the study file's, else the study's learnt one)."""
+calibration the prediction is made with (the study file's, else the study's learnt one).
+
+A model whose profile is ``unknown`` (an architecture outside the families autotune derives:
+:attr:`ModelProfile.is_unknown`) is not judged by the formula before a launch has calibrated it:
+its verdict is ``unknown`` ("unknown: calibrated from the first launch"), never a prune. The study
+launches SGLang's own defaults first, learns P and A from their log, and judges by the calibrated
+formula from then on (:mod:`autotune.study.candidates`, :mod:`autotune.study.search_policy`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from autotune.sglang.config import ServerConfig
@@ -13,6 +21,9 @@ from autotune.sglang.models import ModelProfile, load_model_profile
 from autotune.spec import StudySpec
 
 CalibrationSource = Callable[[], dict[str, Any] | None]
+#: The verdict (and the reason's start) of a candidate on an unknown profile before calibration.
+UNKNOWN_VERDICT = "unknown"
+UNKNOWN_REASON = "unknown: calibrated from the first launch"
 
 
 class Predictor:
@@ -39,7 +50,25 @@ class Predictor:
             self._profiles = (model, get_gpu(spec.hardware.gpu), draft)
         return self._profiles
 
+    def calibrated(self) -> bool:
+        """Whether P and A were measured (study file, ``calibrate``, or a launch of the study)."""
+        cal = self.calibration() or {}
+        return cal.get("p_gib") is not None and cal.get("a_gib") is not None
+
+    def awaits_calibration(self) -> bool:
+        """An unknown profile nothing has calibrated yet: no candidate is condemned by the formula."""
+        return self.profiles()[0].is_unknown and not self.calibrated()
+
     def predict(self, cfg: ServerConfig) -> Prediction:
+        pred = self._predict(cfg)
+        if not self.awaits_calibration():
+            return pred
+        model = self.profiles()[0]
+        why = f" ({model.unknown_reason})" if model.unknown_reason else ""
+        return replace(pred, verdict=UNKNOWN_VERDICT, uncertain=True,
+                       reason=f"{UNKNOWN_REASON}{why}; the generic formula alone: {pred.verdict}, {pred.reason}")
+
+    def _predict(self, cfg: ServerConfig) -> Prediction:
         model, gpu, draft = self.profiles()
         cal = self.calibration()
         return predict(

@@ -166,6 +166,8 @@ class SearchPolicy:
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return None
         if self.n_design > 0 and self.study.user_attrs.get("design_points") is None:
+            if self.candidates.predictor.awaits_calibration():
+                return None  # an unknown profile: the design's boundaries wait for the first launch's log
             self._plan_design()
         trials = self._trials()
         if self._enqueue_next_design(trials):

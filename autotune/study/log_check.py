@@ -1,0 +1,93 @@
+"""Does a server log belong to this study? (``autotune calibrate --from-log``, before anything is stored.)
+
+Three things a startup log says about itself, each held against the study:
+
+- the architecture SGLang instantiated ("Load weight end. ... type=Qwen2ForCausalLM") vs the study
+  model's ``architectures[0]``;
+- the ``tp_size`` / ``dp_size`` of the logged server arguments (``server_args=ServerArgs(tp_size=4, ...)``
+  up to 0.5.22, ``server_args={'tp_size': 4, ...}`` from 0.5.23: ``entrypoints/engine.py:311``) vs the
+  sizes the study can launch (its server, layouts and DP-attention choices); rank tags above the
+  study's largest TP size say the same without the arguments;
+- P, the free memory before the weights ("Load weight begin ... avail mem"), vs the study GPU's
+  capacity: P cannot exceed it, and sits within a few GiB under it (CUDA context, NCCL, custom
+  allreduce); below 80 % of it the log comes from a smaller GPU (a 24 GiB L4's ~21 GiB for a 140 GiB
+  H200 study) or from one other processes held.
+
+What the log does not show is not held against it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from autotune.spec import StudySpec, parse_layout
+
+__all__ = ["P_FLOOR_SHARE", "contradictions", "logged_sizes"]
+
+#: P below this share of the GPU's capacity is another GPU's (or a crowded one's).
+P_FLOOR_SHARE = 0.80
+_SIZE_RE = {k: re.compile(rf"""['"]?\b{k}['"]?\s*[:=]\s*(\d+)""") for k in ("tp_size", "dp_size")}
+
+
+def logged_sizes(text: str) -> dict[str, int]:
+    """``tp_size`` / ``dp_size`` from the first server-arguments line of ``text`` (empty when none)."""
+    for line in text.splitlines():
+        if "server_args=" in line:
+            out = {}
+            for key, rx in _SIZE_RE.items():
+                m = rx.search(line)
+                if m:
+                    out[key] = int(m.group(1))
+            return out
+    return {}
+
+
+def _study_sizes(spec: StudySpec) -> tuple[set[int], set[int]]:
+    """Every TP size and every DP size (plain replicas or attention DP) a trial of the study can have."""
+    tps, dps = {spec.server.tp_size}, {spec.server.dp_size, 1}
+    space = spec.search_space
+    if space.layout is not None:
+        for choice in space.layout.choices:
+            tp, dp, _ep = parse_layout(choice)
+            tps.add(tp)
+            dps.add(dp)
+    attn = space.flags.get("--attn-dp-size")
+    if attn is not None:
+        dps.update(int(v) for v in attn.choices if isinstance(v, int))
+    return tps, dps
+
+
+def _sizes(xs: set[int]) -> str:
+    return "/".join(map(str, sorted(xs)))
+
+
+def contradictions(spec: StudySpec, text: str, summary: dict[str, Any], events: list[Any],
+                   model: Any | None, gpu: Any | None) -> list[str]:
+    """One line per contradiction between the log and the study, each naming both sides (empty: none)."""
+    out: list[str] = []
+    from autotune.sglang.logparse import is_target
+
+    logged_arch = next((e.values.get("architecture") for e in events
+                        if e.kind == "weights_loaded" and e.values.get("architecture") and is_target(e)), None)
+    study_arch = getattr(model, "architecture", "") if model is not None else ""
+    if logged_arch and study_arch:
+        a, b = logged_arch.lower(), study_arch.lower()
+        if a not in b and b not in a:
+            out.append(f"architecture: the log loaded {logged_arch}, the study's model is {study_arch}")
+    tps, dps = _study_sizes(spec)
+    sizes = logged_sizes(text)
+    if "tp_size" in sizes and sizes["tp_size"] not in tps:
+        out.append(f"tp_size: the log's server ran tp_size={sizes['tp_size']}, the study launches TP {_sizes(tps)}")
+    elif "tp_size" not in sizes and summary.get("ranks") and max(summary["ranks"]) + 1 > max(tps):
+        out.append(f"tp_size: the log has rank TP{max(summary['ranks'])}, the study launches TP {_sizes(tps)}")
+    if "dp_size" in sizes and sizes["dp_size"] not in dps:
+        out.append(f"dp_size: the log's server ran dp_size={sizes['dp_size']}, the study's DP sizes are {_sizes(dps)}")
+    p = summary.get("p_gib")
+    if p is not None and gpu is not None and spec.server.device != "cpu":
+        cap = float(gpu.memory_gib)
+        if p > cap + 0.05 or p < P_FLOOR_SHARE * cap:
+            where = "more than" if p > cap else f"under {P_FLOOR_SHARE:.0%} of"
+            out.append(f"memory: the log's P is {p:.2f} GiB, {where} the study GPU's capacity "
+                       f"({spec.hardware.gpu}: {cap:.2f} GiB)")
+    return out
