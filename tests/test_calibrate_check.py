@@ -89,3 +89,27 @@ def test_only_the_tp_size_differs(tmp_path: Path, capsys) -> None:
     assert main(["calibrate", str(study), "--from-log", str(log)]) == 2
     err = capsys.readouterr().err
     assert "tp_size=4" in err and "architecture" not in err and "memory" not in err
+
+
+def test_no_public_log_contradicts_its_own_models_architecture():
+    """Every public log (tests/data/public_logs) names a class its own config.json may be served by."""
+    import json
+    from pathlib import Path
+
+    from autotune.sglang.logparse import is_target, parse_log
+    from autotune.study.log_check import same_architecture
+
+    root = Path(__file__).parent / "data" / "public_logs"
+    checked = 0
+    for entry in json.loads((root / "manifest.json").read_text()):
+        if not entry.get("config"):
+            continue
+        study = json.loads((root / entry["config"]).read_text())["architectures"][0]
+        events = parse_log((root / entry["id"] / "server.log").read_text())
+        logged = next((e.values["architecture"] for e in events if e.kind == "weights_loaded"
+                       and e.values.get("architecture") and is_target(e)), None)
+        if logged:
+            checked += 1
+            assert same_architecture(logged, study), entry["id"]
+    assert checked >= 10
+    assert not same_architecture("Qwen2ForCausalLM", "DeepseekV3ForCausalLM")  # the public QwQ-into-Kimi case

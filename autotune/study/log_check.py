@@ -23,7 +23,13 @@ from typing import Any
 
 from autotune.spec import StudySpec, parse_layout
 
-__all__ = ["P_FLOOR_SHARE", "contradictions", "logged_sizes"]
+__all__ = ["LOGGED_AS", "P_FLOOR_SHARE", "contradictions", "logged_sizes", "same_architecture"]
+
+#: Classes a release instantiates for a checkpoint whose ``architectures[0]`` names another: DeepSeek
+#: V3.2's checkpoints were served by the V3 class before ``DeepseekV32ForCausalLM`` existed (public
+#: log: ktransformers #1751 logs ``type=DeepseekV3ForCausalLM`` for a ``DeepseekV32ForCausalLM``
+#: config); 0.5.23 has its own class (``srt/models/deepseek_v2.py:3522``).
+LOGGED_AS = {"deepseekv32forcausallm": frozenset({"deepseekv3forcausallm", "deepseekv2forcausallm"})}
 
 #: P below this share of the GPU's capacity is another GPU's (or a crowded one's).
 P_FLOOR_SHARE = 0.80
@@ -58,6 +64,12 @@ def _study_sizes(spec: StudySpec) -> tuple[set[int], set[int]]:
     return tps, dps
 
 
+def same_architecture(logged: str, study: str) -> bool:
+    """Whether a log's ``type=`` class can have served the study model's ``architectures[0]``."""
+    a, b = logged.lower(), study.lower()
+    return a in b or b in a or a in LOGGED_AS.get(b, ())
+
+
 def _sizes(xs: set[int]) -> str:
     return "/".join(map(str, sorted(xs)))
 
@@ -72,8 +84,7 @@ def contradictions(spec: StudySpec, text: str, summary: dict[str, Any], events: 
                         if e.kind == "weights_loaded" and e.values.get("architecture") and is_target(e)), None)
     study_arch = getattr(model, "architecture", "") if model is not None else ""
     if logged_arch and study_arch:
-        a, b = logged_arch.lower(), study_arch.lower()
-        if a not in b and b not in a:
+        if not same_architecture(logged_arch, study_arch):
             out.append(f"architecture: the log loaded {logged_arch}, the study's model is {study_arch}")
     tps, dps = _study_sizes(spec)
     sizes = logged_sizes(text)
