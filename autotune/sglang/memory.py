@@ -32,6 +32,8 @@ from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.flags import effective_config
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
+from autotune.sglang.profiles.dsv4 import DSV4_PAGE
+from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved_bytes, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
@@ -44,6 +46,7 @@ PRUNE_VERDICTS = frozenset({"kv_oom", "graph_capture_oom", "too_few_tokens"})
 _DRAFT_IN_CELL = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 #: Uncalibrated graph/activation estimates are scaled by this before judging (lean towards launching).
 LEAN = 0.75
+_RESERVED_WHAT = {"mamba": "for the Mamba state cache", "dsv4": "for DeepSeek V4's fixed compressed state"}
 #: Loader residue per GPU after weights are loaded (what the simulator adds too).
 LOADER_RESIDUE_GIB = 0.25
 
@@ -81,22 +84,21 @@ def cell_size_bytes(
     draft: ModelProfile | None = None,
     spec_algorithm: str | None = None,
     attn_dp_size: int = 1,
+    gpu_sm: int = 0,
 ) -> int:
-    """KV bytes per token per GPU (section 1.3).
+    """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.profiles`).
 
     MHA/GQA: ``max(1, kv_heads // attn_tp) x (head_dim + v_head_dim) x L x kv_size``
     (KV heads replicated when TP > kv heads). MLA: ``(kv_lora_rank +
-    qk_rope_head_dim) x L x kv_size``, not divided by TP. Regime B with an
-    EAGLE-family or STANDALONE draft: ``x (1 + L_draft / L_target)``.
+    qk_rope_head_dim) x L x kv_size``, not divided by TP; DSA adds its indexer, hybrid SWA its
+    window pool at the SWA ratio, DeepSeek V4 its compressed pools; Mamba hybrids count their
+    attention layers only. Regime B with an EAGLE-family or STANDALONE draft:
+    ``x (1 + L_draft / L_target)``. ``gpu_sm`` decides DSA's kv "auto" (fp8 from SM 100).
     """
     v = as_version(version)
     kv = kv_bytes_per_element(kv_cache_dtype, model)
-    if model.is_mla:
-        cell = (model.kv_lora_rank + model.qk_rope_head_dim) * model.num_layers * kv
-    else:
-        attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
-        heads = max(1, model.num_kv_heads // attn_tp)
-        cell = heads * (model.head_dim + model.v_head_dim) * model.num_layers * kv
+    attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
+    cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm)
     algo = (spec_algorithm or "").upper()
     if algo in _DRAFT_IN_CELL and v.regime == "B":
         cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
@@ -245,13 +247,16 @@ def predict(
     )
     draft_w = _draft_weight_gib(model, draft, algo, tp)
     draft_w_b = draft_w if v.regime == "B" else 0.0
-    weights = model.weight_bytes / tp / S.GIB
+    weights = weight_bytes_per_gpu(model, tp) / S.GIB
     cal = (
         calibration
         if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
         else None
     )
     uncertain = cal is None or model.weight_bytes_estimated
+    unknown_model = model.is_unknown and cal is None  # never condemned before a launch has calibrated it
+    if unknown_model:
+        notes.append(f"unknown: calibrated from the first launch ({model.unknown_reason})")
     rescaled = False
     if cal is not None:
         cal_tp = cal.tp_size or tp
@@ -273,7 +278,7 @@ def predict(
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one
             base = cap_gib - cal_p - cal_comm
-            residue = cal_p - cal_a - model.weight_bytes / cal_tp / S.GIB - cal_draft
+            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp) / S.GIB - cal_draft
             p = cap_gib - base - comm
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
@@ -323,15 +328,18 @@ def predict(
 
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo)
+                           spec_algorithm=algo, gpu_sm=g.sm)
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
-    tokens = max(int(math.floor(rest * S.GIB / cell)), 0) if rest > 0 else 0
+    reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests)
+    if reserved > 0:
+        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'reserved')})"
+    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
     if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
         tokens = cfg.max_total_tokens
-    page = _page_size(cfg)
+    page = _page_size(cfg, model)
     tokens = tokens // page * page
     context = cfg.context_length or model.context_len
     speculative = spec.enabled
@@ -367,7 +375,8 @@ def predict(
             else (f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
         )
         return Prediction(
-            **common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason, uncertain=rest > -margin
+            **common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason,
+            uncertain=rest > -margin or unknown_model,
         )
     needed_tokens = max(min_tokens or 0, 7)
     if tokens < needed_tokens:
@@ -459,13 +468,13 @@ def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: Sgla
         return auto_speculative_params(spec.algorithm or "EAGLE", model.architecture)[2]
 
 
-def _page_size(cfg: ServerConfig) -> int:
+def _page_size(cfg: ServerConfig, model: ModelProfile | None = None) -> int:
     args = list(cfg.extra_args)
     if "--page-size" in args:
         i = args.index("--page-size")
         if i + 1 < len(args) and args[i + 1].isdigit():
             return max(int(args[i + 1]), 1)
-    return 1
+    return DSV4_PAGE if model is not None and model.family == "dsv4" else 1
 
 
 def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool, dp_attention: bool) -> bool:

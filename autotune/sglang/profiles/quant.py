@@ -1,0 +1,163 @@
+"""Quantized checkpoints: which linears are quantized, and how many bytes a weight takes once loaded.
+
+Read from SGLang 0.5.23's loaders (paths relative to ``sglang/srt/layers/quantization/``); every
+figure is bytes per weight including the scales the loader keeps beside it:
+
+* FP8 block 128x128 (``fp8.py:667-689``): 1 byte + one fp32 scale per 16,384 weights.
+* compressed-tensors int4 ``pack-quantized`` (``compressed_tensors/compressed_tensors_wNa16_moe.py:79-216``):
+  0.5 byte + a bf16 scale per group (0.5625 at group 32); asymmetric schemes add packed zero points.
+* ModelOpt NVFP4 (``modelopt_quant.py:1827-1884``): 0.5 + one fp8 scale per 16 = 0.5625.
+* MXFP4 (GPT-OSS, ``mxfp4.py:458-633``) and DeepSeek-V4's fp4 experts (``expert_dtype``): 0.5 + one
+  e8m0 scale per 32 = 0.53125.
+* AWQ / GPTQ int4: 0.5 + fp16 scale and packed zero per group.
+
+The quantization config is looked for where checkpoints put it: ``quantization_config`` (top level, or
+inside ``text_config`` for multimodal wrappers such as Kimi-K2.5), ``compression_config``, and
+``hf_quant_config.json`` (ModelOpt). A method outside this list makes the profile ``unknown``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["QuantScheme", "detect_quant", "COMPONENT_NAMES"]
+
+#: A representative module name per weight component, matched against ignore / exclude lists.
+COMPONENT_NAMES = {
+    "attention": ("model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.o_proj"),
+    "dense_mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
+    "shared_experts": ("model.layers.1.mlp.shared_experts.gate_proj", "model.layers.1.mlp.shared_experts.down_proj"),
+    "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.mlp.experts.0.down_proj"),
+    "lm_head": ("lm_head",),
+    "linear_attn": ("model.layers.0.linear_attn.in_proj_qkvz", "model.layers.0.mixer.in_proj"),
+}
+
+FP8_BLOCK = 1.0 + 4 / (128 * 128)
+MXFP4 = 0.5 + 1 / 32
+NVFP4 = 0.5 + 1 / 16
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How a checkpoint's linears are stored once SGLang has loaded them."""
+
+    method: str | None = None  # None: unquantized
+    bits: int | None = None  # weight bits of the quantized linears
+    bytes_per_weight: float = 0.0  # quantized linears, scales included (0 = the model dtype)
+    expert_bytes_per_weight: float = 0.0  # routed experts when their dtype differs (expert_dtype, MXFP4 MoE)
+    ignored: frozenset[str] = field(default_factory=frozenset)  # components left in the model dtype
+    kv_cache_fp8: bool = False  # the checkpoint declares an FP8 KV cache (kv "auto" becomes fp8)
+    unknown_reason: str = ""  # a method the profiles cannot size
+
+    def component_bytes(self, component: str, dtype_bytes: float) -> float:
+        """Bytes per weight of one component (see :data:`COMPONENT_NAMES`)."""
+        if component in ("embed", "router", "norms", "vision") or component in self.ignored:
+            return dtype_bytes
+        if component == "experts" and self.expert_bytes_per_weight:
+            return self.expert_bytes_per_weight
+        return self.bytes_per_weight or dtype_bytes
+
+
+def _matches(pattern: str, name: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], name) is not None
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
+    return name == pattern or name.endswith("." + pattern) or name.startswith(pattern + ".") or \
+        ("." + pattern + ".") in ("." + name + ".")
+
+
+def _ignored(patterns: list[str]) -> frozenset[str]:
+    pats = [str(p) for p in patterns if p]
+    return frozenset(c for c, names in COMPONENT_NAMES.items()
+                     if any(_matches(p, n) for p in pats for n in names))
+
+
+def _kv_fp8(q: dict[str, Any]) -> bool:
+    algo = str(q.get("kv_cache_quant_algo") or (q.get("quantization") or {}).get("kv_cache_quant_algo") or "")
+    return algo.upper().startswith("FP8") or bool(q.get("kv_cache_scheme"))
+
+
+def _compressed_tensors(q: dict[str, Any]) -> QuantScheme:
+    groups = q.get("config_groups") or {}
+    weights: dict[str, Any] = {}
+    for group in groups.values() if isinstance(groups, dict) else []:
+        weights = (group or {}).get("weights") or {}
+        if weights:
+            break
+    bits = int(weights.get("num_bits") or 8)
+    kind = str(weights.get("type") or "int")
+    ignored = _ignored(list(q.get("ignore") or []))
+    if bits == 4 and kind == "int":  # wNa16 pack-quantized: bf16 scale per group (+ packed zero points)
+        g = int(weights.get("group_size") or 128)
+        per = 0.5 + 2 / g + (0.0 if weights.get("symmetric", True) else 0.5 / g)
+        return QuantScheme("compressed-tensors", 4, per, 0.0, ignored, _kv_fp8(q))
+    if bits == 4 and kind == "float":  # nvfp4-pack-quantized
+        return QuantScheme("compressed-tensors", 4, NVFP4, 0.0, ignored, _kv_fp8(q))
+    if bits == 8:
+        return QuantScheme("compressed-tensors", 8, FP8_BLOCK, 0.0, ignored, _kv_fp8(q))
+    return QuantScheme("compressed-tensors", bits, 0.0, 0.0, ignored, _kv_fp8(q),
+                       f"compressed-tensors {bits}-bit {kind} weights are not a scheme the memory model sizes")
+
+
+def _modelopt(q: dict[str, Any]) -> QuantScheme:
+    nested = q.get("quantization")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else q
+    algo = str(inner.get("quant_algo") or q.get("quant_algo") or "").upper()
+    excluded = list(inner.get("exclude_modules") or q.get("exclude_modules") or q.get("ignore") or [])
+    ignored = _ignored(excluded)
+    kv = _kv_fp8(inner) or _kv_fp8(q)
+    if "FP4" in algo:
+        return QuantScheme("modelopt_fp4", 4, NVFP4, 0.0, ignored, kv)
+    if "FP8" in algo:
+        return QuantScheme("modelopt_fp8", 8, FP8_BLOCK, 0.0, ignored, kv)
+    return QuantScheme("modelopt", None, 0.0, 0.0, ignored, kv, f"ModelOpt quant_algo {algo or '?'} is not sized")
+
+
+def _scheme(q: dict[str, Any]) -> QuantScheme:
+    method = str(q.get("quant_method") or q.get("format") or "").lower()
+    if "quantization" in q and isinstance(q["quantization"], dict) and not method:  # hf_quant_config.json
+        return _modelopt(q)
+    if method == "compressed-tensors" or "config_groups" in q:
+        return _compressed_tensors(q)
+    if method in ("modelopt", "modelopt_fp4", "modelopt_fp8") or "quant_algo" in q:
+        return _modelopt(q)
+    if method in ("fp8", "fbgemm_fp8", "w8a8_fp8", "ptpc_fp8"):
+        ignored = _ignored(list(q.get("ignored_layers") or q.get("modules_to_not_convert") or []))
+        return QuantScheme("fp8", 8, FP8_BLOCK, 0.0, ignored, _kv_fp8(q))
+    if method == "mxfp4":  # GPT-OSS: the MoE experts only (modules_to_not_convert covers the rest)
+        ignored = _ignored(list(q.get("modules_to_not_convert") or [])) | {"attention", "dense_mlp", "lm_head"}
+        return QuantScheme("mxfp4", 4, MXFP4, MXFP4, frozenset(ignored), _kv_fp8(q))
+    if method in ("awq", "awq_marlin", "gptq", "gptq_marlin", "moe_wna16"):
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        g = int(q.get("group_size") or q.get("q_group_size") or 128)
+        g = g if g > 0 else 4096
+        per = bits / 8 + 2 / g + bits / 8 / g
+        ignored = _ignored(list(q.get("modules_to_not_convert") or []))
+        return QuantScheme(method, bits, per, 0.0, ignored, _kv_fp8(q))
+    return QuantScheme(method or None, None, 0.0, 0.0, frozenset(), _kv_fp8(q),
+                       f"quantization method {method or '?'} is not one the memory model sizes")
+
+
+def detect_quant(cfg: dict[str, Any], text_cfg: dict[str, Any] | None = None,
+                 hf_quant: dict[str, Any] | None = None) -> QuantScheme:
+    """The checkpoint's quantization, from wherever it declares it (None of them: unquantized).
+
+    ``expert_dtype`` (DeepSeek-V4: ``"fp4"``) overrides the routed experts' storage whatever the method.
+    """
+    q: Any = None
+    for source in (cfg, text_cfg or {}):
+        q = source.get("quantization_config") or source.get("compression_config")
+        if isinstance(q, dict):
+            break
+    if not isinstance(q, dict) and isinstance(hf_quant, dict):
+        q = hf_quant
+    scheme = _scheme(q) if isinstance(q, dict) else QuantScheme()
+    expert_dtype = str((text_cfg or {}).get("expert_dtype") or cfg.get("expert_dtype") or "").lower()
+    if expert_dtype in ("fp4", "mxfp4", "float4", "fp4_e2m1"):
+        scheme = QuantScheme(scheme.method or "fp8", scheme.bits or 8, scheme.bytes_per_weight or FP8_BLOCK, MXFP4,
+                             scheme.ignored, scheme.kv_cache_fp8, scheme.unknown_reason)
+    return scheme

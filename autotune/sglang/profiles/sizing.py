@@ -1,0 +1,59 @@
+"""The family dispatch: KV bytes per token per GPU, the memory taken before the KV pool, and the
+weight bytes one GPU loads, for any :class:`autotune.sglang.models.ModelProfile`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
+from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
+from autotune.sglang.profiles.layout import KvLayout
+from autotune.sglang.profiles.mamba import mamba_reserve_bytes
+from autotune.sglang.profiles.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
+
+__all__ = ["layout_of", "kv_cell_bytes", "kv_reserved_bytes", "weight_bytes_per_gpu"]
+
+
+def layout_of(model: Any) -> KvLayout:
+    layout = getattr(model, "kv_layout", None)
+    if isinstance(layout, KvLayout):
+        return layout
+    return KvLayout("mla" if model.is_mla else "mha", model.num_layers)
+
+
+def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: str = "auto", gpu_sm: int = 0,
+                  swa_ratio: float = SWA_FULL_TOKENS_RATIO) -> float:
+    """KV bytes one full-attention token costs on one GPU, every pool of the family included."""
+    lay = layout_of(model)
+    layers = lay.full_layers or model.num_layers
+    if lay.family == "dsv4":
+        return dsv4_coef(lay.compress_ratios)
+    if lay.family == "dsa":
+        fp8 = dsa_kv_is_fp8(kv_cache_dtype, gpu_sm, bool(getattr(model, "kv_cache_quant_fp8", False)))
+        return dsa_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, lay.index_head_dim, lay.index_layers, fp8)
+    if lay.family == "mla" or model.is_mla:
+        return mla_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, kv_bytes)
+    if lay.family == "swa":
+        return swa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, lay.full_layers, lay.swa_layers,
+                        attn_tp, kv_bytes, swa_ratio)
+    return gqa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, layers, attn_tp, kv_bytes)
+
+
+def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None) -> float:
+    """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: Mamba state slots, DeepSeek V4's
+    fixed compressed state (0 for the other families)."""
+    lay = layout_of(model)
+    if lay.family == "mamba" and lay.mamba is not None:
+        return mamba_reserve_bytes(lay.mamba, tp, rest_bytes)
+    if lay.family == "dsv4":
+        return dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
+    return 0.0
+
+
+def weight_bytes_per_gpu(model: Any, tp: int) -> float:
+    """Bytes one rank loads at plain TP ``tp``: the split parts / tp, what every rank holds whole
+    (MLA's replicated a-projections, routers, norms) and its share of the post-load copies."""
+    tp = max(int(tp), 1)
+    whole = float(getattr(model, "replicated_weight_bytes", 0) or 0)
+    post = float(getattr(model, "post_load_weight_bytes", 0) or 0)
+    return (model.weight_bytes - whole) / tp + whole + post / tp

@@ -1,0 +1,203 @@
+"""Weight bytes per component, and what one GPU loads of them.
+
+SGLang only measures the weights (``Load weight end ... mem usage``), so this module reproduces what
+each rank holds (SGLang 0.5.23, ``srt/models/deepseek_v2.py`` and the layers it builds on):
+
+* column/row-parallel linears (attention q/k/v/o, dense MLP, shared experts) and the routed experts
+  (EP or TP: either way 1/tp of them per rank) are split over tp;
+* the embedding and LM head are split by vocabulary (``layers/vocab_parallel_embedding.py``);
+* MLA's ``fused_qkv_a_proj_with_mqa`` / ``kv_a_proj_with_mqa`` and the DSA indexer are
+  ``ReplicatedLinear`` (whole on every rank), and so are routers and norms;
+* MLA keeps absorbed bf16 copies of its ``kv_b_proj`` shard (``w_kc`` / ``w_vc``,
+  ``deepseek_common/deepseek_weight_loader.py:703-708``), made after loading but inside the measure;
+* MTP / NextN layers in the checkpoint are not loaded by the target model (only by a NEXTN draft);
+* the vision tower of a multimodal wrapper is loaded (TP-split unless ``--mm-enable-dp-encoder``).
+
+Component counts come from config.json; with the shards on disk, :func:`classify` sorts the headers'
+tensors into the same components, exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.sglang.profiles.quant import QuantScheme
+from autotune.sglang.profiles.safetensors import TensorInfo
+
+__all__ = ["WeightParts", "estimate_parts", "classify", "per_gpu_bytes"]
+
+#: Components whole on every rank at any TP.
+REPLICATED = ("replicated",)
+
+
+@dataclass(frozen=True)
+class WeightParts:
+    """Bytes of the loaded checkpoint per component (``mtp`` is on disk but not loaded)."""
+
+    parts: dict[str, float]
+
+    @property
+    def loaded(self) -> float:
+        return sum(v for k, v in self.parts.items() if k != "mtp")
+
+    def get(self, key: str) -> float:
+        return float(self.parts.get(key, 0.0))
+
+
+def _g(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
+    for k in keys:
+        v = cfg.get(k)
+        if v is not None:
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                continue
+    return default
+
+
+def vision_params(vision: dict[str, Any] | None) -> float:
+    """A ViT's parameters: layers x (4 h^2 attention + 2 h x inter MLP) + the merger/projector."""
+    if not isinstance(vision, dict):
+        return 0.0
+    layers = _g(vision, "depth", "num_hidden_layers", "vt_num_hidden_layers", "num_layers")
+    h = _g(vision, "hidden_size", "vt_hidden_size", "embed_dim", "width")
+    inter = _g(vision, "intermediate_size", "vt_intermediate_size", "mlp_dim", default=4 * h)
+    out = _g(vision, "out_hidden_size", "text_hidden_size", "projection_dim", default=h)
+    merge = 4  # 2x2 spatial merge before the projector
+    return float(layers * (4 * h * h + 2 * h * inter) + h * merge * h * merge + h * merge * out)
+
+
+def _attention(cfg: dict[str, Any], family: str, h: int) -> tuple[float, float, float]:
+    """(TP-split, replicated, MLA absorbed-copy) parameters of one attention layer."""
+    heads = _g(cfg, "num_attention_heads")
+    if family in ("mla", "dsa", "dsv4"):
+        q_lora = _g(cfg, "q_lora_rank")
+        nope, rope = _g(cfg, "qk_nope_head_dim", default=128), _g(cfg, "qk_rope_head_dim", default=64)
+        kv_lora, v = _g(cfg, "kv_lora_rank", default=512), _g(cfg, "v_head_dim", default=128)
+        if family == "dsv4":  # one shared KV head (head_dim nope+rope), grouped low-rank output
+            hd = _g(cfg, "head_dim", default=nope + rope)
+            o_lora = _g(cfg, "o_lora_rank", default=1024)
+            o_groups = _g(cfg, "o_groups", default=8)
+            split = q_lora * heads * hd + heads * hd * o_lora // max(o_groups, 1) * o_groups // 8 + o_lora * h
+            rep = h * q_lora + h * hd
+            return float(split), float(rep + _indexer(cfg, h, q_lora)), 0.0
+        q = q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
+        kv_b = kv_lora * heads * (nope + v)
+        split = q + kv_b + heads * v * h
+        rep = (h * q_lora if q_lora else 0) + h * (kv_lora + rope)
+        if family == "dsa":
+            rep += _indexer(cfg, h, q_lora)
+        return float(split), float(rep), float(kv_b)
+    kv = _g(cfg, "num_key_value_heads", default=heads)
+    hd = _g(cfg, "head_dim", default=h // max(heads, 1))
+    return float(2 * h * heads * hd + 2 * h * kv * hd), 0.0, 0.0
+
+
+def _indexer(cfg: dict[str, Any], h: int, q_lora: int) -> int:
+    n, d = _g(cfg, "index_n_heads", default=64), _g(cfg, "index_head_dim", default=128)
+    return (q_lora or h) * n * d + h * d + h * n
+
+
+def linear_attn_params(cfg: dict[str, Any], h: int) -> float:
+    """One linear-attention (GDN) or Mamba2 mixer layer's parameters."""
+    if "linear_num_value_heads" in cfg:  # Qwen3-Next / Qwen3.5 gated delta net
+        kh, kd = _g(cfg, "linear_num_key_heads"), _g(cfg, "linear_key_head_dim")
+        vh, vd = _g(cfg, "linear_num_value_heads"), _g(cfg, "linear_value_head_dim")
+        k = _g(cfg, "linear_conv_kernel_dim", default=4)
+        return float(h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + (2 * kh * kd + vh * vd) * k + vh * vd * h)
+    heads = _g(cfg, "mamba_num_heads", default=128)
+    hd = _g(cfg, "mamba_head_dim", default=64)
+    inter = heads * hd
+    ng, state = _g(cfg, "n_groups", "mamba_n_groups", default=8), _g(cfg, "ssm_state_size", "mamba_d_state", default=128)
+    k = _g(cfg, "conv_kernel", "mamba_d_conv", default=4)
+    return float(h * (2 * inter + 2 * ng * state + heads) + (inter + 2 * ng * state) * k + inter * h)
+
+
+def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], quant: QuantScheme,
+                   dtype_bytes: float, vision: dict[str, Any] | None = None) -> WeightParts:
+    """Bytes per component of the loaded checkpoint, from config.json.
+
+    ``layer_kinds``: per decoder layer, ``"attn"`` (attention + MLP), ``"linear"`` (a linear-attention /
+    Mamba mixer + MLP), ``"mlp"`` / ``"moe"`` (Nemotron-H's MLP-only blocks).
+    """
+    h = _g(cfg, "hidden_size")
+    vocab = _g(cfg, "vocab_size", default=32000)
+    inter = _g(cfg, "intermediate_size", default=4 * h)
+    n_exp = _g(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+    moe_inter = _g(cfg, "moe_intermediate_size", default=inter)
+    shared_inter = _g(cfg, "shared_expert_intermediate_size", default=0) or \
+        _g(cfg, "n_shared_experts") * moe_inter
+    first_dense = _g(cfg, "first_k_dense_replace")
+    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    step = _g(cfg, "decoder_sparse_step", "moe_layer_freq", default=1) or 1
+    pattern_blocks = bool(cfg.get("hybrid_override_pattern"))
+    split, rep, absorbed = _attention(cfg, family, h)
+    counts = {"attention": 0.0, "replicated": 0.0, "absorbed": 0.0, "dense_mlp": 0.0, "shared_experts": 0.0,
+              "experts": 0.0, "linear_attn": 0.0}
+    for i, kind in enumerate(layer_kinds):
+        if kind == "attn":
+            counts["attention"] += split
+            counts["replicated"] += rep
+            counts["absorbed"] += absorbed
+        elif kind == "linear":
+            counts["linear_attn"] += linear_attn_params(cfg, h)
+        if pattern_blocks:  # Nemotron-H: one block type per layer
+            if kind == "mlp":
+                counts["dense_mlp"] += 2 * h * inter  # relu^2 MLP: up + down
+            elif kind == "moe":
+                counts["experts"] += n_exp * 2 * h * moe_inter
+                counts["shared_experts"] += 2 * h * shared_inter
+                counts["replicated"] += h * n_exp
+            continue
+        is_moe = n_exp > 0 and i >= first_dense and i not in mlp_only and (i + 1) % step == 0
+        if is_moe:
+            counts["experts"] += n_exp * 3 * h * moe_inter
+            counts["shared_experts"] += 3 * h * shared_inter
+            counts["replicated"] += h * n_exp  # router
+        else:
+            counts["dense_mlp"] += 3 * h * inter
+    parts = {k: v * quant.component_bytes(k if k != "replicated" else "attention", dtype_bytes)
+             for k, v in counts.items()}
+    parts["replicated"] = counts["replicated"] * quant.component_bytes("attention", dtype_bytes)
+    parts["absorbed"] = counts["absorbed"] * 2.0  # bf16 copies whatever kv_b_proj's dtype
+    parts["embed"] = vocab * h * dtype_bytes
+    parts["lm_head"] = 0.0 if cfg.get("tie_word_embeddings") else vocab * h * quant.component_bytes("lm_head", dtype_bytes)
+    parts["vision"] = vision_params(vision) * dtype_bytes
+    nextn = _g(cfg, "num_nextn_predict_layers")
+    if nextn and layer_kinds:
+        per_layer = sum(parts[k] for k in ("attention", "replicated", "dense_mlp", "shared_experts", "experts")) \
+            / len(layer_kinds)
+        parts["mtp"] = nextn * per_layer
+    return WeightParts(parts)
+
+
+_RE_REPLICATED = re.compile(r"(q_a_proj|kv_a_proj_with_mqa|q_a_layernorm|kv_a_layernorm|\.indexer\.|"
+                            r"mlp\.gate\.|e_score_correction|router\.|norm\.weight$|norm\.bias$)")
+_RE_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def classify(tensors: list[TensorInfo], num_layers: int, absorbed_hint: float = 0.0) -> WeightParts:
+    """Exact bytes per component from the checkpoint's headers (see :func:`estimate_parts`)."""
+    parts: dict[str, float] = {"split": 0.0, "replicated": 0.0, "vision": 0.0, "mtp": 0.0}
+    for t in tensors:
+        m = _RE_LAYER.search(t.name)
+        if m and int(m.group(1)) >= num_layers and "vision" not in t.name and "visual" not in t.name:
+            parts["mtp"] += t.nbytes
+        elif any(s in t.name for s in ("vision_tower", "visual.", "vision_model", "mm_projector", "multi_modal_projector")):
+            parts["vision"] += t.nbytes
+        elif _RE_REPLICATED.search(t.name):
+            parts["replicated"] += t.nbytes
+        else:
+            parts["split"] += t.nbytes
+    parts["absorbed"] = absorbed_hint
+    return WeightParts(parts)
+
+
+def per_gpu_bytes(parts: WeightParts, tp: int) -> float:
+    """Bytes one rank loads at plain TP ``tp`` (DP attention's extra: :mod:`autotune.sglang.dp_attention`)."""
+    tp = max(int(tp), 1)
+    whole = parts.get("replicated")
+    split = parts.loaded - whole
+    return split / tp + whole
