@@ -92,7 +92,8 @@ def _attention(cfg: dict[str, Any], family: str, h: int) -> tuple[float, float, 
         return float(split), float(rep), float(kv_b)
     kv = _g(cfg, "num_key_value_heads", default=heads)
     hd = _g(cfg, "head_dim", default=h // max(heads, 1))
-    return float(2 * h * heads * hd + 2 * h * kv * hd), 0.0, 0.0
+    q = 2 if cfg.get("attn_output_gate") or str(cfg.get("model_type", "")).startswith("qwen3_next") else 1  # gated q
+    return float((q + 1) * h * heads * hd + 2 * h * kv * hd), 0.0, 0.0
 
 
 def _indexer(cfg: dict[str, Any], h: int, q_lora: int) -> int:
@@ -135,7 +136,7 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     pattern_blocks = bool(cfg.get("hybrid_override_pattern"))
     split, rep, absorbed = _attention(cfg, family, h)
     counts = {"attention": 0.0, "replicated": 0.0, "absorbed": 0.0, "dense_mlp": 0.0, "shared_experts": 0.0,
-              "experts": 0.0, "linear_attn": 0.0}
+              "experts": 0.0, "linear_attn": 0.0, "router": 0.0}
     for i, kind in enumerate(layer_kinds):
         if kind == "attn":
             counts["attention"] += split
@@ -149,23 +150,24 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
             elif kind == "moe":
                 counts["experts"] += n_exp * 2 * h * moe_inter
                 counts["shared_experts"] += 2 * h * shared_inter
-                counts["replicated"] += h * n_exp
+                counts["router"] += h * n_exp
             continue
         is_moe = n_exp > 0 and i >= first_dense and i not in mlp_only and (i + 1) % step == 0
         if is_moe:
             counts["experts"] += n_exp * 3 * h * moe_inter
             counts["shared_experts"] += 3 * h * shared_inter
-            counts["replicated"] += h * n_exp  # router
+            counts["router"] += h * n_exp
         else:
             counts["dense_mlp"] += 3 * h * inter
-    parts = {k: v * quant.component_bytes(k if k != "replicated" else "attention", dtype_bytes)
-             for k, v in counts.items()}
-    parts["replicated"] = counts["replicated"] * quant.component_bytes("attention", dtype_bytes)
+    parts = {k: v * quant.component_bytes(k, dtype_bytes) for k, v in counts.items() if k != "router"}
+    # the a-projections in the attention's dtype; routers stay in the model dtype (deepseek_v2.py:509-517)
+    parts["replicated"] = counts["replicated"] * quant.component_bytes("attention", dtype_bytes) \
+        + counts["router"] * dtype_bytes
     parts["absorbed"] = counts["absorbed"] * 2.0  # bf16 copies whatever kv_b_proj's dtype
     parts["embed"] = vocab * h * dtype_bytes
     parts["lm_head"] = 0.0 if cfg.get("tie_word_embeddings") else vocab * h * quant.component_bytes("lm_head", dtype_bytes)
     parts["vision"] = vision_params(vision) * dtype_bytes
-    nextn = _g(cfg, "num_nextn_predict_layers")
+    nextn = _g(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers")
     if nextn and layer_kinds:
         per_layer = sum(parts[k] for k in ("attention", "replicated", "dense_mlp", "shared_experts", "experts")) \
             / len(layer_kinds)
