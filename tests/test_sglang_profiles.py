@@ -207,9 +207,10 @@ def test_modelopt_nvfp4_from_hf_quant_config(tmp_path: Path) -> None:
 
 def test_nested_int4_ignore_patterns() -> None:
     text = json.loads((DATA / "kimi-k2.5" / "config.json").read_text())["text_config"]
-    q = detect_quant({"architectures": ["KimiK25ForConditionalGeneration"]}, text)
+    q = detect_quant({"architectures": ["KimiK25ForConditionalGeneration"]}, text, num_layers=61)
     assert q.method == "compressed-tensors" and q.bits == 4
-    assert q.ignored == {"attention", "shared_experts", "dense_mlp", "lm_head"}
+    assert set(q.ignored) == {"attention", "shared_experts", "dense_mlp", "lm_head"}
+    assert all(all(flags) for flags in q.ignored.values())
     assert q.component_bytes("experts", 2) == 0.5 + 2 / 32
 
 
@@ -252,6 +253,14 @@ def test_safetensors_headers_give_exact_sizes_without_reading_tensors(tmp_path: 
     assert p.weight_source == "headers" and p.confidence == "exact"
     assert p.weight_bytes == total - 64 * 128 * 2
     assert p.replicated_weight_bytes == (24 + 48) * 64
+
+
+def test_per_layer_exclusions_count_only_their_layers() -> None:
+    excluded = ["lm_head", "model.layers.0*", "model.layers.1.*"] + [f"model.layers.{i}.self_attn*" for i in range(2, 10)]
+    q = detect_quant({}, None, {"quantization": {"quant_algo": "NVFP4", "exclude_modules": excluded}}, num_layers=10)
+    assert q.component_bytes("experts", 2, layer=0) == 2 and q.component_bytes("experts", 2, layer=5) == NVFP4
+    assert q.component_bytes("attention", 2, layer=7) == 2
+    assert q.component_bytes("experts", 2) == pytest.approx(0.2 * 2 + 0.8 * NVFP4)
 
 
 def test_bad_safetensors_header_is_one_line(tmp_path: Path) -> None:

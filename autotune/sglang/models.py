@@ -221,7 +221,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
     dtype_name = str(text.get("torch_dtype") or text.get("dtype") or top.get("torch_dtype") or top.get("dtype")
                      or "bfloat16").replace("torch.", "")
     dtype_bytes = _DTYPE_BYTES.get(dtype_name, 2)
-    quant = Q.detect_quant(top, text if text is not top else None, hf_quant)
+    quant = Q.detect_quant(top, text if text is not top else None, hf_quant, num_layers)
     if fam == "dsv4" and not quant.expert_bytes_per_weight:  # routed experts MXFP4, the rest FP8 block (MC:744-760)
         quant = Q.QuantScheme(quant.method or "fp8", 8, quant.bytes_per_weight or Q.FP8_BLOCK, Q.MXFP4,
                               quant.ignored, quant.kv_cache_fp8, quant.unknown_reason)

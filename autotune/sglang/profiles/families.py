@@ -84,6 +84,25 @@ def _mamba_state(cfg: dict[str, Any], layers: int) -> MambaState:
                       int(cfg.get("conv_kernel") or cfg.get("mamba_d_conv") or 4), 2, ssm_bytes)
 
 
+def dsa_layer_skips_topk(cfg: dict[str, Any], layer: int) -> bool:
+    """A DSA layer that reuses the previous layer's top-k keeps no indexer cache (SGLang 0.5.23
+    ``srt/configs/model_config.py:488-528``, counted by ``pool_configurator.py:560-635``)."""
+    types = cfg.get("indexer_types")
+    if isinstance(types, list):
+        return layer < len(types) and types[layer] == "shared"
+    cli = int(cfg.get("cli_factor") or 1)
+    if cli > 1:
+        return layer % cli != 0
+    pattern = cfg.get("index_topk_pattern")
+    if pattern is not None:
+        return layer < len(pattern) and pattern[layer] == "S"
+    freq = int(cfg.get("index_topk_freq") or 1)
+    offset = cfg.get("index_skip_topk_offset")
+    if offset is not None:
+        return max(layer - int(offset) + 1, 0) % freq != 0
+    return max(layer - 1, 0) % freq != 0
+
+
 def kv_layout(family: str, cfg: dict[str, Any], num_layers: int) -> KvLayout:
     if family == "swa":
         types = cfg.get("layer_types") or []
@@ -91,7 +110,8 @@ def kv_layout(family: str, cfg: dict[str, Any], num_layers: int) -> KvLayout:
         return KvLayout("swa", num_layers - swa, swa, int(cfg.get("sliding_window") or 128))
     if family == "dsa":
         ihd = int(cfg.get("index_head_dim") or 128)
-        return KvLayout("dsa", num_layers, index_head_dim=ihd, index_layers=num_layers)
+        topk_layers = sum(not dsa_layer_skips_topk(cfg, i) for i in range(num_layers))
+        return KvLayout("dsa", num_layers, index_head_dim=ihd, index_layers=topk_layers)
     if family == "dsv4":
         ratios = cfg.get("compress_ratios")
         ratios_t = tuple(int(r) for r in ratios)[:num_layers] if isinstance(ratios, list) and ratios \

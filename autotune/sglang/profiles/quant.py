@@ -25,15 +25,17 @@ from typing import Any
 
 __all__ = ["QuantScheme", "detect_quant", "COMPONENT_NAMES"]
 
-#: A representative module name per weight component, matched against ignore / exclude lists.
+#: Module names per weight component ({i}: a layer index), matched against ignore / exclude lists.
 COMPONENT_NAMES = {
-    "attention": ("model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.o_proj"),
-    "dense_mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
-    "shared_experts": ("model.layers.1.mlp.shared_experts.gate_proj", "model.layers.1.mlp.shared_experts.down_proj"),
-    "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.mlp.experts.0.down_proj"),
+    "attention": ("model.layers.{i}.self_attn.q_proj", "model.layers.{i}.self_attn.o_proj"),
+    "dense_mlp": ("model.layers.{i}.mlp.gate_proj", "model.layers.{i}.mlp.down_proj"),
+    "shared_experts": ("model.layers.{i}.mlp.shared_experts.gate_proj", "model.layers.{i}.mlp.shared_experts.down_proj"),
+    "experts": ("model.layers.{i}.mlp.experts.0.gate_proj", "model.layers.{i}.mlp.experts.0.down_proj"),
     "lm_head": ("lm_head",),
-    "linear_attn": ("model.layers.0.linear_attn.in_proj_qkvz", "model.layers.0.mixer.in_proj"),
+    "linear_attn": ("model.layers.{i}.linear_attn.in_proj_qkvz", "model.layers.{i}.mixer.in_proj"),
 }
+#: Layers an exclude list is tried on when the layer count is not given.
+SAMPLE_LAYERS = 64
 
 FP8_BLOCK = 1.0 + 4 / (128 * 128)
 MXFP4 = 0.5 + 1 / 32
@@ -48,17 +50,28 @@ class QuantScheme:
     bits: int | None = None  # weight bits of the quantized linears
     bytes_per_weight: float = 0.0  # quantized linears, scales included (0 = the model dtype)
     expert_bytes_per_weight: float = 0.0  # routed experts when their dtype differs (expert_dtype, MXFP4 MoE)
-    ignored: frozenset[str] = field(default_factory=frozenset)  # components left in the model dtype
+    #: component -> per layer (one entry for lm_head), whether an ignore / exclude pattern leaves it unquantized
+    ignored: dict[str, tuple[bool, ...]] = field(default_factory=dict)
     kv_cache_fp8: bool = False  # the checkpoint declares an FP8 KV cache (kv "auto" becomes fp8)
     unknown_reason: str = ""  # a method the profiles cannot size
 
-    def component_bytes(self, component: str, dtype_bytes: float) -> float:
-        """Bytes per weight of one component (see :data:`COMPONENT_NAMES`)."""
-        if component in ("embed", "router", "norms", "vision") or component in self.ignored:
+    def component_bytes(self, component: str, dtype_bytes: float, layer: int | None = None) -> float:
+        """Bytes per weight of one component (see :data:`COMPONENT_NAMES`) on ``layer`` (None: the
+        average over the layers)."""
+        if component in ("embed", "router", "norms", "vision"):
             return dtype_bytes
         if component == "experts" and self.expert_bytes_per_weight:
-            return self.expert_bytes_per_weight
-        return self.bytes_per_weight or dtype_bytes
+            quantized = self.expert_bytes_per_weight
+        else:
+            quantized = self.bytes_per_weight or dtype_bytes
+        flags = self.ignored.get(component, ())
+        if not flags:
+            share = 0.0
+        elif layer is not None and len(flags) > 1:
+            share = float(flags[min(layer, len(flags) - 1)])
+        else:
+            share = sum(flags) / len(flags)
+        return share * dtype_bytes + (1.0 - share) * quantized
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -70,10 +83,16 @@ def _matches(pattern: str, name: str) -> bool:
         ("." + pattern + ".") in ("." + name + ".")
 
 
-def _ignored(patterns: list[str]) -> frozenset[str]:
+def _ignored(patterns: list[str], num_layers: int = SAMPLE_LAYERS) -> dict[str, tuple[bool, ...]]:
+    """Per component and layer, whether an ignore / exclude pattern names its module."""
     pats = [str(p) for p in patterns if p]
-    return frozenset(c for c, names in COMPONENT_NAMES.items()
-                     if any(_matches(p, n) for p in pats for n in names))
+    out: dict[str, tuple[bool, ...]] = {}
+    for comp, names in COMPONENT_NAMES.items():
+        layers = range(max(num_layers, 1)) if "{i}" in names[0] else range(1)
+        flags = tuple(any(_matches(p, n.format(i=i)) for p in pats for n in names) for i in layers)
+        if any(flags):
+            out[comp] = flags
+    return out
 
 
 def _kv_fp8(q: dict[str, Any]) -> bool:
@@ -81,7 +100,7 @@ def _kv_fp8(q: dict[str, Any]) -> bool:
     return algo.upper().startswith("FP8") or bool(q.get("kv_cache_scheme"))
 
 
-def _compressed_tensors(q: dict[str, Any]) -> QuantScheme:
+def _compressed_tensors(q: dict[str, Any], layers: int) -> QuantScheme:
     groups = q.get("config_groups") or {}
     weights: dict[str, Any] = {}
     for group in groups.values() if isinstance(groups, dict) else []:
@@ -90,7 +109,7 @@ def _compressed_tensors(q: dict[str, Any]) -> QuantScheme:
             break
     bits = int(weights.get("num_bits") or 8)
     kind = str(weights.get("type") or "int")
-    ignored = _ignored(list(q.get("ignore") or []))
+    ignored = _ignored(list(q.get("ignore") or []), layers)
     if bits == 4 and kind == "int":  # wNa16 pack-quantized: bf16 scale per group (+ packed zero points)
         g = int(weights.get("group_size") or 128)
         per = 0.5 + 2 / g + (0.0 if weights.get("symmetric", True) else 0.5 / g)
@@ -103,12 +122,12 @@ def _compressed_tensors(q: dict[str, Any]) -> QuantScheme:
                        f"compressed-tensors {bits}-bit {kind} weights are not a scheme the memory model sizes")
 
 
-def _modelopt(q: dict[str, Any]) -> QuantScheme:
+def _modelopt(q: dict[str, Any], layers: int) -> QuantScheme:
     nested = q.get("quantization")
     inner: dict[str, Any] = nested if isinstance(nested, dict) else q
     algo = str(inner.get("quant_algo") or q.get("quant_algo") or "").upper()
     excluded = list(inner.get("exclude_modules") or q.get("exclude_modules") or q.get("ignore") or [])
-    ignored = _ignored(excluded)
+    ignored = _ignored(excluded, layers)
     kv = _kv_fp8(inner) or _kv_fp8(q)
     if "FP4" in algo:
         return QuantScheme("modelopt_fp4", 4, NVFP4, 0.0, ignored, kv)
@@ -117,33 +136,34 @@ def _modelopt(q: dict[str, Any]) -> QuantScheme:
     return QuantScheme("modelopt", None, 0.0, 0.0, ignored, kv, f"ModelOpt quant_algo {algo or '?'} is not sized")
 
 
-def _scheme(q: dict[str, Any]) -> QuantScheme:
+def _scheme(q: dict[str, Any], layers: int) -> QuantScheme:
     method = str(q.get("quant_method") or q.get("format") or "").lower()
     if "quantization" in q and isinstance(q["quantization"], dict) and not method:  # hf_quant_config.json
-        return _modelopt(q)
+        return _modelopt(q, layers)
     if method == "compressed-tensors" or "config_groups" in q:
-        return _compressed_tensors(q)
+        return _compressed_tensors(q, layers)
     if method in ("modelopt", "modelopt_fp4", "modelopt_fp8") or "quant_algo" in q:
-        return _modelopt(q)
+        return _modelopt(q, layers)
     if method in ("fp8", "fbgemm_fp8", "w8a8_fp8", "ptpc_fp8"):
-        ignored = _ignored(list(q.get("ignored_layers") or q.get("modules_to_not_convert") or []))
+        ignored = _ignored(list(q.get("ignored_layers") or q.get("modules_to_not_convert") or []), layers)
         return QuantScheme("fp8", 8, FP8_BLOCK, 0.0, ignored, _kv_fp8(q))
     if method == "mxfp4":  # GPT-OSS: the MoE experts only (modules_to_not_convert covers the rest)
-        ignored = _ignored(list(q.get("modules_to_not_convert") or [])) | {"attention", "dense_mlp", "lm_head"}
-        return QuantScheme("mxfp4", 4, MXFP4, MXFP4, frozenset(ignored), _kv_fp8(q))
+        ignored = {**_ignored(list(q.get("modules_to_not_convert") or []), layers), "attention": (True,),
+                   "dense_mlp": (True,), "lm_head": (True,)}
+        return QuantScheme("mxfp4", 4, MXFP4, MXFP4, ignored, _kv_fp8(q))
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin", "moe_wna16"):
         bits = int(q.get("bits") or q.get("w_bit") or 4)
         g = int(q.get("group_size") or q.get("q_group_size") or 128)
         g = g if g > 0 else 4096
         per = bits / 8 + 2 / g + bits / 8 / g
-        ignored = _ignored(list(q.get("modules_to_not_convert") or []))
+        ignored = _ignored(list(q.get("modules_to_not_convert") or []), layers)
         return QuantScheme(method, bits, per, 0.0, ignored, _kv_fp8(q))
-    return QuantScheme(method or None, None, 0.0, 0.0, frozenset(), _kv_fp8(q),
+    return QuantScheme(method or None, None, 0.0, 0.0, {}, _kv_fp8(q),
                        f"quantization method {method or '?'} is not one the memory model sizes")
 
 
 def detect_quant(cfg: dict[str, Any], text_cfg: dict[str, Any] | None = None,
-                 hf_quant: dict[str, Any] | None = None) -> QuantScheme:
+                 hf_quant: dict[str, Any] | None = None, num_layers: int = SAMPLE_LAYERS) -> QuantScheme:
     """The checkpoint's quantization, from wherever it declares it (None of them: unquantized).
 
     ``expert_dtype`` (DeepSeek-V4: ``"fp4"``) overrides the routed experts' storage whatever the method.
@@ -155,7 +175,7 @@ def detect_quant(cfg: dict[str, Any], text_cfg: dict[str, Any] | None = None,
             break
     if not isinstance(q, dict) and isinstance(hf_quant, dict):
         q = hf_quant
-    scheme = _scheme(q) if isinstance(q, dict) else QuantScheme()
+    scheme = _scheme(q, num_layers) if isinstance(q, dict) else QuantScheme()
     expert_dtype = str((text_cfg or {}).get("expert_dtype") or cfg.get("expert_dtype") or "").lower()
     if expert_dtype in ("fp4", "mxfp4", "float4", "fp4_e2m1"):
         scheme = QuantScheme(scheme.method or "fp8", scheme.bits or 8, scheme.bytes_per_weight or FP8_BLOCK, MXFP4,

@@ -135,34 +135,36 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     step = _g(cfg, "decoder_sparse_step", "moe_layer_freq", default=1) or 1
     pattern_blocks = bool(cfg.get("hybrid_override_pattern"))
     split, rep, absorbed = _attention(cfg, family, h)
-    counts = {"attention": 0.0, "replicated": 0.0, "absorbed": 0.0, "dense_mlp": 0.0, "shared_experts": 0.0,
-              "experts": 0.0, "linear_attn": 0.0, "router": 0.0}
+    parts = {k: 0.0 for k in ("attention", "replicated", "absorbed", "dense_mlp", "shared_experts", "experts",
+                              "linear_attn")}
+    counts = {"absorbed": 0.0, "router": 0.0, "replicated": 0.0}
+
+    def add(component: str, params: float, layer: int, key: str | None = None) -> None:
+        parts[key or component] += params * quant.component_bytes(component, dtype_bytes, layer)
+
     for i, kind in enumerate(layer_kinds):
         if kind == "attn":
-            counts["attention"] += split
-            counts["replicated"] += rep
+            add("attention", split, i)
+            add("attention", rep, i, "replicated")  # the a-projections in the attention's dtype
             counts["absorbed"] += absorbed
         elif kind == "linear":
-            counts["linear_attn"] += linear_attn_params(cfg, h)
+            add("linear_attn", linear_attn_params(cfg, h), i)
         if pattern_blocks:  # Nemotron-H: one block type per layer
             if kind == "mlp":
-                counts["dense_mlp"] += 2 * h * inter  # relu^2 MLP: up + down
+                add("dense_mlp", 2 * h * inter, i)  # relu^2 MLP: up + down
             elif kind == "moe":
-                counts["experts"] += n_exp * 2 * h * moe_inter
-                counts["shared_experts"] += 2 * h * shared_inter
+                add("experts", n_exp * 2 * h * moe_inter, i)
+                add("shared_experts", 2 * h * shared_inter, i)
                 counts["router"] += h * n_exp
             continue
         is_moe = n_exp > 0 and i >= first_dense and i not in mlp_only and (i + 1) % step == 0
         if is_moe:
-            counts["experts"] += n_exp * 3 * h * moe_inter
-            counts["shared_experts"] += 3 * h * shared_inter
+            add("experts", n_exp * 3 * h * moe_inter, i)
+            add("shared_experts", 3 * h * shared_inter, i)
             counts["router"] += h * n_exp
         else:
-            counts["dense_mlp"] += 3 * h * inter
-    parts = {k: v * quant.component_bytes(k, dtype_bytes) for k, v in counts.items() if k != "router"}
-    # the a-projections in the attention's dtype; routers stay in the model dtype (deepseek_v2.py:509-517)
-    parts["replicated"] = counts["replicated"] * quant.component_bytes("attention", dtype_bytes) \
-        + counts["router"] * dtype_bytes
+            add("dense_mlp", 3 * h * inter, i)
+    parts["replicated"] += counts["router"] * dtype_bytes  # routers stay in the model dtype (deepseek_v2.py:509-517)
     parts["absorbed"] = counts["absorbed"] * 2.0  # bf16 copies whatever kv_b_proj's dtype
     parts["embed"] = vocab * h * dtype_bytes
     parts["lm_head"] = 0.0 if cfg.get("tie_word_embeddings") else vocab * h * quant.component_bytes("lm_head", dtype_bytes)
