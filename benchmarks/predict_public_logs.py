@@ -31,8 +31,8 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.sglang.config import ServerConfig
-from autotune.sglang.gpus import GpuKind, custom_gpu_name, get_gpu
 from autotune.sglang.dp_attention import replicated_weight_gib
+from autotune.sglang.gpus import GpuKind, custom_gpu_name, get_gpu
 from autotune.sglang.memory import LOADER_RESIDUE_GIB, Calibration, predict
 from autotune.sglang.models import ModelProfile, profile_from_config
 from autotune.sglang.profiles.sizing import weight_bytes_per_gpu
@@ -106,6 +106,10 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     if model is None:
         return {**row, "status": "no published config.json in the set"}
     row["family"] = model.family
+    quant = str(entry.get("quantization") or "").lower()
+    if quant and quant not in ("none", "bf16", "bfloat16") and not model.quant_method:
+        row["notes"].append(f"config lacks the checkpoint's {quant} quantization: W not comparable")
+        row["w_incomparable"] = True
     version, note = _version(entry.get("sglang_version"))
     if note:
         row["notes"].append(note)
@@ -119,7 +123,9 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
         cold = predict(model, gpu, cfg, version=version)
     except ConfigError as e:
         return {**row, "status": f"refused: {e}"}
-    row.update(cold_kv=cold.kv_tokens, cold_verdict=cold.verdict, cold_prunes=cold.should_prune)
+    row.update(cold_kv=cold.kv_tokens, cold_verdict=cold.verdict, cold_prunes=cold.should_prune, cell=cold.cell_bytes)
+    if logged.get("kv_size_gib") and logged.get("kv_tokens"):  # the cell the log implies (KV GiB are 2^30 B)
+        row["logged_cell"] = float(logged["kv_size_gib"]) * 2**30 / float(logged["kv_tokens"])
     if model.is_unknown:
         return {**row, "status": f"unknown ({model.unknown_reason})"}
     p, a, w = logged.get("avail_before_load_gib"), logged.get("avail_after_load_gib"), logged.get("weight_gib_per_gpu")
@@ -149,19 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = [evaluate(ns.dir, e) for e in json.loads(manifest.read_text())]
     for r in rows:
-        r["cold_w_err"] = _err(r.get("cold_w"), r.get("logged_w"))
+        r["cold_w_err"] = None if r.get("w_incomparable") else _err(r.get("cold_w"), r.get("logged_w"))
+        r["cell_err"] = _err(r.get("cell"), r.get("logged_cell"))
         r["cold_kv_err"] = _err(r.get("cold_kv"), r.get("logged_kv"))
         r["cal_kv_err"] = _err(r.get("cal_kv"), r.get("logged_kv"))
     if ns.json:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{'log':44} {'family':7} {'W logged':>9} {'W cold':>8} {'err%':>6} {'KV logged':>10} {'KV cold':>10} "
-          f"{'err%':>6} {'KV cal':>10} {'err%':>6}  status")
+          f"{'err%':>6} {'KV cal':>10} {'err%':>6} {'cell B':>7} {'err%':>6}  status")
     for r in rows:
         print(f"{r['id'][:44]:44} {r.get('family', '-'):7} {_fmt(r.get('logged_w'), '9.2f')} "
               f"{_fmt(r.get('cold_w'), '8.2f')} {_fmt(r.get('cold_w_err'), '+6.1f')} {_fmt(r.get('logged_kv'), '10,d')} "
               f"{_fmt(r.get('cold_kv'), '10,d')} {_fmt(r.get('cold_kv_err'), '+6.1f')} {_fmt(r.get('cal_kv'), '10,d')} "
-              f"{_fmt(r.get('cal_kv_err'), '+6.1f')}  {r['status']}"
+              f"{_fmt(r.get('cal_kv_err'), '+6.1f')} {_fmt(r.get('cell'), '7,d')} {_fmt(r.get('cell_err'), '+6.1f')}"
+              f"  {r['status']}"
               + (f" [{'; '.join(r['notes'])}]" if r["notes"] else ""))
     sup = [r for r in rows if r["status"] == "supported"]
     errs = [abs(r[k]) for r in sup for k in ("cold_w_err", "cold_kv_err") if r.get(k) is not None]
@@ -169,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(rows)} logs: {len(sup)} supported with a config and a known GPU, {len(unknown)} unknown; "
           f"cold figures compared: {len(errs)}, within 5 %: {sum(e <= 5 for e in errs)}, "
           f"worst {max(errs, default=0.0):.1f} %")
+    cells = [abs(r["cell_err"]) for r in sup if r.get("cell_err") is not None]
+    print(f"KV cell against the log's KV size / tokens: {len(cells)} compared, worst {max(cells, default=0.0):.2f} %")
     print(f"unknown profiles predicted as a pruning out-of-memory: {sum(bool(r.get('cold_prunes')) for r in unknown)}")
     print("'KV cal' uses P and A from the log itself (calibrated); 'cold' uses the config and the GPU's memory only.")
     return 0

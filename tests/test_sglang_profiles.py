@@ -209,7 +209,7 @@ def test_nested_int4_ignore_patterns() -> None:
     text = json.loads((DATA / "kimi-k2.5" / "config.json").read_text())["text_config"]
     q = detect_quant({"architectures": ["KimiK25ForConditionalGeneration"]}, text, num_layers=61)
     assert q.method == "compressed-tensors" and q.bits == 4
-    assert set(q.ignored) == {"attention", "shared_experts", "dense_mlp", "lm_head"}
+    assert {k for k in q.ignored if ":" not in k} == {"attention", "shared_experts", "dense_mlp", "lm_head"}
     assert all(all(flags) for flags in q.ignored.values())
     assert q.component_bytes("experts", 2) == 0.5 + 2 / 32
 
@@ -286,3 +286,20 @@ def test_plan_kimi_k25_published_config_fits_8xh200_at_088(tmp_path: Path, capsy
     assert row["verdict"] == "fits" and row["kv_tokens"] > 100_000
     w = row["p_gib"] - row["a_gib"]  # weights + loader residue per GPU
     assert w == pytest.approx(74, rel=0.10)  # what real 8 x H200 servers log (main predicted 239)
+
+
+def test_exclusions_name_single_attention_projections() -> None:
+    hf = {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn.q_b_proj"]}}
+    q = detect_quant({}, None, hf, num_layers=1)
+    assert q.component_bytes("attention", 2, 0, "q_b_proj") == 2  # excluded: bf16
+    assert q.component_bytes("attention", 2, 0, "o_proj") == NVFP4  # quantized (DeepSeek-R1-NVFP4's o_proj)
+
+
+def test_mxfp4_experts_padded_to_128_per_rank() -> None:
+    p = profile_from_config(GPT_OSS_120B)
+    base = (p.weight_bytes - p.replicated_weight_bytes) / 1 + p.replicated_weight_bytes
+    pad = (2944 / 2880) ** 2 - 1  # hidden and intermediate 2880 -> 2944
+    assert weight_bytes_per_gpu(p, 1) == pytest.approx(base + p.expert_weight_bytes * pad, rel=1e-9)
+    pad8 = (2944 / 2880) * (384 / 360) - 1  # each rank's 360 intermediate rows -> 384
+    assert weight_bytes_per_gpu(p, 8) - (p.weight_bytes - p.replicated_weight_bytes) / 8 - p.replicated_weight_bytes \
+        == pytest.approx(p.expert_weight_bytes / 8 * pad8, rel=1e-9)

@@ -111,6 +111,7 @@ class ModelProfile:
     #: Bytes made after loading, split like attention (MLA's bf16 absorbed kv_b copies), all ranks together.
     post_load_weight_bytes: int = 0
     vision_weight_bytes: int = 0  # a multimodal wrapper's vision tower (inside weight_bytes)
+    expert_weight_bytes: int = 0  # the routed experts (inside weight_bytes), all ranks together
     weight_source: str = "config"  # "headers" (shard headers), "index" (total_size) or "config" (estimated)
 
     @property
@@ -269,7 +270,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         num_experts=n_experts,
         num_experts_per_tok=per_tok if n_experts else 0,
         intermediate_size=int(text.get("intermediate_size") or 0),
-        moe_intermediate_size=int(text.get("moe_intermediate_size") or 0) if n_experts else 0,
+        moe_intermediate_size=int(text.get("moe_intermediate_size") or text.get("intermediate_size") or 0) if n_experts else 0,
         num_nextn_predict_layers=int(text.get("num_nextn_predict_layers") or 0),
         active_param_bytes=min(int(active_est * scale), weight_bytes),
         model_type=model_type,
@@ -287,6 +288,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         replicated_weight_bytes=min(replicated, weight_bytes),
         post_load_weight_bytes=int(absorbed),
         vision_weight_bytes=int(est.get("vision") * scale),
+        expert_weight_bytes=int(experts * scale),
         weight_source=source or "config",
     )
 

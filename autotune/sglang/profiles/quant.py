@@ -34,6 +34,9 @@ COMPONENT_NAMES = {
     "lm_head": ("lm_head",),
     "linear_attn": ("model.layers.{i}.linear_attn.in_proj_qkvz", "model.layers.{i}.mixer.in_proj"),
 }
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                         "kv_b_proj", "wqkv_a", "wq_b", "wo_a", "wo_b", "indexer")
+COMPONENT_NAMES.update({"attn:" + p: ("model.layers.{i}.self_attn." + p,) for p in ATTENTION_PROJECTIONS})
 #: Layers an exclude list is tried on when the layer count is not given.
 SAMPLE_LAYERS = 64
 
@@ -55,9 +58,11 @@ class QuantScheme:
     kv_cache_fp8: bool = False  # the checkpoint declares an FP8 KV cache (kv "auto" becomes fp8)
     unknown_reason: str = ""  # a method the profiles cannot size
 
-    def component_bytes(self, component: str, dtype_bytes: float, layer: int | None = None) -> float:
+    def component_bytes(self, component: str, dtype_bytes: float, layer: int | None = None,
+                        proj: str | None = None) -> float:
         """Bytes per weight of one component (see :data:`COMPONENT_NAMES`) on ``layer`` (None: the
-        average over the layers)."""
+        average over the layers); ``proj`` names an attention projection (``q_b_proj``, ...) that an
+        exclude list may name on its own."""
         if component in ("embed", "router", "norms", "vision"):
             return dtype_bytes
         if component == "experts" and self.expert_bytes_per_weight:
@@ -65,6 +70,8 @@ class QuantScheme:
         else:
             quantized = self.bytes_per_weight or dtype_bytes
         flags = self.ignored.get(component, ())
+        if proj is not None and component == "attention" and flags != (True,):
+            flags = self.ignored.get("attn:" + proj, ())
         if not flags:
             share = 0.0
         elif layer is not None and len(flags) > 1:

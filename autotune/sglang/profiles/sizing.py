@@ -56,4 +56,17 @@ def weight_bytes_per_gpu(model: Any, tp: int) -> float:
     tp = max(int(tp), 1)
     whole = float(getattr(model, "replicated_weight_bytes", 0) or 0)
     post = float(getattr(model, "post_load_weight_bytes", 0) or 0)
-    return (model.weight_bytes - whole) / tp + whole + post / tp
+    return (model.weight_bytes - whole) / tp + whole + post / tp + mxfp4_padding_bytes(model, tp)
+
+
+def mxfp4_padding_bytes(model: Any, tp: int) -> float:
+    """MXFP4 MoE experts are padded after loading: hidden and each rank's intermediate rounded up to
+    128 on SGLang 0.5.23's FlashInfer SM100 and CUTLASS SM90/SM120 paths (``layers/quantization/mxfp4.py:
+    478-508``; 256 on aiter and on releases before the 128 relaxation). GPT-OSS: 2880 -> 2944 at TP 1."""
+    experts = float(getattr(model, "expert_weight_bytes", 0) or 0)
+    if str(getattr(model, "quant_method", "") or "") != "mxfp4" or not experts or not model.moe_intermediate_size:
+        return 0.0
+    h = model.hidden_size
+    inter = max(model.moe_intermediate_size // tp, 1)
+    factor = (-(-h // 128) * 128 / h) * (-(-inter // 128) * 128 / inter)
+    return experts / tp * (factor - 1.0)

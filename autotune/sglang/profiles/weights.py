@@ -69,31 +69,36 @@ def vision_params(vision: dict[str, Any] | None) -> float:
     return float(layers * (4 * h * h + 2 * h * inter) + h * merge * h * merge + h * merge * out)
 
 
-def _attention(cfg: dict[str, Any], family: str, h: int) -> tuple[float, float, float]:
-    """(TP-split, replicated, MLA absorbed-copy) parameters of one attention layer."""
+def _attention(cfg: dict[str, Any], family: str, h: int) -> tuple[list[tuple[str, float, bool]], float]:
+    """One attention layer's projections as (module name, parameters, replicated on every rank), and
+    the MLA absorbed-copy parameters. Names are the checkpoint's, so ignore lists apply per projection."""
     heads = _g(cfg, "num_attention_heads")
-    if family in ("mla", "dsa", "dsv4"):
+    if family == "dsv4":  # deepseek_v4.py:1095-1162: wqkv_a replicated, wq_b / wo_a / wo_b split
+        q_lora, hd = _g(cfg, "q_lora_rank", default=1024), _g(cfg, "head_dim", default=512)
+        o_lora, groups = _g(cfg, "o_lora_rank", default=1024), _g(cfg, "o_groups", default=8)
+        return [("wqkv_a", h * (q_lora + hd), True), ("wq_b", q_lora * heads * hd, False),
+                ("wo_a", heads * hd // max(groups, 1) * groups * o_lora, False), ("wo_b", groups * o_lora * h, False),
+                ("indexer", _indexer(cfg, h, q_lora), True)], 0.0
+    if family in ("mla", "dsa"):
         q_lora = _g(cfg, "q_lora_rank")
         nope, rope = _g(cfg, "qk_nope_head_dim", default=128), _g(cfg, "qk_rope_head_dim", default=64)
         kv_lora, v = _g(cfg, "kv_lora_rank", default=512), _g(cfg, "v_head_dim", default=128)
-        if family == "dsv4":  # one shared KV head (head_dim nope+rope), grouped low-rank output
-            hd = _g(cfg, "head_dim", default=nope + rope)
-            o_lora = _g(cfg, "o_lora_rank", default=1024)
-            o_groups = _g(cfg, "o_groups", default=8)
-            split = q_lora * heads * hd + heads * hd * o_lora // max(o_groups, 1) * o_groups // 8 + o_lora * h
-            rep = h * q_lora + h * hd
-            return float(split), float(rep + _indexer(cfg, h, q_lora)), 0.0
-        q = q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
         kv_b = kv_lora * heads * (nope + v)
-        split = q + kv_b + heads * v * h
-        rep = (h * q_lora if q_lora else 0) + h * (kv_lora + rope)
+        projs: list[tuple[str, float, bool]] = [
+            ("kv_a_proj_with_mqa", h * (kv_lora + rope), True), ("kv_b_proj", kv_b, False),
+            ("o_proj", heads * v * h, False)]
+        if q_lora:
+            projs += [("q_a_proj", h * q_lora, True), ("q_b_proj", q_lora * heads * (nope + rope), False)]
+        else:
+            projs.append(("q_proj", h * heads * (nope + rope), False))
         if family == "dsa":
-            rep += _indexer(cfg, h, q_lora)
-        return float(split), float(rep), float(kv_b)
+            projs.append(("indexer", _indexer(cfg, h, q_lora), True))
+        return projs, float(kv_b)
     kv = _g(cfg, "num_key_value_heads", default=heads)
     hd = _g(cfg, "head_dim", default=h // max(heads, 1))
-    q = 2 if cfg.get("attn_output_gate") or str(cfg.get("model_type", "")).startswith("qwen3_next") else 1  # gated q
-    return float((q + 1) * h * heads * hd + 2 * h * kv * hd), 0.0, 0.0
+    gate = 2 if cfg.get("attn_output_gate") or str(cfg.get("model_type", "")).startswith("qwen3_next") else 1
+    return [("q_proj", gate * h * heads * hd, False), ("k_proj", h * kv * hd, False), ("v_proj", h * kv * hd, False),
+            ("o_proj", heads * hd * h, False)], 0.0
 
 
 def _indexer(cfg: dict[str, Any], h: int, q_lora: int) -> int:
@@ -134,18 +139,18 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     mlp_only = set(cfg.get("mlp_only_layers") or [])
     step = _g(cfg, "decoder_sparse_step", "moe_layer_freq", default=1) or 1
     pattern_blocks = bool(cfg.get("hybrid_override_pattern"))
-    split, rep, absorbed = _attention(cfg, family, h)
+    projs, absorbed = _attention(cfg, family, h)
     parts = {k: 0.0 for k in ("attention", "replicated", "absorbed", "dense_mlp", "shared_experts", "experts",
                               "linear_attn")}
     counts = {"absorbed": 0.0, "router": 0.0, "replicated": 0.0}
 
-    def add(component: str, params: float, layer: int, key: str | None = None) -> None:
-        parts[key or component] += params * quant.component_bytes(component, dtype_bytes, layer)
+    def add(component: str, params: float, layer: int, key: str | None = None, proj: str | None = None) -> None:
+        parts[key or component] += params * quant.component_bytes(component, dtype_bytes, layer, proj)
 
     for i, kind in enumerate(layer_kinds):
         if kind == "attn":
-            add("attention", split, i)
-            add("attention", rep, i, "replicated")  # the a-projections in the attention's dtype
+            for proj, params, whole in projs:  # MLA's a-projections and the indexer whole on every rank
+                add("attention", params, i, "replicated" if whole else "attention", proj)
             counts["absorbed"] += absorbed
         elif kind == "linear":
             add("linear_attn", linear_attn_params(cfg, h), i)
