@@ -303,3 +303,42 @@ def test_mxfp4_experts_padded_to_128_per_rank() -> None:
     pad8 = (2944 / 2880) * (384 / 360) - 1  # each rank's 360 intermediate rows -> 384
     assert weight_bytes_per_gpu(p, 8) - (p.weight_bytes - p.replicated_weight_bytes) / 8 - p.replicated_weight_bytes \
         == pytest.approx(p.expert_weight_bytes / 8 * pad8, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["qwen3-next", "gpt-oss", "dsv32", "kimi-k2.5"])
+def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str) -> None:
+    """The simulated server (autotune.sim.hardware) sizes every family's pool as the predictor does, so a
+    simulated launch calibrates the predictor to its own figures (Mamba state and indexer included)."""
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.memory import Calibration, predict
+    from autotune.sim.args import parse_args
+    from autotune.sim.hardware import plan_memory
+
+    cfgs = {"qwen3-next": QWEN3_NEXT, "gpt-oss": GPT_OSS_120B, "dsv32": _v32(),
+            "kimi-k2.5": json.loads((DATA / "kimi-k2.5" / "config.json").read_text())}
+    (tmp_path / "config.json").write_text(json.dumps(cfgs[name]))
+    model = load_model_profile(tmp_path)
+    launch, sim = parse_args(f"--model-path {tmp_path} --tp-size 8 --mem-fraction-static 0.85 --sim-gpu b200 "
+                             f"--sim-interconnect nvlink --sim-sglang-version 0.5.23".split())
+    plan = plan_memory(launch, model, None, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+    cal = Calibration(p_gib=plan.p_gib, a_gib=plan.a_gib, tp_size=8, mem_fraction_static=0.85, f_is_auto=False)
+    pred = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
+                   version="0.5.23", calibration=cal)
+    assert plan.kv_tokens > 0 and pred.kv_tokens == pytest.approx(plan.kv_tokens, rel=1e-4)
+    assert pred.cell_bytes == plan.cell_bytes
+    cold = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
+                   version="0.5.23")
+    assert cold.w_gib == pytest.approx(plan.w_gib, abs=0.3)  # the same weights per GPU (P differs by comm buffers)
+
+
+def test_vlm_auto_fraction_factor_and_cache_reserve() -> None:
+    from autotune.sglang.models import vlm_mem_fraction_factor
+    from autotune.sglang.profiles.sizing import VLM_CACHE_BYTES
+
+    assert vlm_mem_fraction_factor(None) == 1.0
+    assert vlm_mem_fraction_factor({"vt_hidden_size": 1152}) == pytest.approx(0.95)  # Kimi K2.5: vt_* keys unread
+    assert vlm_mem_fraction_factor({"depth": 27, "hidden_size": 1152}) == pytest.approx(0.925, abs=5e-4)  # Qwen3.5
+    k25 = load_model_profile(DATA / "kimi-k2.5")
+    assert kv_reserved_bytes(k25, 10 * GIB, tp=8) == VLM_CACHE_BYTES
+    assert kv_reserved_bytes(profile_from_config(QWEN3_8B), 10 * GIB, tp=1) == 0

@@ -304,7 +304,7 @@ def predict(
     if f_is_auto:
         f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
                                      cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
-                                     dp_attention_size=attn_dp)
+                                     dp_attention_size=attn_dp) * model.vlm_f_factor
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
             cal_f = auto_mem_fraction_static(
                 g.memory_mib,
@@ -313,7 +313,7 @@ def predict(
                 cuda_graph_max_bs=cal.cuda_graph_max_bs,
                 speculative_algorithm=cal.speculative_algorithm,
                 is_mla=model.is_mla,
-            )
+            ) * model.vlm_f_factor
             if abs(cal_f - cal.mem_fraction_static) > 0.0005:
                 f = cal.mem_fraction_static
                 notes.append(
@@ -335,7 +335,7 @@ def predict(
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
     reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests)
     if reserved > 0:
-        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'reserved')})"
+        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
     tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
     if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
         tokens = cfg.max_total_tokens

@@ -112,6 +112,8 @@ class ModelProfile:
     post_load_weight_bytes: int = 0
     vision_weight_bytes: int = 0  # a multimodal wrapper's vision tower (inside weight_bytes)
     expert_weight_bytes: int = 0  # the routed experts (inside weight_bytes), all ranks together
+    #: SGLang's automatic mem_fraction_static x this for a model with a vision tower (1.0 otherwise)
+    vlm_f_factor: float = 1.0
     weight_source: str = "config"  # "headers" (shard headers), "index" (total_size) or "config" (estimated)
 
     @property
@@ -171,12 +173,14 @@ def _text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | 
     return cfg, None
 
 
-def _mla_absorbed_bytes(text: dict[str, Any], kinds: list[str]) -> float:
-    """MLA's bf16 ``w_kc`` / ``w_vc`` copies of ``kv_b_proj`` made after loading (all ranks together)."""
-    heads = int(text.get("num_attention_heads") or 0)
-    kv_b = int(text.get("kv_lora_rank") or 512) * heads * (int(text.get("qk_nope_head_dim") or 128)
-                                                          + int(text.get("v_head_dim") or 128))
-    return float(kv_b * 2 * sum(1 for k in kinds if k == "attn"))
+def vlm_mem_fraction_factor(vision: Any) -> float:
+    """SGLang's cut of an automatic mem_fraction_static for a ViT (0.5.23 ``srt/arg_groups/memory_hook.py:
+    417-462``): ``0.95 x clamp(1 - 0.1 (c - 1), 0.8, 1.05)``, c = layers x hidden^2 against ViT-L/14's
+    24 x 1024^2, read as ``num_hidden_layers`` / ``hidden_size`` (24 and 1024 when absent)."""
+    if not isinstance(vision, dict):
+        return 1.0
+    c = int(vision.get("num_hidden_layers") or 24) * int(vision.get("hidden_size") or 1024) ** 2 / (24 * 1024**2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (c - 1.0)))
 
 
 def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_size: int | None = None,
@@ -289,6 +293,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         post_load_weight_bytes=int(absorbed),
         vision_weight_bytes=int(est.get("vision") * scale),
         expert_weight_bytes=int(experts * scale),
+        vlm_f_factor=vlm_mem_fraction_factor(top.get("vision_config")),
         weight_source=source or "config",
     )
 

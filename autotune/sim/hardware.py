@@ -232,7 +232,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         f = defaults.auto_mem_fraction_static(gpu.memory_mib, tp_size=tp, pp_size=launch.pp_size, version=v,
                                               chunked_prefill_size=chunk, cuda_graph_max_bs=max_bs,
                                               speculative_algorithm=spec.algorithm, is_mla=model.is_mla,
-                                              dp_attention_size=launch.attn_dp_size)
+                                              dp_attention_size=launch.attn_dp_size) * model.vlm_f_factor
     if launch.attn_dp_size > 1:
         chunk = max(chunk // launch.attn_dp_size, 1)  # _handle_data_parallelism
     rest = a - p * (1.0 - f)

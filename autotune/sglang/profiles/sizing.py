@@ -39,15 +39,21 @@ def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: 
     return gqa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, layers, attn_tp, kv_bytes)
 
 
+#: The multimodal embedding cache reserved out of the KV budget (``SGLANG_VLM_CACHE_SIZE_MB``, SGLang 0.5.23
+#: ``srt/mem_cache/kv_cache_configurator.py:202-224``), for models with a vision tower.
+VLM_CACHE_BYTES = 100 * 2**20
+
+
 def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None) -> float:
-    """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: Mamba state slots, DeepSeek V4's
-    fixed compressed state (0 for the other families)."""
+    """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: the multimodal cache, then Mamba
+    state slots or DeepSeek V4's fixed compressed state (0 for a text-only model of the other families)."""
     lay = layout_of(model)
+    mm = float(VLM_CACHE_BYTES) if getattr(model, "vision_weight_bytes", 0) else 0.0
     if lay.family == "mamba" and lay.mamba is not None:
-        return mamba_reserve_bytes(lay.mamba, tp, rest_bytes)
+        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm)
     if lay.family == "dsv4":
-        return dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
-    return 0.0
+        return mm + dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
+    return mm
 
 
 def weight_bytes_per_gpu(model: Any, tp: int) -> float:
