@@ -36,6 +36,7 @@ from autotune.sglang.gpus import GpuKind, custom_gpu_name, get_gpu
 from autotune.sglang.memory import LOADER_RESIDUE_GIB, Calibration, predict
 from autotune.sglang.models import ModelProfile, profile_from_config
 from autotune.sglang.profiles.sizing import weight_bytes_per_gpu
+from autotune.sglang.versions import parse_version
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "tests" / "data" / "public_logs"
@@ -44,7 +45,11 @@ KV_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8_e4m3", None: "au
 
 def _version(text: str | None) -> tuple[str, str]:
     m = re.search(r"(\d+\.\d+\.\d+)", text or "")
-    return (m.group(1), "") if m else ("0.5.23", "version not logged: 0.5.23 assumed")
+    if not m:
+        return "0.5.23", "version not logged: 0.5.23 assumed"
+    if not parse_version(m.group(1)).at_least("0.5.9"):  # the predictor's oldest release
+        return "0.5.9", f"{m.group(1)} predicted with 0.5.9's rules"
+    return m.group(1), ""
 
 
 def _gpu(entry: dict[str, Any]) -> GpuKind | None:
@@ -116,6 +121,13 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     gpu = _gpu(entry)
     cfg = _server(entry, model)
     row["cold_w"] = cold_weights_gib(model, cfg)
+    p, a, w = logged.get("avail_before_load_gib"), logged.get("avail_after_load_gib"), logged.get("weight_gib_per_gpu")
+    if p is None and a is not None and w is not None:
+        p = a + w
+    gpu_from_log = gpu is None and p is not None
+    if gpu_from_log:  # no GPU named: its memory taken as the log's P + 1 GiB (so no cold KV figure)
+        gpu = get_gpu(custom_gpu_name("from-log", int((float(p) + 1.0) * 1024)))
+        row["notes"].append("GPU not named: memory from the log's P, calibrated figures only")
     if gpu is None:
         return {**row, "status": f"gpu {entry.get('gpu')!r} unknown (no memory figure): weights only"
                 + (f"; unknown ({model.unknown_reason})" if model.is_unknown else "")}
@@ -123,14 +135,13 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
         cold = predict(model, gpu, cfg, version=version)
     except ConfigError as e:
         return {**row, "status": f"refused: {e}"}
-    row.update(cold_kv=cold.kv_tokens, cold_verdict=cold.verdict, cold_prunes=cold.should_prune, cell=cold.cell_bytes)
+    row.update(cold_verdict=cold.verdict, cold_prunes=cold.should_prune, cell=cold.cell_bytes)
+    if not gpu_from_log:
+        row["cold_kv"] = cold.kv_tokens
     if logged.get("kv_size_gib") and logged.get("kv_tokens"):  # the cell the log implies (KV GiB are 2^30 B)
         row["logged_cell"] = float(logged["kv_size_gib"]) * 2**30 / float(logged["kv_tokens"])
     if model.is_unknown:
         return {**row, "status": f"unknown ({model.unknown_reason})"}
-    p, a, w = logged.get("avail_before_load_gib"), logged.get("avail_after_load_gib"), logged.get("weight_gib_per_gpu")
-    if p is None and a is not None and w is not None:
-        p = a + w
     if p is not None and a is not None:
         cal = Calibration(p_gib=float(p), a_gib=float(a), tp_size=cfg.tp_size, attn_dp_size=cfg.attn_dp_size,
                           mem_fraction_static=cfg.mem_fraction_static, f_is_auto=cfg.mem_fraction_static is None,
