@@ -63,8 +63,8 @@ class QuantScheme:
         """Bytes per weight of one component (see :data:`COMPONENT_NAMES`) on ``layer`` (None: the
         average over the layers); ``proj`` names an attention projection (``q_b_proj``, ...) that an
         exclude list may name on its own."""
-        if component in ("embed", "router", "norms", "vision"):
-            return dtype_bytes
+        if component in ("embed", "router", "norms", "vision", "lm_head"):
+            return dtype_bytes  # the LM head is a VocabParallelEmbedding, never a quantized LinearBase (fp8.py:396)
         if component == "experts" and self.expert_bytes_per_weight:
             quantized = self.expert_bytes_per_weight
         else:
