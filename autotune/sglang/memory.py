@@ -33,6 +33,8 @@ from autotune.sglang.flags import effective_config
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
 from autotune.sglang.profiles.dsv4 import DSV4_PAGE
+from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO
+from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
 from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved_bytes, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
@@ -85,6 +87,7 @@ def cell_size_bytes(
     spec_algorithm: str | None = None,
     attn_dp_size: int = 1,
     gpu_sm: int = 0,
+    swa_ratio: float | None = None,
 ) -> int:
     """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.profiles`).
 
@@ -98,7 +101,8 @@ def cell_size_bytes(
     v = as_version(version)
     kv = kv_bytes_per_element(kv_cache_dtype, model)
     attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
-    cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm)
+    cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm,
+                         swa_ratio=SWA_FULL_TOKENS_RATIO if swa_ratio is None else swa_ratio)
     algo = (spec_algorithm or "").upper()
     if algo in _DRAFT_IN_CELL and v.regime == "B":
         cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
@@ -328,12 +332,13 @@ def predict(
 
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo, gpu_sm=g.sm)
+                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_float_flag(cfg, "--swa-full-tokens-ratio"))
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
-    reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests)
+    reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
+                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio"))
     if reserved > 0:
         head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
     tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
@@ -468,13 +473,27 @@ def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: Sgla
         return auto_speculative_params(spec.algorithm or "EAGLE", model.architecture)[2]
 
 
+def _float_flag(cfg: ServerConfig, name: str) -> float | None:
+    """A numeric SGLang flag given as a searched flag or in extra_args (None when absent)."""
+    value = cfg.flag(name)
+    args = list(cfg.extra_args)
+    if value is None and name in args and args.index(name) + 1 < len(args):
+        value = args[args.index(name) + 1]
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: {value!r} is not a number") from None
+
+
 def _page_size(cfg: ServerConfig, model: ModelProfile | None = None) -> int:
     args = list(cfg.extra_args)
     if "--page-size" in args:
         i = args.index("--page-size")
         if i + 1 < len(args) and args[i + 1].isdigit():
             return max(int(args[i + 1]), 1)
-    return DSV4_PAGE if model is not None and model.family == "dsv4" else 1
+    family = model.family if model is not None else ""
+    # DeepSeek V4: 256 (model_overrides/deepseek_v4.py:51-61); DSA on CUDA: 64 (model_overrides/deepseek_v2.py:171)
+    return DSV4_PAGE if family == "dsv4" else (DSA_CUDA_PAGE if family == "dsa" else 1)
 
 
 def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool, dp_attention: bool) -> bool:

@@ -26,6 +26,8 @@ from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
 from autotune.sglang.memory import cell_size_bytes
 from autotune.sglang.models import ModelProfile
+from autotune.sglang.profiles.dsv4 import DSV4_PAGE
+from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
 from autotune.sglang.profiles.sizing import kv_reserved_bytes, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, parse_version
@@ -249,11 +251,14 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             warnings.append(f"max_total_tokens={launch.max_total_tokens} is larger than the profiled value "
                             f"{profiled}. Use the profiled value instead.")
         n = min(n, launch.max_total_tokens)
-    n = n // launch.page_size * launch.page_size
+    page = launch.page_size
+    if launch.raw.get("page_size") is None:  # SGLang's per-family default (DeepSeek V4 256, DSA on CUDA 64)
+        page = DSV4_PAGE if model.family == "dsv4" else (DSA_CUDA_PAGE if model.family == "dsa" else page)
+    n = n // page * page
     context_len = int(launch.context_length or model.context_len)
     fails_at = "kv_rest" if (rest <= 0 and v.at_least("0.5.14")) else ("kv_tokens" if n <= 0 else None)
     n_pos = max(n, 0)
-    kv_gib = ((n_pos + launch.page_size) * cell + reserved) / GIB if n_pos else 0.0
+    kv_gib = ((n_pos + page) * cell + reserved) / GIB if n_pos else 0.0
 
     # -- request table, running requests, graphs
     dp_div = launch.attn_dp_size  # a user --max-running-requests is split over attention-DP ranks (0.5.9 model_runner.py:310)

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["mla_cell", "dsa_cell", "dsa_kv_is_fp8"]
+__all__ = ["DSA_CUDA_PAGE", "mla_cell", "dsa_cell", "dsa_kv_is_fp8"]
+
+#: DSA's default page size on CUDA (64 x index_kpool: ``srt/arg_groups/model_overrides/deepseek_v2.py:171``).
+DSA_CUDA_PAGE = 64
 
 
 def mla_cell(kv_lora_rank: int, rope_dim: int, layers: int, kv_bytes: float) -> float:

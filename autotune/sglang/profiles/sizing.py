@@ -8,7 +8,7 @@ from typing import Any
 from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
 from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
 from autotune.sglang.profiles.layout import KvLayout
-from autotune.sglang.profiles.mamba import mamba_reserve_bytes
+from autotune.sglang.profiles.mamba import MAMBA_FULL_MEMORY_RATIO, mamba_reserve_bytes
 from autotune.sglang.profiles.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
 
 __all__ = ["layout_of", "kv_cell_bytes", "kv_reserved_bytes", "weight_bytes_per_gpu"]
@@ -44,13 +44,15 @@ def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: 
 VLM_CACHE_BYTES = 100 * 2**20
 
 
-def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None) -> float:
+def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
+                      mamba_ratio: float | None = None) -> float:
     """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: the multimodal cache, then Mamba
     state slots or DeepSeek V4's fixed compressed state (0 for a text-only model of the other families)."""
     lay = layout_of(model)
     mm = float(VLM_CACHE_BYTES) if getattr(model, "vision_weight_bytes", 0) else 0.0
     if lay.family == "mamba" and lay.mamba is not None:
-        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm)
+        ratio = MAMBA_FULL_MEMORY_RATIO if mamba_ratio is None else mamba_ratio
+        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm, ratio)
     if lay.family == "dsv4":
         return mm + dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
     return mm

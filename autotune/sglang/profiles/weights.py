@@ -192,7 +192,8 @@ def classify(tensors: list[TensorInfo], num_layers: int, absorbed_hint: float = 
     parts: dict[str, float] = {"split": 0.0, "replicated": 0.0, "vision": 0.0, "mtp": 0.0}
     for t in tensors:
         m = _RE_LAYER.search(t.name)
-        if m and int(m.group(1)) >= num_layers and "vision" not in t.name and "visual" not in t.name:
+        if t.name.startswith(("mtp.", "model.mtp.")) or (
+                m and int(m.group(1)) >= num_layers and "vision" not in t.name and "visual" not in t.name):
             parts["mtp"] += t.nbytes
         elif any(s in t.name for s in ("vision_tower", "visual.", "vision_model", "mm_projector", "multi_modal_projector")):
             parts["vision"] += t.nbytes
