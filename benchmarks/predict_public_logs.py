@@ -138,7 +138,9 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     row.update(cold_verdict=cold.verdict, cold_prunes=cold.should_prune, cell=cold.cell_bytes)
     if not gpu_from_log:
         row["cold_kv"] = cold.kv_tokens
-    if logged.get("kv_size_gib") and logged.get("kv_tokens"):  # the cell the log implies (KV GiB are 2^30 B)
+    if model.family == "swa":
+        row["notes"].append("hybrid SWA: the log's #tokens / KV size may be one pool's (full or SWA), cell not compared")
+    elif logged.get("kv_size_gib") and logged.get("kv_tokens"):  # the cell the log implies (KV GiB are 2^30 B)
         row["logged_cell"] = float(logged["kv_size_gib"]) * 2**30 / float(logged["kv_tokens"])
     if model.is_unknown:
         return {**row, "status": f"unknown ({model.unknown_reason})"}

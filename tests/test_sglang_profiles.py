@@ -360,3 +360,16 @@ def test_swa_and_mamba_ratio_flags_and_family_page_sizes() -> None:
     dsa = predict(profile_from_config(_v32()), "b200", ServerConfig(model_path="x", tp_size=8, mem_fraction_static=0.85),
                   version="0.5.23")
     assert dsa.kv_tokens % 64 == 0 and dsa.kv_tokens > 0
+
+
+def test_mimo_v2_swa_layers_with_their_own_heads() -> None:
+    pattern = ([0] + [1] * 4) * 9 + [0, 1, 1]
+    cfg = {"architectures": ["MiMoV2FlashForCausalLM"], "hidden_size": 4096, "num_attention_heads": 64,
+           "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128, "num_hidden_layers": 48,
+           "swa_num_key_value_heads": 8, "swa_head_dim": 192, "swa_v_head_dim": 128, "sliding_window": 128,
+           "hybrid_layer_pattern": pattern, "vocab_size": 152576, "intermediate_size": 16384}
+    p = profile_from_config(cfg)
+    assert p.family == "swa" and p.kv_layout is not None
+    assert (p.kv_layout.full_layers, p.kv_layout.swa_layers) == (10, 38)
+    # TP 4: one full KV head and two SWA heads per rank, (192 + 128) x 2 B each
+    assert _cell(cfg, tp=4) == int(10 * 640 + 0.8 * 38 * 2 * 640)

@@ -32,7 +32,7 @@ MLA_ARCHITECTURES = frozenset({
 DSA_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
                                "Glm5NextForCausalLM", "MistralLarge3ForCausalLM"})
 DSV4_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM"})
-SWA_ARCHITECTURES = frozenset({"GptOssForCausalLM"})
+SWA_ARCHITECTURES = frozenset({"GptOssForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"})
 MAMBA_ARCHITECTURES = frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
                                  "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
                                  "NemotronHForCausalLM"})
@@ -106,8 +106,15 @@ def dsa_layer_skips_topk(cfg: dict[str, Any], layer: int) -> bool:
 def kv_layout(family: str, cfg: dict[str, Any], num_layers: int) -> KvLayout:
     if family == "swa":
         types = cfg.get("layer_types") or []
-        swa = sum(1 for t in types if "sliding" in str(t)) if types else num_layers // 2
-        return KvLayout("swa", num_layers - swa, swa, int(cfg.get("sliding_window") or 128))
+        pattern = cfg.get("hybrid_layer_pattern")  # MiMo-V2: 1 = sliding window (model_config.py:2724-2729)
+        if isinstance(pattern, list) and pattern:
+            swa = sum(1 for t in pattern[:num_layers] if t == 1)
+        else:
+            swa = sum(1 for t in types if "sliding" in str(t)) if types else num_layers // 2
+        heads = int(cfg.get("swa_num_key_value_heads") or 0)
+        hd = int(cfg.get("swa_head_dim") or cfg.get("head_dim") or 0)
+        return KvLayout("swa", num_layers - swa, swa, int(cfg.get("sliding_window") or 128), swa_kv_heads=heads,
+                        swa_head_dim=hd, swa_v_head_dim=int(cfg.get("swa_v_head_dim") or hd))
     if family == "dsa":
         ihd = int(cfg.get("index_head_dim") or 128)
         topk_layers = sum(not dsa_layer_skips_topk(cfg, i) for i in range(num_layers))

@@ -26,8 +26,11 @@ def gqa_cell(kv_heads: int, head_dim: int, v_head_dim: int, layers: int, attn_tp
 
 
 def swa_cell(kv_heads: int, head_dim: int, v_head_dim: int, full_layers: int, swa_layers: int, attn_tp: int,
-             kv_bytes: float, ratio: float = SWA_FULL_TOKENS_RATIO) -> float:
+             kv_bytes: float, ratio: float = SWA_FULL_TOKENS_RATIO, swa_heads: tuple[int, int, int] | None = None) -> float:
+    """``swa_heads``: (kv heads, head_dim, v_head_dim) of the SWA layers when they differ
+    (``swa_num_key_value_heads`` / ``swa_head_dim`` / ``swa_v_head_dim``: ``model_config.py:1357-1365,1713-1724``)."""
     per = _per_layer(kv_heads, head_dim, v_head_dim, attn_tp, kv_bytes)
+    swa_per = _per_layer(*swa_heads, attn_tp, kv_bytes) if swa_heads else per
     if full_layers == 0:  # all-SWA models use no ratio
-        return per * swa_layers
-    return per * full_layers + ratio * per * swa_layers
+        return swa_per * swa_layers
+    return per * full_layers + ratio * swa_per * swa_layers

@@ -36,6 +36,9 @@ class KvLayout:
     full_layers: int = 0  # layers in the full-attention pool
     swa_layers: int = 0  # sliding-window layers (hybrid-SWA pool)
     sliding_window: int = 0
+    swa_kv_heads: int = 0  # SWA layers' own KV heads / dims (MiMo-V2's swa_*; 0 = as the full layers)
+    swa_head_dim: int = 0
+    swa_v_head_dim: int = 0
     index_head_dim: int = 0  # DSA indexer (0: none)
     index_layers: int = 0  # DSA layers that compute top-k
     mamba: MambaState | None = None

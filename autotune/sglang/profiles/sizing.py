@@ -34,8 +34,9 @@ def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: 
     if lay.family == "mla" or model.is_mla:
         return mla_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, kv_bytes)
     if lay.family == "swa":
+        swa_heads = (lay.swa_kv_heads, lay.swa_head_dim, lay.swa_v_head_dim) if lay.swa_kv_heads else None
         return swa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, lay.full_layers, lay.swa_layers,
-                        attn_tp, kv_bytes, swa_ratio)
+                        attn_tp, kv_bytes, swa_ratio, swa_heads)
     return gqa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, layers, attn_tp, kv_bytes)
 
 
