@@ -373,3 +373,11 @@ def test_mimo_v2_swa_layers_with_their_own_heads() -> None:
     assert (p.kv_layout.full_layers, p.kv_layout.swa_layers) == (10, 38)
     # TP 4: one full KV head and two SWA heads per rank, (192 + 128) x 2 B each
     assert _cell(cfg, tp=4) == int(10 * 640 + 0.8 * 38 * 2 * 640)
+
+
+def test_kv_projections_whole_per_rank_past_the_kv_heads() -> None:
+    p = profile_from_config(QWEN3_8B)
+    kv_proj = 36 * 2 * 4096 * 8 * 128 * 2  # k_proj + v_proj, bf16
+    assert p.kv_proj_weight_bytes == kv_proj
+    assert weight_bytes_per_gpu(p, 8) == pytest.approx(p.weight_bytes / 8)  # 8 heads over 8 ranks: no copy
+    assert weight_bytes_per_gpu(p, 16) == pytest.approx(p.weight_bytes / 16 + kv_proj * (1 / 8 - 1 / 16))

@@ -112,6 +112,7 @@ class ModelProfile:
     post_load_weight_bytes: int = 0
     vision_weight_bytes: int = 0  # a multimodal wrapper's vision tower (inside weight_bytes)
     expert_weight_bytes: int = 0  # the routed experts (inside weight_bytes), all ranks together
+    kv_proj_weight_bytes: int = 0  # GQA's k_proj + v_proj (inside weight_bytes): whole heads per rank past tp = kv
     #: SGLang's automatic mem_fraction_static x this for a model with a vision tower (1.0 otherwise)
     vlm_f_factor: float = 1.0
     weight_source: str = "config"  # "headers" (shard headers), "index" (total_size) or "config" (estimated)
@@ -293,6 +294,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         post_load_weight_bytes=int(absorbed),
         vision_weight_bytes=int(est.get("vision") * scale),
         expert_weight_bytes=int(experts * scale),
+        kv_proj_weight_bytes=int(est.get("kv_proj") * scale),
         vlm_f_factor=vlm_mem_fraction_factor(top.get("vision_config")),
         weight_source=source or "config",
     )

@@ -65,7 +65,19 @@ def weight_bytes_per_gpu(model: Any, tp: int) -> float:
     tp = max(int(tp), 1)
     whole = float(getattr(model, "replicated_weight_bytes", 0) or 0)
     post = float(getattr(model, "post_load_weight_bytes", 0) or 0)
-    return (model.weight_bytes - whole) / tp + whole + post / tp + mxfp4_padding_bytes(model, tp)
+    return (model.weight_bytes - whole) / tp + whole + post / tp + mxfp4_padding_bytes(model, tp) \
+        + kv_head_replication_bytes(model, tp)
+
+
+def kv_head_replication_bytes(model: Any, tp: int) -> float:
+    """With tp above the KV heads, QKVParallelLinear gives every rank one whole KV head
+    (0.5.23 ``srt/layers/linear.py:1142``, ``num_kv_head_replicas = tp / total_num_kv_heads``):
+    k_proj / v_proj cost 1/kv_heads of theirs per rank instead of 1/tp."""
+    kv = int(getattr(model, "num_kv_heads", 0) or 0)
+    kv_bytes = float(getattr(model, "kv_proj_weight_bytes", 0) or 0)
+    if not kv_bytes or kv <= 0 or tp <= kv or model.is_mla:
+        return 0.0
+    return kv_bytes * (1.0 / kv - 1.0 / tp)
 
 
 def mxfp4_padding_bytes(model: Any, tp: int) -> float:

@@ -40,7 +40,7 @@ class WeightParts:
 
     @property
     def loaded(self) -> float:
-        return sum(v for k, v in self.parts.items() if k != "mtp")
+        return sum(v for k, v in self.parts.items() if k not in ("mtp", "kv_proj"))  # kv_proj: inside attention
 
     def get(self, key: str) -> float:
         return float(self.parts.get(key, 0.0))
@@ -141,7 +141,7 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     pattern_blocks = bool(cfg.get("hybrid_override_pattern"))
     projs, absorbed = _attention(cfg, family, h)
     parts = {k: 0.0 for k in ("attention", "replicated", "absorbed", "dense_mlp", "shared_experts", "experts",
-                              "linear_attn")}
+                              "linear_attn", "kv_proj")}
     counts = {"absorbed": 0.0, "router": 0.0, "replicated": 0.0}
 
     def add(component: str, params: float, layer: int, key: str | None = None, proj: str | None = None) -> None:
@@ -151,6 +151,8 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
         if kind == "attn":
             for proj, params, whole in projs:  # MLA's a-projections and the indexer whole on every rank
                 add("attention", params, i, "replicated" if whole else "attention", proj)
+                if proj in ("k_proj", "v_proj"):
+                    add("attention", params, i, "kv_proj", proj)
             counts["absorbed"] += absorbed
         elif kind == "linear":
             add("linear_attn", linear_attn_params(cfg, h), i)
