@@ -184,14 +184,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{_fmt(r.get('cal_kv_err'), '+6.1f')} {_fmt(r.get('cell'), '7,d')} {_fmt(r.get('cell_err'), '+6.1f')}"
               f"  {r['status']}"
               + (f" [{'; '.join(r['notes'])}]" if r["notes"] else ""))
-    sup = [r for r in rows if r["status"] == "supported"]
-    errs = [abs(r[k]) for r in sup for k in ("cold_w_err", "cold_kv_err") if r.get(k) is not None]
-    unknown = [r for r in rows if str(r["status"]).startswith("unknown")]
-    print(f"\n{len(rows)} logs: {len(sup)} supported with a config and a known GPU, {len(unknown)} unknown; "
-          f"cold figures compared: {len(errs)}, within 5 %: {sum(e <= 5 for e in errs)}, "
-          f"worst {max(errs, default=0.0):.1f} %")
-    cells = [abs(r["cell_err"]) for r in sup if r.get("cell_err") is not None]
-    print(f"KV cell against the log's KV size / tokens: {len(cells)} compared, worst {max(cells, default=0.0):.2f} %")
+    sup = [r for r in rows if r["status"] == "supported" or (r.get("family") not in (None, "unknown")
+                                                            and "weights only" in str(r["status"]))]
+    unknown = [r for r in rows if r.get("family") == "unknown"]
+    print(f"\n{len(rows)} logs: {len(sup)} of a supported family with a config, {len(unknown)} unknown, "
+          f"{len(rows) - len(sup) - len(unknown)} without a comparable config (no config, kt-kernel fork)")
+    for key, what in (("cold_w_err", "weights per GPU, cold"), ("cold_kv_err", "KV tokens, cold"),
+                      ("cal_kv_err", "KV tokens, calibrated"), ("cell_err", "KV cell vs the log's KV size / tokens")):
+        errs = sorted(((abs(r[key]), r["id"]) for r in sup if r.get(key) is not None), reverse=True)
+        worst = f", worst {errs[0][0]:.1f} % ({errs[0][1]})" if errs else ""
+        print(f"  {what}: {len(errs)} compared, {sum(e <= 5 for e, _ in errs)} within 5 %{worst}")
     print(f"unknown profiles predicted as a pruning out-of-memory: {sum(bool(r.get('cold_prunes')) for r in unknown)}")
     print("'KV cal' uses P and A from the log itself (calibrated); 'cold' uses the config and the GPU's memory only.")
     return 0
