@@ -81,22 +81,32 @@ class QuantScheme:
         return share * dtype_bytes + (1.0 - share) * quantized
 
 
-def _matches(pattern: str, name: str) -> bool:
-    if pattern.startswith("re:"):
-        return re.match(pattern[3:], name) is not None
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
-    return name == pattern or name.endswith("." + pattern) or name.startswith(pattern + ".") or \
-        ("." + pattern + ".") in ("." + name + ".")
+class _Patterns:
+    """An ignore / exclude list: ``re:`` regexes (matched at the start, as compressed-tensors does), globs
+    (ModelOpt's ``model.layers.1.*``) and plain module names (a name matches any dotted run of a module's name)."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.plain = {p for p in patterns if not p.startswith("re:") and not any(c in p for c in "*?[")}
+        self.regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
+        self.globs = [re.compile(fnmatch.translate(p) + "|" + fnmatch.translate(p + ".*"))
+                      for p in patterns if not p.startswith("re:") and any(c in p for c in "*?[")]
+
+    def match(self, name: str) -> bool:
+        if self.plain:
+            parts = name.split(".")
+            runs = {".".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
+            if runs & self.plain:
+                return True
+        return any(r.match(name) for r in self.regexes) or any(g.match(name) for g in self.globs)
 
 
 def _ignored(patterns: list[str], num_layers: int = SAMPLE_LAYERS) -> dict[str, tuple[bool, ...]]:
     """Per component and layer, whether an ignore / exclude pattern names its module."""
-    pats = [str(p) for p in patterns if p]
+    pats = _Patterns([str(p) for p in patterns if p])
     out: dict[str, tuple[bool, ...]] = {}
     for comp, names in COMPONENT_NAMES.items():
         layers = range(max(num_layers, 1)) if "{i}" in names[0] else range(1)
-        flags = tuple(any(_matches(p, n.format(i=i)) for p in pats for n in names) for i in layers)
+        flags = tuple(any(pats.match(n.format(i=i)) for n in names) for i in layers)
         if any(flags):
             out[comp] = flags
     return out
