@@ -338,7 +338,7 @@ def predict(
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
     reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
-                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio"))
+                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio")) if rest > 0 else 0.0
     if reserved > 0:
         head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
     tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
