@@ -381,3 +381,22 @@ def test_kv_projections_whole_per_rank_past_the_kv_heads() -> None:
     assert p.kv_proj_weight_bytes == kv_proj
     assert weight_bytes_per_gpu(p, 8) == pytest.approx(p.weight_bytes / 8)  # 8 heads over 8 ranks: no copy
     assert weight_bytes_per_gpu(p, 16) == pytest.approx(p.weight_bytes / 16 + kv_proj * (1 / 8 - 1 / 16))
+
+
+def test_unknown_architecture_is_never_condemned_cold_and_learns_its_cell_from_a_launch() -> None:
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.memory import Calibration, predict
+
+    made_up = profile_from_config({"architectures": ["MadeUpForCausalLM"], "hidden_size": 8192, "num_attention_heads": 64,
+                                   "num_hidden_layers": 200, "vocab_size": 32000, "intermediate_size": 28672})
+    cfg = ServerConfig(model_path="x", tp_size=2, mem_fraction_static=0.9)
+    cold = predict(made_up, "h100", cfg, version="0.5.23")
+    assert cold.verdict == "kv_oom" and not cold.should_prune  # far too big as GQA, yet unknown: launch it
+    assert any(n.startswith("unknown: calibrated from the first launch") for n in cold.notes)
+    # the first launch logged P 78.0, A 40.0 and 100,000 tokens at f 0.9: rest 32.2 GiB -> 345,744 B a token
+    cal = Calibration(p_gib=78.0, a_gib=40.0, kv_tokens=100_000, tp_size=2, mem_fraction_static=0.9, f_is_auto=False)
+    again = predict(made_up, "h100", cfg, version="0.5.23", calibration=cal)
+    assert again.cell_bytes == int((40.0 - 78.0 * 0.1) * GIB / 100_000) and again.kv_tokens == pytest.approx(100_000, abs=2)
+    tighter = predict(made_up, "h100", ServerConfig(model_path="x", tp_size=2, mem_fraction_static=0.45), version="0.5.23",
+                      calibration=cal)
+    assert tighter.verdict == "kv_oom" and tighter.should_prune  # calibrated: now it prunes

@@ -333,6 +333,10 @@ def predict(
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
                            spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_float_flag(cfg, "--swa-full-tokens-ratio"))
+    learned = _learned_cell(model, cal, cfg)
+    if learned:
+        cell = learned
+        notes.append(f"KV cell {cell:,} B learned from the calibration launch (the architecture's rule is unknown)")
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
@@ -471,6 +475,17 @@ def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: Sgla
     except ConfigError as e:
         notes.append(f"speculative settings SGLang would refuse ({e}); memory estimated with its auto choice")
         return auto_speculative_params(spec.algorithm or "EAGLE", model.architecture)[2]
+
+
+def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfig) -> int:
+    """An unknown architecture's KV bytes per token, from a calibration launch of the same shape (tp,
+    DP attention, kv dtype): its ``rest / #tokens``. 0 when there is nothing to learn from."""
+    if not model.is_unknown or cal is None or not cal.kv_tokens or cal.mem_fraction_static is None:
+        return 0
+    if (cal.tp_size or cfg.tp_size) != cfg.tp_size or cal.attn_dp_size != cfg.attn_dp_size:
+        return 0
+    rest = float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)
+    return int(rest * S.GIB / cal.kv_tokens) if rest > 0 else 0
 
 
 def _float_flag(cfg: ServerConfig, name: str) -> float | None:
