@@ -357,6 +357,11 @@ def test_swa_and_mamba_ratio_flags_and_family_page_sizes() -> None:
     more_kv = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9,
                                                 extra_args=("--mamba-full-memory-ratio", "0.2")), version="0.5.23")
     assert more_kv.kv_tokens > 1.5 * base.kv_tokens  # less memory for Mamba state, more for the KV pool
+    capped = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9,
+                                               extra_args=("--max-mamba-cache-size", "64")), version="0.5.23")
+    s = 77266944 // 4
+    # 64 slots + the padding one (kv_gib is rounded to 4 decimals: a few tokens of slack)
+    assert capped.kv_tokens == pytest.approx((capped.kv_gib * GIB - 65 * s) / capped.cell_bytes, abs=20)
     dsa = predict(profile_from_config(_v32()), "b200", ServerConfig(model_path="x", tp_size=8, mem_fraction_static=0.85),
                   version="0.5.23")
     assert dsa.kv_tokens % 64 == 0 and dsa.kv_tokens > 0

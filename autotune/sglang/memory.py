@@ -342,7 +342,8 @@ def predict(
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
     reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
-                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio")) if rest > 0 else 0.0
+                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio"),
+                                 max_mamba_cache=_mamba_slots(cfg)) if rest > 0 else 0.0
     if reserved > 0:
         head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
     tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
@@ -486,6 +487,12 @@ def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfi
         return 0
     rest = float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)
     return int(rest * S.GIB / cal.kv_tokens) if rest > 0 else 0
+
+
+def _mamba_slots(cfg: ServerConfig) -> int | None:
+    """``--max-mamba-cache-size`` per attention-DP rank (None when not given)."""
+    size = _float_flag(cfg, "--max-mamba-cache-size")
+    return None if size is None else max(int(size) // max(cfg.attn_dp_size, 1), 1)
 
 
 def _float_flag(cfg: ServerConfig, name: str) -> float | None:

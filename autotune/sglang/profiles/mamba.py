@@ -28,10 +28,12 @@ def state_bytes_per_request(m: MambaState, tp: int) -> float:
     return float((conv + ssm) * m.layers)
 
 
-def mamba_reserve_bytes(m: MambaState, tp: int, rest_bytes: float, ratio: float = MAMBA_FULL_MEMORY_RATIO) -> float:
-    """Bytes the Mamba state cache takes before the KV pool is sized (0 when nothing is left)."""
+def mamba_reserve_bytes(m: MambaState, tp: int, rest_bytes: float, ratio: float = MAMBA_FULL_MEMORY_RATIO,
+                        max_slots: int | None = None) -> float:
+    """Bytes the Mamba state cache takes before the KV pool is sized (0 when nothing is left);
+    ``max_slots``: ``--max-mamba-cache-size`` per attention-DP rank (KVC:3303-3309), else the ratio split."""
     s = state_bytes_per_request(m, tp)
     if rest_bytes <= 0 or s <= 0:
         return 0.0
-    slots = max(math.floor((rest_bytes * ratio / (1 + ratio) - s) / s), 0)
+    slots = max_slots if max_slots is not None else max(math.floor((rest_bytes * ratio / (1 + ratio) - s) / s), 0)
     return (slots + 1) * s

@@ -46,14 +46,14 @@ VLM_CACHE_BYTES = 100 * 2**20
 
 
 def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
-                      mamba_ratio: float | None = None) -> float:
+                      mamba_ratio: float | None = None, max_mamba_cache: int | None = None) -> float:
     """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: the multimodal cache, then Mamba
     state slots or DeepSeek V4's fixed compressed state (0 for a text-only model of the other families)."""
     lay = layout_of(model)
     mm = float(VLM_CACHE_BYTES) if getattr(model, "vision_weight_bytes", 0) else 0.0
     if lay.family == "mamba" and lay.mamba is not None:
         ratio = MAMBA_FULL_MEMORY_RATIO if mamba_ratio is None else mamba_ratio
-        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm, ratio)
+        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm, ratio, max_mamba_cache)
     if lay.family == "dsv4":
         return mm + dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
     return mm
