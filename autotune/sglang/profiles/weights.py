@@ -133,7 +133,7 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     inter = _g(cfg, "intermediate_size", default=4 * h)
     n_exp = _g(cfg, "n_routed_experts", "num_experts", "num_local_experts")
     moe_inter = _g(cfg, "moe_intermediate_size", default=inter)
-    shared_inter = _g(cfg, "shared_expert_intermediate_size", default=0) or \
+    shared_inter = _g(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", default=0) or \
         _g(cfg, "n_shared_experts") * moe_inter
     first_dense = _g(cfg, "first_k_dense_replace")
     mlp_only = set(cfg.get("mlp_only_layers") or [])
