@@ -185,6 +185,10 @@ def test_unknown_architecture_and_quantization_say_so() -> None:
     p = profile_from_config({"architectures": ["MadeUpForCausalLM"], "hidden_size": 1024, "num_attention_heads": 8,
                              "num_hidden_layers": 4})
     assert p.is_unknown and "MadeUpForCausalLM" in p.unknown_reason and p.family == "unknown"
+    kimi_linear = profile_from_config({"architectures": ["KimiLinearForCausalLM"], "hidden_size": 2304,
+                                       "num_attention_heads": 32, "num_hidden_layers": 27, "kv_lora_rank": 512,
+                                       "qk_rope_head_dim": 64})
+    assert kimi_linear.is_unknown and kimi_linear.is_mla  # an MLA latent alone does not make KDA layers known
     q = profile_from_config(dict(QWEN3_8B, quantization_config={"quant_method": "bitnet"}))
     assert q.is_unknown and "bitnet" in q.unknown_reason
 

@@ -208,11 +208,10 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
     heads = _int(text, "num_attention_heads", where=where)
     if hidden <= 0 or heads <= 0 or num_layers <= 0:
         raise ConfigError(f"model_path: {where}: non-positive hidden_size/num_attention_heads/num_hidden_layers")
-    family = F.family_of(arch, text) or ("mla" if text.get("kv_lora_rank") is not None else None)
-    if is_draft:
-        family = "mha"
+    family = "mha" if is_draft else F.family_of(arch, text)
     unknown = "" if family else f"architecture {arch} is not one the memory model knows"
-    fam = family or "mha"  # an unknown architecture is sized as plain GQA, as a placeholder only
+    # an unknown architecture is sized as plain GQA (MLA when it has a latent), as a placeholder only
+    fam = family or ("mla" if text.get("kv_lora_rank") is not None else "mha")
     is_mla = fam in ("mla", "dsa", "dsv4")
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or hidden // heads)
