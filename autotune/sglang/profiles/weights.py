@@ -26,11 +26,7 @@ from typing import Any
 from autotune.sglang.profiles.quant import QuantScheme
 from autotune.sglang.profiles.safetensors import TensorInfo
 
-__all__ = ["WeightParts", "estimate_parts", "classify", "per_gpu_bytes"]
-
-#: Components whole on every rank at any TP.
-REPLICATED = ("replicated",)
-
+__all__ = ["WeightParts", "estimate_parts", "classify"]
 
 @dataclass(frozen=True)
 class WeightParts:
@@ -184,7 +180,7 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     return WeightParts(parts)
 
 
-_RE_REPLICATED = re.compile(r"(q_a_proj|kv_a_proj_with_mqa|q_a_layernorm|kv_a_layernorm|\.indexer\.|"
+_RE_REPLICATED = re.compile(r"(q_a_proj|kv_a_proj_with_mqa|q_a_layernorm|kv_a_layernorm|\.indexer\.|wqkv_a|\.wq_a\.|\.wkv\.|"
                             r"mlp\.gate\.|e_score_correction|router\.|norm\.weight$|norm\.bias$)")
 _RE_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -205,11 +201,3 @@ def classify(tensors: list[TensorInfo], num_layers: int, absorbed_hint: float = 
             parts["split"] += t.nbytes
     parts["absorbed"] = absorbed_hint
     return WeightParts(parts)
-
-
-def per_gpu_bytes(parts: WeightParts, tp: int) -> float:
-    """Bytes one rank loads at plain TP ``tp`` (DP attention's extra: :mod:`autotune.sglang.dp_attention`)."""
-    tp = max(int(tp), 1)
-    whole = parts.get("replicated")
-    split = parts.loaded - whole
-    return split / tp + whole
