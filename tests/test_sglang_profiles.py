@@ -309,8 +309,11 @@ def test_mxfp4_experts_padded_to_128_per_rank() -> None:
         == pytest.approx(p.expert_weight_bytes / 8 * pad8, rel=1e-9)
 
 
-@pytest.mark.parametrize("name", ["qwen3-next", "gpt-oss", "dsv32", "kimi-k2.5"])
-def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name,flags", [("qwen3-next", ""), ("gpt-oss", ""), ("dsv32", ""), ("kimi-k2.5", ""),
+                                        ("qwen3-next", "--mamba-full-memory-ratio 0.5"),
+                                        ("qwen3-next", "--max-mamba-cache-size 32"),
+                                        ("gpt-oss", "--swa-full-tokens-ratio 0.3")])
+def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str, flags: str) -> None:
     """The simulated server (autotune.sim.hardware) sizes every family's pool as the predictor does, so a
     simulated launch calibrates the predictor to its own figures (Mamba state and indexer included)."""
     from autotune.sglang.config import ServerConfig
@@ -324,11 +327,11 @@ def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str) 
     (tmp_path / "config.json").write_text(json.dumps(cfgs[name]))
     model = load_model_profile(tmp_path)
     launch, sim = parse_args(f"--model-path {tmp_path} --tp-size 8 --mem-fraction-static 0.85 --sim-gpu b200 "
-                             f"--sim-interconnect nvlink --sim-sglang-version 0.5.23".split())
+                             f"--sim-interconnect nvlink --sim-sglang-version 0.5.23 {flags}".split())
     plan = plan_memory(launch, model, None, sim.gpu, version=sim.version, interconnect=sim.interconnect)
     cal = Calibration(p_gib=plan.p_gib, a_gib=plan.a_gib, tp_size=8, mem_fraction_static=0.85, f_is_auto=False)
-    pred = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
-                   version="0.5.23", calibration=cal)
+    server = ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85, extra_args=tuple(flags.split()))
+    pred = predict(model, get_gpu("b200"), server, version="0.5.23", calibration=cal)
     assert plan.kv_tokens > 0 and pred.kv_tokens == plan.kv_tokens
     assert pred.cell_bytes == plan.cell_bytes
     cold = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
@@ -356,6 +359,9 @@ def test_swa_and_mamba_ratio_flags_and_family_page_sizes() -> None:
     half = predict(gpt, "h200", ServerConfig(model_path="x", mem_fraction_static=0.9,
                                               extra_args=("--swa-full-tokens-ratio", "0.5")), version="0.5.23")
     assert half.cell_bytes == int(36864 + 0.5 * 36864)
+    whole = predict(gpt, "h200", ServerConfig(model_path="x", mem_fraction_static=0.9,
+                                               extra_args=("--disable-hybrid-swa-memory",)), version="0.5.23")
+    assert whole.cell_bytes == 2 * 36864
     nxt = profile_from_config(QWEN3_NEXT)
     base = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9), version="0.5.23")
     more_kv = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9,

@@ -332,7 +332,7 @@ def predict(
 
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_float_flag(cfg, "--swa-full-tokens-ratio"))
+                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg))
     learned = _learned_cell(model, cal, cfg)
     if learned:
         cell = learned
@@ -487,6 +487,13 @@ def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfi
         return 0
     rest = float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)
     return int(rest * S.GIB / cal.kv_tokens) if rest > 0 else 0
+
+
+def _swa_ratio(cfg: ServerConfig) -> float | None:
+    """``--swa-full-tokens-ratio``; 1.0 under ``--disable-hybrid-swa-memory`` (every layer in the full pool)."""
+    if "--disable-hybrid-swa-memory" in cfg.extra_args or cfg.flag("--disable-hybrid-swa-memory"):
+        return 1.0
+    return _float_flag(cfg, "--swa-full-tokens-ratio")
 
 
 def _mamba_slots(cfg: ServerConfig) -> int | None:

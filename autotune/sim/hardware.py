@@ -240,10 +240,15 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     rest = a - p * (1.0 - f)
     cell = cell_size_bytes(model, tp_size=tp // max(launch.attn_dp_size, 1), kv_cache_dtype=launch.kv_cache_dtype, version=v,
                            draft=draft if v.regime == "B" else None,
-                           spec_algorithm=spec.algorithm if v.regime == "B" else None, gpu_sm=gpu.sm)
+                           spec_algorithm=spec.algorithm if v.regime == "B" else None, gpu_sm=gpu.sm,
+                           swa_ratio=1.0 if launch.raw.get("disable_hybrid_swa_memory")
+                           else launch.raw.get("swa_full_tokens_ratio"))
     # Mamba state slots / DeepSeek V4's fixed compressed state come out of the budget before the pool
+    mamba_cap = launch.raw.get("max_mamba_cache_size")
     reserved = kv_reserved_bytes(model, rest * GIB, tp=tp // max(launch.attn_dp_size, 1),
-                                 max_running_requests=launch.max_running_requests)
+                                 max_running_requests=launch.max_running_requests,
+                                 mamba_ratio=launch.raw.get("mamba_full_memory_ratio"),
+                                 max_mamba_cache=max(int(mamba_cap) // launch.attn_dp_size, 1) if mamba_cap else None)
     profiled = int((rest * GIB - reserved) // cell)
     n = profiled
     if launch.max_total_tokens:
