@@ -267,6 +267,17 @@ def test_per_layer_exclusions_count_only_their_layers() -> None:
     assert q.component_bytes("experts", 2) == pytest.approx(0.2 * 2 + 0.8 * NVFP4)
 
 
+def test_partial_download_falls_back_to_the_index(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    _write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"lm_head.weight": ("BF16", [100, 64])})
+    index = {"metadata": {"total_size": 16_000_000_000},
+             "weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors",
+                            "model.norm.weight": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    p = load_model_profile(tmp_path)
+    assert p.weight_source == "index" and p.weight_bytes == 16_000_000_000
+
+
 def test_bad_safetensors_header_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "x.safetensors"
     bad.write_bytes(struct.pack("<Q", 10) + b"not json!!")

@@ -71,10 +71,16 @@ def read_header(path: str | Path) -> list[TensorInfo]:
 
 def checkpoint_tensors(directory: str | Path) -> list[TensorInfo] | None:
     """Every tensor of the checkpoint in ``directory`` (all ``*.safetensors`` shards), or None when the
-    directory has no shard on disk (a config-only stand-in, or weights not downloaded yet)."""
+    directory has no shard on disk (a config-only stand-in, or weights not downloaded yet) or lacks a
+    shard its index names (a partial download: the index's total is then the better figure)."""
     shards = sorted(Path(directory).glob("*.safetensors"))
     if not shards:
         return None
+    index = Path(directory) / "model.safetensors.index.json"
+    if index.is_file():
+        named = set((_read_json(index).get("weight_map") or {}).values())
+        if named - {p.name for p in shards}:
+            return None
     tensors: list[TensorInfo] = []
     for shard in shards:
         tensors.extend(read_header(shard))
