@@ -426,3 +426,17 @@ def test_unknown_architecture_is_never_condemned_cold_and_learns_its_cell_from_a
     tighter = predict(made_up, "h100", ServerConfig(model_path="x", tp_size=2, mem_fraction_static=0.45), version="0.5.23",
                       calibration=cal)
     assert tighter.verdict == "kv_oom" and tighter.should_prune  # calibrated: now it prunes
+
+
+def test_falcon_h1_has_attention_and_mamba_on_every_layer() -> None:
+    cfg = {"architectures": ["FalconH1ForCausalLM"], "hidden_size": 2048, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 24, "mamba_d_ssm": 3072,
+           "mamba_n_heads": 24, "mamba_d_head": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+           "intermediate_size": 8192, "vocab_size": 65536}
+    p = profile_from_config(cfg)
+    lay = p.kv_layout
+    assert p.family == "mamba" and lay is not None and lay.mamba is not None
+    assert (lay.full_layers, lay.mamba.layers) == (24, 24)
+    per_layer = (3072 + 2 * 1 * 256) * 3 * 2 + 24 * 128 * 256 * 4
+    assert state_bytes_per_request(lay.mamba, 1) == per_layer * 24
+    assert _cell(cfg) == 2 * 256 * 24 * 2

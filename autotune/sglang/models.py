@@ -7,8 +7,8 @@ from the config; ModelOpt's ``hf_quant_config.json`` too. Config-only stand-in d
 
 The per-family rules (KV cell, the pools beside it, weights per GPU, quantization) live in
 :mod:`autotune.sglang.profiles`. Known: MHA/GQA (Llama, Mistral, Qwen, Gemma, GLM-4.x), hybrid
-sliding-window (GPT-OSS), MLA (DeepSeek V2/V3/R1, Kimi K2/K2.5), DSA (DeepSeek V3.2, GLM-5),
-DeepSeek V4, Mamba / linear-attention hybrids (Qwen3-Next, Qwen3.5, Nemotron-H), multimodal wrappers
+sliding-window (GPT-OSS, MiMo-V2), MLA (DeepSeek V2/V3/R1, Kimi K2/K2.5), DSA (DeepSeek V3.2, GLM-5),
+DeepSeek V4, Mamba / linear-attention hybrids (Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1), multimodal wrappers
 (``text_config``) and EAGLE / EAGLE3 draft heads. Anything else is ``unknown``.
 """
 

@@ -35,7 +35,7 @@ DSV4_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM"})
 SWA_ARCHITECTURES = frozenset({"GptOssForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"})
 MAMBA_ARCHITECTURES = frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
                                  "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
-                                 "NemotronHForCausalLM"})
+                                 "NemotronHForCausalLM", "FalconH1ForCausalLM"})
 
 
 def family_of(arch: str, cfg: dict[str, Any]) -> str | None:
@@ -56,13 +56,16 @@ def family_of(arch: str, cfg: dict[str, Any]) -> str | None:
 
 
 def layer_kinds(family: str, cfg: dict[str, Any], num_layers: int) -> list[str]:
-    """Per decoder layer: "attn" (attention + MLP), "linear" (linear attention / Mamba + MLP), or for
-    Nemotron-H's single-block layers "attn" / "linear" / "mlp" / "moe"."""
+    """Per decoder layer: "attn" (attention + MLP), "linear" (linear attention / Mamba + MLP), "both"
+    (Falcon-H1: attention and Mamba2 side by side), or for Nemotron-H's single-block layers "attn" /
+    "linear" / "mlp" / "moe"."""
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         table = {"M": "linear", "*": "attn", "-": "mlp", "E": "moe"}
         return [table.get(c, "mlp") for c in pattern]
     types = cfg.get("layer_types")
+    if family == "mamba" and "mamba_d_state" in cfg:  # Falcon-H1: attention and Mamba2 on every layer
+        return ["both"] * num_layers                  # (srt/configs/falcon_h1.py:292-299)
     if family == "mamba":
         if isinstance(types, list) and len(types) == num_layers:
             return ["attn" if "full" in str(t) else "linear" for t in types]
@@ -78,6 +81,13 @@ def _mamba_state(cfg: dict[str, Any], layers: int) -> MambaState:
         return MambaState(layers, vh * vd, int(cfg.get("linear_num_key_heads") or 16),
                           int(cfg.get("linear_key_head_dim") or 128), vh, vd,
                           int(cfg.get("linear_conv_kernel_dim") or 4), 2, ssm_bytes)
+    if "mamba_d_state" in cfg:  # Falcon-H1's keys (srt/configs/falcon_h1.py:211-222)
+        inter = int(cfg.get("mamba_d_ssm") or int(cfg.get("mamba_expand") or 2) * int(cfg["hidden_size"]))
+        heads = int(cfg.get("mamba_n_heads") or 128)
+        hd = cfg.get("mamba_d_head")
+        return MambaState(layers, inter, int(cfg.get("mamba_n_groups") or 1), int(cfg["mamba_d_state"]), heads,
+                          int(hd) if isinstance(hd, int) else inter // heads, int(cfg.get("mamba_d_conv") or 4),
+                          2, ssm_bytes)
     heads, hd = int(cfg.get("mamba_num_heads") or 128), int(cfg.get("mamba_head_dim") or 64)
     return MambaState(layers, heads * hd, int(cfg.get("n_groups") or cfg.get("mamba_n_groups") or 8),
                       int(cfg.get("ssm_state_size") or cfg.get("mamba_d_state") or 128), heads, hd,
@@ -127,6 +137,6 @@ def kv_layout(family: str, cfg: dict[str, Any], num_layers: int) -> KvLayout:
                         compress_ratios=ratios_t)
     if family == "mamba":
         kinds = layer_kinds(family, cfg, num_layers)
-        linear = sum(1 for k in kinds if k == "linear")
-        return KvLayout("mamba", sum(1 for k in kinds if k == "attn"), mamba=_mamba_state(cfg, linear))
+        linear = sum(1 for k in kinds if k in ("linear", "both"))
+        return KvLayout("mamba", sum(1 for k in kinds if k in ("attn", "both")), mamba=_mamba_state(cfg, linear))
     return KvLayout(family, num_layers)

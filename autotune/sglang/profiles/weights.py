@@ -109,9 +109,9 @@ def linear_attn_params(cfg: dict[str, Any], h: int) -> float:
         vh, vd = _g(cfg, "linear_num_value_heads"), _g(cfg, "linear_value_head_dim")
         k = _g(cfg, "linear_conv_kernel_dim", default=4)
         return float(h * (2 * kh * kd + 2 * vh * vd) + h * 2 * vh + (2 * kh * kd + vh * vd) * k + vh * vd * h)
-    heads = _g(cfg, "mamba_num_heads", default=128)
-    hd = _g(cfg, "mamba_head_dim", default=64)
-    inter = heads * hd
+    heads = _g(cfg, "mamba_num_heads", "mamba_n_heads", default=128)
+    inter = _g(cfg, "mamba_d_ssm", default=0) or (_g(cfg, "mamba_expand") * h if "mamba_d_state" in cfg else 0) \
+        or heads * _g(cfg, "mamba_head_dim", default=64)
     ng, state = _g(cfg, "n_groups", "mamba_n_groups", default=8), _g(cfg, "ssm_state_size", "mamba_d_state", default=128)
     k = _g(cfg, "conv_kernel", "mamba_d_conv", default=4)
     return float(h * (2 * inter + 2 * ng * state + heads) + (inter + 2 * ng * state) * k + inter * h)
@@ -122,7 +122,7 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
     """Bytes per component of the loaded checkpoint, from config.json.
 
     ``layer_kinds``: per decoder layer, ``"attn"`` (attention + MLP), ``"linear"`` (a linear-attention /
-    Mamba mixer + MLP), ``"mlp"`` / ``"moe"`` (Nemotron-H's MLP-only blocks).
+    Mamba mixer + MLP), ``"both"`` (Falcon-H1), ``"mlp"`` / ``"moe"`` (Nemotron-H's MLP-only blocks).
     """
     h = _g(cfg, "hidden_size")
     vocab = _g(cfg, "vocab_size", default=32000)
@@ -144,13 +144,13 @@ def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], 
         parts[key or component] += params * quant.component_bytes(component, dtype_bytes, layer, proj)
 
     for i, kind in enumerate(layer_kinds):
-        if kind == "attn":
+        if kind in ("attn", "both"):
             for proj, params, whole in projs:  # MLA's a-projections and the indexer whole on every rank
                 add("attention", params, i, "replicated" if whole else "attention", proj)
                 if proj in ("k_proj", "v_proj"):
                     add("attention", params, i, "kv_proj", proj)
             counts["absorbed"] += absorbed
-        elif kind == "linear":
+        if kind in ("linear", "both"):
             add("linear_attn", linear_attn_params(cfg, h), i)
         if pattern_blocks:  # Nemotron-H: one block type per layer
             if kind == "mlp":
