@@ -10,6 +10,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.sglang.gpus import GPUS, get_gpu
 from autotune.sglang.models import load_model_profile
+from autotune.sglang.profiles.sizing import weight_bytes_per_gpu
 from autotune.sglang.versions import parse_version
 
 MODELS = Path(__file__).resolve().parent.parent / "studies" / "models"
@@ -72,8 +73,10 @@ def test_kimi_stand_in_is_mla_moe_int4_with_seed_size() -> None:
     assert (p.num_experts, p.num_experts_per_tok, p.moe_intermediate_size) == (384, 8, 2048)
     assert (p.vocab_size, p.context_len) == (163840, 131072)
     assert p.quant_method == "compressed-tensors" and p.weight_bits == 4
-    assert p.weight_bytes == round(576.32 * 2**30)
-    assert p.weight_bytes / 8 / 2**30 == pytest.approx(72.04, abs=1e-9)
+    assert p.weight_bytes == 602554818888
+    # the seed case's 72.04 GiB per GPU: 1/8 of the split weights + MLA's replicated a-projections and routers
+    assert weight_bytes_per_gpu(p, 8) / 2**30 == pytest.approx(72.04, abs=1e-9)
+    assert p.family == "mla" and p.confidence == "exact" and p.weight_source == "index"
     assert 0 < p.active_param_bytes < p.weight_bytes / 5
     assert p.has_mtp and not p.weight_bytes_estimated
 

@@ -58,8 +58,9 @@ def test_plan_says_unknown_instead_of_condemning(tmp_path: Path, capsys) -> None
     model = load_model_profile(spec.server.model_path)
     assert model.is_unknown and "MadeUpForCausalLM" in model.unknown_reason
     low = ServerConfig(model_path=str(model.path), tp_size=1, mem_fraction_static=0.3, cuda_graph_max_bs=8)
-    # the generic formula alone would condemn f 0.3 ...
-    assert predict(model, "rtx-4090", low, version="0.5.23").should_prune
+    # the generic formula alone finds no room for the KV cache at f 0.3, yet the predictor does not condemn ...
+    raw = predict(model, "rtx-4090", low, version="0.5.23")
+    assert raw.kv_gib < 0 and raw.uncertain and not raw.should_prune
     # ... but a study never does before a launch has calibrated it
     pred = Predictor(spec, lambda: None).predict(low)
     assert pred.verdict == "unknown" and not pred.should_prune and pred.reason.startswith(UNKNOWN_REASON)

@@ -33,6 +33,10 @@ from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.flags import effective_config
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
+from autotune.sglang.profiles.dsv4 import DSV4_PAGE
+from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO
+from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
+from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved_bytes, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
@@ -45,6 +49,7 @@ PRUNE_VERDICTS = frozenset({"kv_oom", "graph_capture_oom", "too_few_tokens"})
 _DRAFT_IN_CELL = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 #: Uncalibrated graph/activation estimates are scaled by this before judging (lean towards launching).
 LEAN = 0.75
+_RESERVED_WHAT = {"mamba": "for the Mamba state cache", "dsv4": "for DeepSeek V4's fixed compressed state"}
 #: Loader residue per GPU after weights are loaded (what the simulator adds too).
 LOADER_RESIDUE_GIB = 0.25
 
@@ -82,22 +87,23 @@ def cell_size_bytes(
     draft: ModelProfile | None = None,
     spec_algorithm: str | None = None,
     attn_dp_size: int = 1,
+    gpu_sm: int = 0,
+    swa_ratio: float | None = None,
 ) -> int:
-    """KV bytes per token per GPU (section 1.3).
+    """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.profiles`).
 
     MHA/GQA: ``max(1, kv_heads // attn_tp) x (head_dim + v_head_dim) x L x kv_size``
     (KV heads replicated when TP > kv heads). MLA: ``(kv_lora_rank +
-    qk_rope_head_dim) x L x kv_size``, not divided by TP. Regime B with an
-    EAGLE-family or STANDALONE draft: ``x (1 + L_draft / L_target)``.
+    qk_rope_head_dim) x L x kv_size``, not divided by TP; DSA adds its indexer, hybrid SWA its
+    window pool at the SWA ratio, DeepSeek V4 its compressed pools; Mamba hybrids count their
+    attention layers only. Regime B with an EAGLE-family or STANDALONE draft:
+    ``x (1 + L_draft / L_target)``. ``gpu_sm`` decides DSA's kv "auto" (fp8 from SM 100).
     """
     v = as_version(version)
     kv = kv_bytes_per_element(kv_cache_dtype, model)
-    if model.is_mla:
-        cell = (model.kv_lora_rank + model.qk_rope_head_dim) * model.num_layers * kv
-    else:
-        attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
-        heads = max(1, model.num_kv_heads // attn_tp)
-        cell = heads * (model.head_dim + model.v_head_dim) * model.num_layers * kv
+    attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
+    cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm,
+                         swa_ratio=SWA_FULL_TOKENS_RATIO if swa_ratio is None else swa_ratio)
     algo = (spec_algorithm or "").upper()
     if algo in _DRAFT_IN_CELL and v.regime == "B":
         cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
@@ -246,13 +252,16 @@ def predict(
     )
     draft_w = _draft_weight_gib(model, draft, algo, tp)
     draft_w_b = draft_w if v.regime == "B" else 0.0
-    weights = model.weight_bytes / tp / S.GIB
+    weights = weight_bytes_per_gpu(model, tp) / S.GIB
     cal = (
         calibration
         if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
         else None
     )
     uncertain = cal is None or model.weight_bytes_estimated
+    unknown_model = model.is_unknown and cal is None  # never condemned before a launch has calibrated it
+    if unknown_model:
+        notes.append(f"unknown: calibrated from the first launch ({model.unknown_reason})")
     rescaled = False
     if cal is not None:
         cal_tp = cal.tp_size or tp
@@ -274,7 +283,7 @@ def predict(
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one
             base = cap_gib - cal_p - cal_comm
-            residue = cal_p - cal_a - model.weight_bytes / cal_tp / S.GIB - cal_draft
+            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp) / S.GIB - cal_draft
             p = cap_gib - base - comm
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
@@ -302,7 +311,8 @@ def predict(
     if f_is_auto:
         f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
                                      cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
-                                     dp_attention_size=attn_dp, prefill_graph=False if g.rocm else None)
+                                     dp_attention_size=attn_dp,
+                                     prefill_graph=False if g.rocm else None) * model.vlm_f_factor
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
             cal_f = auto_mem_fraction_static(
                 g.memory_mib,
@@ -311,7 +321,7 @@ def predict(
                 cuda_graph_max_bs=cal.cuda_graph_max_bs,
                 speculative_algorithm=cal.speculative_algorithm,
                 is_mla=model.is_mla,
-            )
+            ) * model.vlm_f_factor
             if abs(cal_f - cal.mem_fraction_static) > 0.0005:
                 f = cal.mem_fraction_static
                 aiter_applied = True  # the logged value is SGLang's final one
@@ -334,15 +344,24 @@ def predict(
 
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo)
+                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg))
+    learned = _learned_cell(model, cal, cfg)
+    if learned:
+        cell = learned
+        notes.append(f"KV cell {cell:,} B learned from the calibration launch (the architecture's rule is unknown)")
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
-    tokens = max(int(math.floor(rest * S.GIB / cell)), 0) if rest > 0 else 0
+    reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
+                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio"),
+                                 max_mamba_cache=_mamba_slots(cfg)) if rest > 0 else 0.0
+    if reserved > 0:
+        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
+    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
     if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
         tokens = cfg.max_total_tokens
-    page = _page_size(cfg)
+    page = _page_size(cfg, model)
     tokens = tokens // page * page
     context = cfg.context_length or model.context_len
     speculative = spec.enabled
@@ -378,7 +397,8 @@ def predict(
             else (f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
         )
         return Prediction(
-            **common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason, uncertain=rest > -margin
+            **common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason,
+            uncertain=rest > -margin or unknown_model,
         )
     needed_tokens = max(min_tokens or 0, 7)
     if tokens < needed_tokens:
@@ -470,13 +490,51 @@ def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: Sgla
         return auto_speculative_params(spec.algorithm or "EAGLE", model.architecture)[2]
 
 
-def _page_size(cfg: ServerConfig) -> int:
+def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfig) -> int:
+    """An unknown architecture's KV bytes per token, from a calibration launch of the same shape (tp,
+    DP attention, kv dtype): its ``rest / #tokens``. 0 when there is nothing to learn from."""
+    if not model.is_unknown or cal is None or not cal.kv_tokens or cal.mem_fraction_static is None:
+        return 0
+    if (cal.tp_size or cfg.tp_size) != cfg.tp_size or cal.attn_dp_size != cfg.attn_dp_size:
+        return 0
+    rest = float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)
+    return int(rest * S.GIB / cal.kv_tokens) if rest > 0 else 0
+
+
+def _swa_ratio(cfg: ServerConfig) -> float | None:
+    """``--swa-full-tokens-ratio``; 1.0 under ``--disable-hybrid-swa-memory`` (every layer in the full pool)."""
+    if "--disable-hybrid-swa-memory" in cfg.extra_args or cfg.flag("--disable-hybrid-swa-memory"):
+        return 1.0
+    return _float_flag(cfg, "--swa-full-tokens-ratio")
+
+
+def _mamba_slots(cfg: ServerConfig) -> int | None:
+    """``--max-mamba-cache-size`` per attention-DP rank (None when not given)."""
+    size = _float_flag(cfg, "--max-mamba-cache-size")
+    return None if size is None else max(int(size) // max(cfg.attn_dp_size, 1), 1)
+
+
+def _float_flag(cfg: ServerConfig, name: str) -> float | None:
+    """A numeric SGLang flag given as a searched flag or in extra_args (None when absent)."""
+    value = cfg.flag(name)
+    args = list(cfg.extra_args)
+    if value is None and name in args and args.index(name) + 1 < len(args):
+        value = args[args.index(name) + 1]
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: {value!r} is not a number") from None
+
+
+def _page_size(cfg: ServerConfig, model: ModelProfile | None = None) -> int:
     args = list(cfg.extra_args)
     if "--page-size" in args:
         i = args.index("--page-size")
         if i + 1 < len(args) and args[i + 1].isdigit():
             return max(int(args[i + 1]), 1)
-    return 1
+    family = model.family if model is not None else ""
+    # DeepSeek V4: 256 (model_overrides/deepseek_v4.py:51-61); DSA on CUDA: 64 (model_overrides/deepseek_v2.py:171)
+    return DSV4_PAGE if family == "dsv4" else (DSA_CUDA_PAGE if family == "dsa" else 1)
 
 
 def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool, dp_attention: bool) -> bool:

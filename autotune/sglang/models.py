@@ -1,12 +1,15 @@
 """Model profiles read from a Hugging Face model directory.
 
-Only ``config.json`` (and, when present, ``model.safetensors.index.json`` for the
-exact weight size) is read, so config-only stand-in directories such as
+``config.json`` is read, then the most exact size the disk has: the shards' safetensors headers (dtypes
+and shapes, never the tensors), else ``model.safetensors.index.json``'s total size, else an estimate
+from the config; ModelOpt's ``hf_quant_config.json`` too. Config-only stand-in directories such as
 ``studies/models/kimi-k2-class`` work without any weights on disk.
 
-Handled families: Llama / Mistral / Qwen (MHA and GQA), DeepSeek-V2/V3 and
-Kimi-K2 (MLA latent KV, MoE, MTP layers, compressed-tensors int4), and EAGLE /
-EAGLE3 draft heads (``LlamaForCausalLMEagle3``: one decoder layer).
+The per-family rules (KV cell, the pools beside it, weights per GPU, quantization) live in
+:mod:`autotune.sglang.profiles`. Known: MHA/GQA (Llama, Mistral, Qwen, Gemma, GLM-4.x), hybrid
+sliding-window (GPT-OSS, MiMo-V2), MLA (DeepSeek V2/V3/R1, Kimi K2/K2.5), DSA (DeepSeek V3.2, GLM-5),
+DeepSeek V4, Mamba / linear-attention hybrids (Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1), multimodal wrappers
+(``text_config``) and EAGLE / EAGLE3 draft heads. Anything else is ``unknown``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.sglang.profiles import families as F
+from autotune.sglang.profiles import quant as Q
+from autotune.sglang.profiles import weights as W
+from autotune.sglang.profiles.layout import KvLayout
+from autotune.sglang.profiles.safetensors import checkpoint_tensors, index_total_size
 
 __all__ = ["ModelProfile", "load_model_profile", "profile_from_config"]
 
@@ -33,18 +41,6 @@ _DTYPE_BYTES = {
     "float8_e5m2": 1,
 }
 
-#: Architectures whose checkpoints carry MLA attention (latent KV, replicated per TP rank).
-MLA_ARCHITECTURES = frozenset(
-    {
-        "DeepseekV2ForCausalLM",
-        "DeepseekV3ForCausalLM",
-        "DeepseekV32ForCausalLM",
-        "KimiK25ForConditionalGeneration",
-        "Glm4MoeLiteForCausalLM",
-        "GlmMoeDsaForCausalLM",
-    }
-)
-
 #: Architectures with built-in MTP (the NEXTN draft is the target checkpoint itself).
 MTP_ARCHITECTURES = frozenset(
     {
@@ -59,27 +55,6 @@ MTP_ARCHITECTURES = frozenset(
         "PixtralForConditionalGeneration",
     }
 )
-
-
-#: Plain MHA/GQA architectures whose KV cell and weights the generic rule derives.
-GQA_ARCHITECTURES = frozenset(
-    {
-        "LlamaForCausalLM",
-        "MistralForCausalLM",
-        "MixtralForCausalLM",
-        "Qwen2ForCausalLM",
-        "Qwen2MoeForCausalLM",
-        "Qwen3ForCausalLM",
-        "Qwen3MoeForCausalLM",
-    }
-)
-
-
-def _unknown_reason(arch: str, is_draft: bool, is_mla: bool) -> str:
-    """Why the profiles cannot derive this architecture's memory ("" when they can)."""
-    if is_draft or is_mla or arch in GQA_ARCHITECTURES:
-        return ""
-    return f"architecture {arch} is not one the memory model knows"
 
 
 @dataclass(frozen=True)
@@ -128,6 +103,19 @@ class ModelProfile:
     #: condemns a candidate on it before a launch of this model has calibrated the formula).
     confidence: str = "derived"
     unknown_reason: str = ""  # why the profile is "unknown" (empty otherwise)
+    #: The KV family (``mha``, ``swa``, ``mla``, ``dsa``, ``dsv4``, ``mamba``; ``unknown``) and its layout.
+    family: str = "mha"
+    kv_layout: KvLayout | None = None
+    #: Bytes every rank holds whole at any TP (MLA's a-projections, the DSA indexer, routers, norms).
+    replicated_weight_bytes: int = 0
+    #: Bytes made after loading, split like attention (MLA's bf16 absorbed kv_b copies), all ranks together.
+    post_load_weight_bytes: int = 0
+    vision_weight_bytes: int = 0  # a multimodal wrapper's vision tower (inside weight_bytes)
+    expert_weight_bytes: int = 0  # the routed experts (inside weight_bytes), all ranks together
+    kv_proj_weight_bytes: int = 0  # GQA's k_proj + v_proj (inside weight_bytes): whole heads per rank past tp = kv
+    #: SGLang's automatic mem_fraction_static x this for a model with a vision tower (1.0 otherwise)
+    vlm_f_factor: float = 1.0
+    weight_source: str = "config"  # "headers" (shard headers), "index" (total_size) or "config" (estimated)
 
     @property
     def is_unknown(self) -> bool:
@@ -173,112 +161,100 @@ def _int(cfg: dict[str, Any], key: str, default: int | None = None, *, where: st
         raise ConfigError(f"model_path: {where}: config.json {key}={value!r} is not an integer") from None
 
 
-def _quant_info(cfg: dict[str, Any]) -> tuple[str | None, int | None, bool]:
-    """(quant_method, weight bits of quantized layers, kv_cache fp8?) from quantization_config."""
-    q = cfg.get("quantization_config") or cfg.get("compression_config")
-    if not isinstance(q, dict):
-        return None, None, False
-    method = q.get("quant_method") or q.get("format")
-    bits: int | None = None
-    kv_fp8 = str(q.get("kv_cache_quant_algo", "")).upper().startswith("FP8") or bool(q.get("kv_cache_scheme"))
-    groups = q.get("config_groups")
-    if isinstance(groups, dict):
-        for group in groups.values():
-            weights = (group or {}).get("weights") or {}
-            if "num_bits" in weights:
-                bits = int(weights["num_bits"])
-                break
-    elif "bits" in q:
-        bits = int(q["bits"])
-    elif str(method).lower() in ("fp8", "fbgemm_fp8", "modelopt"):
-        bits = 8
-    return (str(method) if method else None), bits, kv_fp8
+def _text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The language model's config of a multimodal wrapper (``text_config`` / ``llm_config`` /
+    ``language_config``, as SGLang's ``hf_transformers/common.py:547-600`` reads it) and its vision config."""
+    for key in ("text_config", "llm_config", "language_config", "thinker_config"):
+        inner = cfg.get(key)
+        if isinstance(inner, dict) and "hidden_size" not in cfg:
+            if key == "thinker_config" and isinstance(inner.get("text_config"), dict):
+                inner = inner["text_config"]
+            vision = cfg.get("vision_config") or cfg.get("vit_config")
+            return inner, vision if isinstance(vision, dict) else None
+    return cfg, None
 
 
-def _param_counts(cfg: dict[str, Any], arch_layers: int, is_mla: bool, where: str) -> tuple[float, float, float]:
-    """Rough (dense-part params, all-expert params, active-expert params) from the config."""
-    h = _int(cfg, "hidden_size", where=where)
-    vocab = _int(cfg, "vocab_size", 32000, where=where)
-    heads = _int(cfg, "num_attention_heads", where=where)
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or h // heads)
-    inter = int(cfg.get("intermediate_size") or 4 * h)
-    if is_mla:
-        q_lora = int(cfg.get("q_lora_rank") or 0)
-        nope = int(cfg.get("qk_nope_head_dim") or 128)
-        rope = int(cfg.get("qk_rope_head_dim") or 64)
-        kv_lora = int(cfg.get("kv_lora_rank") or 512)
-        v_dim = int(cfg.get("v_head_dim") or 128)
-        q_part = (h * q_lora + q_lora * heads * (nope + rope)) if q_lora else h * heads * (nope + rope)
-        attn = q_part + h * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * h
-    else:
-        attn = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
-    n_experts = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
-    dense_mlp = 3 * h * inter
-    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
-    if n_experts:
-        moe_inter = int(cfg.get("moe_intermediate_size") or inter)
-        per_tok = int(cfg.get("num_experts_per_tok") or 1)
-        shared = int(cfg.get("n_shared_experts") or 0)
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        moe_layers = max(arch_layers - first_dense, 0)
-        dense = embed + arch_layers * attn + first_dense * dense_mlp + moe_layers * (shared * 3 * h * moe_inter + h * n_experts)
-        experts = moe_layers * n_experts * 3 * h * moe_inter
-        active = moe_layers * per_tok * 3 * h * moe_inter
-        return float(dense), float(experts), float(active)
-    return float(embed + arch_layers * (attn + dense_mlp)), 0.0, 0.0
+def vlm_mem_fraction_factor(vision: Any) -> float:
+    """SGLang's cut of an automatic mem_fraction_static for a ViT (0.5.23 ``srt/arg_groups/memory_hook.py:
+    417-462``): ``0.95 x clamp(1 - 0.1 (c - 1), 0.8, 1.05)``, c = layers x hidden^2 against ViT-L/14's
+    24 x 1024^2, read as ``num_hidden_layers`` / ``hidden_size`` (24 and 1024 when absent)."""
+    if not isinstance(vision, dict):
+        return 1.0
+    c = int(vision.get("num_hidden_layers") or 24) * int(vision.get("hidden_size") or 1024) ** 2 / (24 * 1024**2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (c - 1.0)))
 
 
-def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_size: int | None = None) -> ModelProfile:
-    """Build a :class:`ModelProfile` from a parsed ``config.json`` (and an optional exact size)."""
+def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_size: int | None = None,
+                        hf_quant: dict[str, Any] | None = None, tensors: list[Any] | None = None) -> ModelProfile:
+    """Build a :class:`ModelProfile` from a parsed ``config.json``.
+
+    ``total_size``: the safetensors index's exact size; ``tensors``: the shards' headers
+    (:func:`autotune.sglang.profiles.safetensors.checkpoint_tensors`), exact per component;
+    ``hf_quant``: ModelOpt's ``hf_quant_config.json``.
+    """
     where = path
-    cfg = dict(cfg)
-    text_cfg = cfg.get("text_config")
-    if isinstance(text_cfg, dict) and "hidden_size" not in cfg:
-        cfg = {**text_cfg, "architectures": cfg.get("architectures"), "quantization_config": cfg.get("quantization_config")}
-    archs = cfg.get("architectures") or []
+    top = dict(cfg)
+    text, vision = _text_config(top)
+    archs = top.get("architectures") or text.get("architectures") or []
     if not isinstance(archs, list) or not archs:
         raise ConfigError(f"model_path: {where}: config.json lacks 'architectures'")
     arch = str(archs[0])
-    model_type = str(cfg.get("model_type", ""))
+    model_type = str(top.get("model_type", "") or text.get("model_type", ""))
     is_draft = "Eagle" in arch or model_type.lower().startswith("eagle")
-    num_layers = _int(cfg, "num_hidden_layers", 1 if is_draft else None, where=where)
+    num_layers = _int(text, "num_hidden_layers", 1 if is_draft else None, where=where)
     if "Eagle3" in arch or "EAGLE3" in arch.upper():
         num_layers = 1  # an EAGLE3 head has exactly one decoder layer whatever the config says
-    hidden = _int(cfg, "hidden_size", where=where)
-    heads = _int(cfg, "num_attention_heads", where=where)
+    hidden = _int(text, "hidden_size", where=where)
+    heads = _int(text, "num_attention_heads", where=where)
     if hidden <= 0 or heads <= 0 or num_layers <= 0:
         raise ConfigError(f"model_path: {where}: non-positive hidden_size/num_attention_heads/num_hidden_layers")
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    is_mla = arch in MLA_ARCHITECTURES or ("kv_lora_rank" in cfg and cfg.get("kv_lora_rank") is not None)
-    kv_lora = int(cfg.get("kv_lora_rank") or 0) if is_mla else 0
-    rope = int(cfg.get("qk_rope_head_dim") or 0) if is_mla else 0
-    v_head_dim = int(cfg.get("v_head_dim") or head_dim)
-    if is_mla:
-        head_dim = int(cfg.get("qk_nope_head_dim") or 128) + rope
-    dtype_name = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").replace("torch.", "")
+    family = "mha" if is_draft else F.family_of(arch, text)
+    unknown = "" if family else f"architecture {arch} is not one the memory model knows"
+    # an unknown architecture is sized as plain GQA (MLA when it has a latent), as a placeholder only
+    fam = family or ("mla" if text.get("kv_lora_rank") is not None else "mha")
+    is_mla = fam in ("mla", "dsa", "dsv4")
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    kv_lora = int(text.get("kv_lora_rank") or 0) if is_mla else 0
+    rope = int(text.get("qk_rope_head_dim") or 0) if is_mla else 0
+    v_head_dim = int(text.get("v_head_dim") or head_dim)
+    if fam in ("mla", "dsa"):
+        head_dim = int(text.get("qk_nope_head_dim") or 128) + rope
+    if fam == "dsv4":  # one latent KV head of head_dim (nope + rope), stored in the compressed pools
+        rope = int(text.get("qk_rope_head_dim") or 64)
+        kv_lora = int(text.get("head_dim") or 512) - rope
+    dtype_name = str(text.get("torch_dtype") or text.get("dtype") or top.get("torch_dtype") or top.get("dtype")
+                     or "bfloat16").replace("torch.", "")
     dtype_bytes = _DTYPE_BYTES.get(dtype_name, 2)
-    quant_method, bits, kv_fp8 = _quant_info(cfg)
-    n_experts = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
-    context = int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or 4096)
+    quant = Q.detect_quant(top, text if text is not top else None, hf_quant, num_layers)
+    if fam == "dsv4" and not quant.expert_bytes_per_weight:  # routed experts MXFP4, the rest FP8 block (MC:744-760)
+        quant = Q.QuantScheme(quant.method or "fp8", 8, quant.bytes_per_weight or Q.FP8_BLOCK, Q.MXFP4,
+                              quant.ignored, quant.kv_cache_fp8, quant.unknown_reason)
+    if quant.unknown_reason and not unknown:
+        unknown = quant.unknown_reason
+    n_experts = int(text.get("n_routed_experts") or text.get("num_experts") or text.get("num_local_experts") or 0)
+    context = int(text.get("max_position_embeddings") or text.get("max_sequence_length") or 4096)
+    if isinstance(text.get("hybrid_override_pattern"), str):
+        num_layers = len(text["hybrid_override_pattern"])
+    kinds = F.layer_kinds(fam, text, num_layers)
+    layout = F.kv_layout(fam, text, num_layers)
 
-    unknown = _unknown_reason(arch, is_draft, arch in MLA_ARCHITECTURES)
-    dense_p, expert_p, active_expert_p = _param_counts(cfg, num_layers, is_mla, where)
-    # Quantized checkpoints: the quantized linears (experts in practice) use bits/8 bytes
-    # plus a small scale overhead; attention/embeddings usually stay in the model dtype.
-    expert_bytes_per_param = (bits / 8.0) * 1.03 if bits else float(dtype_bytes)
-    estimate = dense_p * dtype_bytes + expert_p * expert_bytes_per_param
-    active_estimate = dense_p * dtype_bytes + active_expert_p * expert_bytes_per_param
-    if total_size is not None and total_size > 0:
-        weight_bytes = int(total_size)
-        scale = weight_bytes / estimate if estimate > 0 else 1.0
-        active = int(active_estimate * scale)
-        estimated = False
+    est = W.estimate_parts(text, family=fam, layer_kinds=kinds, quant=quant, dtype_bytes=dtype_bytes, vision=vision)
+    absorbed = est.get("absorbed")
+    experts = est.get("experts")
+    per_tok = int(text.get("num_experts_per_tok") or 0)
+    active_est = est.loaded - experts + (experts * per_tok / n_experts if n_experts else 0.0)
+    if tensors:
+        exact = W.classify(tensors, num_layers)
+        weight_bytes, replicated, source = int(exact.loaded), int(exact.get("replicated")), "headers"
+    elif total_size is not None and total_size > 0:
+        on_disk = est.loaded - absorbed + est.get("mtp")
+        weight_bytes = int(total_size * (est.loaded - absorbed) / on_disk) if on_disk > 0 else int(total_size)
+        replicated, source = int(est.get("replicated")), "index"
     else:
-        weight_bytes = int(estimate)
-        active = int(active_estimate)
-        estimated = True
+        weight_bytes, replicated, source = int(est.loaded - absorbed), int(est.get("replicated")), ""
+    scale = weight_bytes / (est.loaded - absorbed) if est.loaded - absorbed > 0 else 1.0
+    estimated = not source
     return ModelProfile(
         path=path,
         architecture=arch,
@@ -291,43 +267,44 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         is_mla=is_mla,
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=rope,
-        vocab_size=int(cfg.get("vocab_size") or 32000),
+        vocab_size=int(text.get("vocab_size") or 32000),
         context_len=context,
         dtype_bytes=dtype_bytes,
         weight_bytes=weight_bytes,
         num_experts=n_experts,
-        num_experts_per_tok=int(cfg.get("num_experts_per_tok") or 0) if n_experts else 0,
-        intermediate_size=int(cfg.get("intermediate_size") or 0),
-        moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0) if n_experts else 0,
-        num_nextn_predict_layers=int(cfg.get("num_nextn_predict_layers") or 0),
-        active_param_bytes=min(active, weight_bytes),
+        num_experts_per_tok=per_tok if n_experts else 0,
+        intermediate_size=int(text.get("intermediate_size") or 0),
+        moe_intermediate_size=int(text.get("moe_intermediate_size") or text.get("intermediate_size") or 0) if n_experts else 0,
+        num_nextn_predict_layers=int(text.get("num_nextn_predict_layers") or 0),
+        active_param_bytes=min(int(active_est * scale), weight_bytes),
         model_type=model_type,
-        quant_method=quant_method,
-        weight_bits=bits,
-        kv_cache_quant_fp8=kv_fp8,
+        quant_method=quant.method,
+        weight_bits=quant.bits,
+        kv_cache_quant_fp8=quant.kv_cache_fp8,
         is_draft=is_draft,
         weight_bytes_estimated=estimated,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if is_mla else 0,
+        tie_word_embeddings=bool(text.get("tie_word_embeddings", top.get("tie_word_embeddings", False))),
+        q_lora_rank=int(text.get("q_lora_rank") or 0) if is_mla else 0,
         confidence="unknown" if unknown else ("derived" if estimated else "exact"),
         unknown_reason=unknown,
+        family=fam if not unknown else "unknown",
+        kv_layout=layout,
+        replicated_weight_bytes=min(replicated, weight_bytes),
+        post_load_weight_bytes=int(absorbed),
+        vision_weight_bytes=int(est.get("vision") * scale),
+        expert_weight_bytes=int(experts * scale),
+        kv_proj_weight_bytes=int(est.get("kv_proj") * scale),
+        vlm_f_factor=vlm_mem_fraction_factor(top.get("vision_config")),
+        weight_source=source or "config",
     )
 
 
-def _index_total_size(directory: Path) -> int | None:
-    index = directory / "model.safetensors.index.json"
-    if not index.is_file():
-        return None
-    data = _read_json(index, "model.safetensors.index.json")
-    size = (data.get("metadata") or {}).get("total_size")
-    try:
-        return int(size) if size is not None else None
-    except (TypeError, ValueError):
-        raise ConfigError(f"model_path: {index}: metadata.total_size={size!r} is not an integer") from None
+def _optional_json(path: Path) -> dict[str, Any] | None:
+    return _read_json(path, path.name) if path.is_file() else None
 
 
 def load_model_profile(path: str | Path) -> ModelProfile:
-    """Read ``<path>/config.json`` (+ ``model.safetensors.index.json``) into a profile.
+    """Read ``<path>/config.json`` (+ the safetensors headers or index, + ``hf_quant_config.json``).
 
     Raises :class:`ConfigError` naming the path when the directory or its
     config is missing or unusable.
@@ -336,8 +313,12 @@ def load_model_profile(path: str | Path) -> ModelProfile:
     if not directory.is_dir():
         raise ConfigError(f"model_path: {path} is not a directory")
     cfg = _read_json(directory / "config.json", "config.json")
-    total = _index_total_size(directory)
-    profile = profile_from_config(cfg, path=str(directory), total_size=total)
+    tensors = checkpoint_tensors(directory)
+    total = index_total_size(directory) if tensors is None else None
+    profile = profile_from_config(cfg, path=str(directory), total_size=total,
+                                  hf_quant=_optional_json(directory / "hf_quant_config.json"), tensors=tensors)
     if profile.weight_bytes_estimated:
         log.info("%s: no safetensors index; weight size estimated from config as %.2f GiB", directory, profile.weight_gib)
+    if profile.is_unknown:
+        log.info("%s: memory profile unknown (%s): calibrated from the first launch", directory, profile.unknown_reason)
     return profile

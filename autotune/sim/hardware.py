@@ -26,6 +26,9 @@ from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind
 from autotune.sglang.memory import cell_size_bytes
 from autotune.sglang.models import ModelProfile
+from autotune.sglang.profiles.dsv4 import DSV4_PAGE
+from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
+from autotune.sglang.profiles.sizing import kv_reserved_bytes, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, parse_version
 from autotune.sim.args import Launch
@@ -212,7 +215,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     p = capacity - dist
 
     # -- weights (regime B loads the draft before A is measured)
-    w = model.weight_bytes / tp / GIB + LOADER_RESIDUE_GIB
+    w = weight_bytes_per_gpu(model, tp) / GIB + LOADER_RESIDUE_GIB
     w += replicated_weight_gib(model, tp, launch.attn_dp_size,  # DP attention: attention weights whole per rank
                                dp_lm_head=bool(launch.raw.get("enable_dp_lm_head")))
     draft_w = _draft_weight_bytes(model, draft) / tp / GIB if draft is not None else 0.0
@@ -235,7 +238,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
                                               chunked_prefill_size=chunk, cuda_graph_max_bs=max_bs,
                                               speculative_algorithm=spec.algorithm, is_mla=model.is_mla,
                                               dp_attention_size=launch.attn_dp_size,
-                                              prefill_graph=False if gpu.rocm else None)
+                                              prefill_graph=False if gpu.rocm else None) * model.vlm_f_factor
     if gpu.rocm:  # aiter over an 8192+ context: f x 0.85, a given f too (autotune.sglang.rocm)
         f *= rocm.aiter_f_factor(launch.raw.get("attention_backend"), model, tp,
                                  int(launch.context_length or model.context_len))
@@ -244,19 +247,30 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     rest = a - p * (1.0 - f)
     cell = cell_size_bytes(model, tp_size=tp // max(launch.attn_dp_size, 1), kv_cache_dtype=launch.kv_cache_dtype, version=v,
                            draft=draft if v.regime == "B" else None,
-                           spec_algorithm=spec.algorithm if v.regime == "B" else None)
-    profiled = int(rest * GIB // cell)
+                           spec_algorithm=spec.algorithm if v.regime == "B" else None, gpu_sm=gpu.sm,
+                           swa_ratio=1.0 if launch.raw.get("disable_hybrid_swa_memory")
+                           else launch.raw.get("swa_full_tokens_ratio"))
+    # Mamba state slots / DeepSeek V4's fixed compressed state come out of the budget before the pool
+    mamba_cap = launch.raw.get("max_mamba_cache_size")
+    reserved = kv_reserved_bytes(model, rest * GIB, tp=tp // max(launch.attn_dp_size, 1),
+                                 max_running_requests=launch.max_running_requests,
+                                 mamba_ratio=launch.raw.get("mamba_full_memory_ratio"),
+                                 max_mamba_cache=max(int(mamba_cap) // launch.attn_dp_size, 1) if mamba_cap else None)
+    profiled = int((rest * GIB - reserved) // cell)
     n = profiled
     if launch.max_total_tokens:
         if launch.max_total_tokens > profiled:
             warnings.append(f"max_total_tokens={launch.max_total_tokens} is larger than the profiled value "
                             f"{profiled}. Use the profiled value instead.")
         n = min(n, launch.max_total_tokens)
-    n = n // launch.page_size * launch.page_size
+    page = launch.page_size
+    if launch.raw.get("page_size") is None:  # SGLang's per-family default (DeepSeek V4 256, DSA on CUDA 64)
+        page = DSV4_PAGE if model.family == "dsv4" else (DSA_CUDA_PAGE if model.family == "dsa" else page)
+    n = n // page * page
     context_len = int(launch.context_length or model.context_len)
     fails_at = "kv_rest" if (rest <= 0 and v.at_least("0.5.14")) else ("kv_tokens" if n <= 0 else None)
     n_pos = max(n, 0)
-    kv_gib = (n_pos + launch.page_size) * cell / GIB if n_pos else 0.0
+    kv_gib = ((n_pos + page) * cell + reserved) / GIB if n_pos else 0.0
 
     # -- request table, running requests, graphs
     dp_div = launch.attn_dp_size  # a user --max-running-requests is split over attention-DP ranks (0.5.9 model_runner.py:310)

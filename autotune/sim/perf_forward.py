@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from autotune.sglang.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.gpus import GpuKind
+from autotune.sglang.profiles.sizing import layout_of
 from autotune.sim.perf_comm import CommSetup, allreduce_s
 from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
 
@@ -57,12 +58,16 @@ def flop_params(model: Any) -> float:
 
 
 def kv_bytes_per_token(model: Any, tp: int, dtype_bytes: int) -> float:
-    """KV bytes per token on one GPU (MLA replicated; GQA heads split over TP)."""
+    """KV bytes per token of context read on one GPU (MLA replicated; GQA heads split over TP). Mamba
+    hybrids read KV on their attention layers only, hybrid-SWA models their full layers per context token
+    (a window's worth on the others)."""
     if model.is_mla:
         return float((model.kv_lora_rank + model.qk_rope_head_dim) * model.num_layers * dtype_bytes)
+    layout = layout_of(model)
+    layers = layout.full_layers if layout.family in ("mamba", "swa") else model.num_layers
     heads_per_gpu = max(model.num_kv_heads / tp, 1.0)
     v_dim = getattr(model, "v_head_dim", model.head_dim) or model.head_dim
-    return float(heads_per_gpu * (model.head_dim + v_dim) * model.num_layers * dtype_bytes)
+    return float(heads_per_gpu * (model.head_dim + v_dim) * layers * dtype_bytes)
 
 
 class Forward:

@@ -1,0 +1,93 @@
+"""The family dispatch: KV bytes per token per GPU, the memory taken before the KV pool, and the
+weight bytes one GPU loads, for any :class:`autotune.sglang.models.ModelProfile`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
+from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
+from autotune.sglang.profiles.layout import KvLayout
+from autotune.sglang.profiles.mamba import MAMBA_FULL_MEMORY_RATIO, mamba_reserve_bytes
+from autotune.sglang.profiles.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
+
+__all__ = ["layout_of", "kv_cell_bytes", "kv_reserved_bytes", "weight_bytes_per_gpu"]
+
+
+def layout_of(model: Any) -> KvLayout:
+    layout = getattr(model, "kv_layout", None)
+    if isinstance(layout, KvLayout):
+        return layout
+    return KvLayout("mla" if model.is_mla else "mha", model.num_layers)
+
+
+def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: str = "auto", gpu_sm: int = 0,
+                  swa_ratio: float = SWA_FULL_TOKENS_RATIO) -> float:
+    """KV bytes one full-attention token costs on one GPU, every pool of the family included."""
+    lay = layout_of(model)
+    layers = lay.full_layers or model.num_layers
+    if lay.family == "dsv4":
+        return dsv4_coef(lay.compress_ratios)
+    if lay.family == "dsa":
+        fp8 = dsa_kv_is_fp8(kv_cache_dtype, gpu_sm, bool(getattr(model, "kv_cache_quant_fp8", False)))
+        return dsa_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, lay.index_head_dim, lay.index_layers, fp8)
+    if lay.family == "mla" or model.is_mla:
+        return mla_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, kv_bytes)
+    if lay.family == "swa":
+        swa_heads = (lay.swa_kv_heads, lay.swa_head_dim, lay.swa_v_head_dim) if lay.swa_kv_heads else None
+        return swa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, lay.full_layers, lay.swa_layers,
+                        attn_tp, kv_bytes, swa_ratio, swa_heads)
+    return gqa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, layers, attn_tp, kv_bytes)
+
+
+#: The multimodal embedding cache reserved out of the KV budget (``SGLANG_VLM_CACHE_SIZE_MB``, SGLang 0.5.23
+#: ``srt/mem_cache/kv_cache_configurator.py:202-224``), for models with a vision tower.
+VLM_CACHE_BYTES = 100 * 2**20
+
+
+def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
+                      mamba_ratio: float | None = None, max_mamba_cache: int | None = None) -> float:
+    """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: the multimodal cache, then Mamba
+    state slots or DeepSeek V4's fixed compressed state (0 for a text-only model of the other families)."""
+    lay = layout_of(model)
+    mm = float(VLM_CACHE_BYTES) if getattr(model, "vision_weight_bytes", 0) else 0.0
+    if lay.family == "mamba" and lay.mamba is not None:
+        ratio = MAMBA_FULL_MEMORY_RATIO if mamba_ratio is None else mamba_ratio
+        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm, ratio, max_mamba_cache)
+    if lay.family == "dsv4":
+        return mm + dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
+    return mm
+
+
+def weight_bytes_per_gpu(model: Any, tp: int) -> float:
+    """Bytes one rank loads at plain TP ``tp``: the split parts / tp, what every rank holds whole
+    (MLA's replicated a-projections, routers, norms) and its share of the post-load copies."""
+    tp = max(int(tp), 1)
+    whole = float(getattr(model, "replicated_weight_bytes", 0) or 0)
+    post = float(getattr(model, "post_load_weight_bytes", 0) or 0)
+    return (model.weight_bytes - whole) / tp + whole + post / tp + mxfp4_padding_bytes(model, tp) \
+        + kv_head_replication_bytes(model, tp)
+
+
+def kv_head_replication_bytes(model: Any, tp: int) -> float:
+    """With tp above the KV heads, QKVParallelLinear gives every rank one whole KV head
+    (0.5.23 ``srt/layers/linear.py:1142``, ``num_kv_head_replicas = tp / total_num_kv_heads``):
+    k_proj / v_proj cost 1/kv_heads of theirs per rank instead of 1/tp."""
+    kv = int(getattr(model, "num_kv_heads", 0) or 0)
+    kv_bytes = float(getattr(model, "kv_proj_weight_bytes", 0) or 0)
+    if not kv_bytes or kv <= 0 or tp <= kv or model.is_mla:
+        return 0.0
+    return kv_bytes * (1.0 / kv - 1.0 / tp)
+
+
+def mxfp4_padding_bytes(model: Any, tp: int) -> float:
+    """MXFP4 MoE experts are padded after loading: hidden and each rank's intermediate rounded up to
+    128 on SGLang 0.5.23's FlashInfer SM100 and CUTLASS SM90/SM120 paths (``layers/quantization/mxfp4.py:
+    478-508``; 256 on aiter and on releases before the 128 relaxation). GPT-OSS: 2880 -> 2944 at TP 1."""
+    experts = float(getattr(model, "expert_weight_bytes", 0) or 0)
+    if str(getattr(model, "quant_method", "") or "") != "mxfp4" or not experts or not model.moe_intermediate_size:
+        return 0.0
+    h = model.hidden_size
+    inter = max(model.moe_intermediate_size // tp, 1)
+    factor = (-(-h // 128) * 128 / h) * (-(-inter // 128) * 128 / inter)
+    return experts / tp * (factor - 1.0)

@@ -1,0 +1,442 @@
+"""Per-family memory profiles against SGLang 0.5.23's arithmetic (reference: sglang-model-families.md)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.sglang.memory import cell_size_bytes
+from autotune.sglang.models import load_model_profile, profile_from_config
+from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
+from autotune.sglang.profiles.mamba import mamba_reserve_bytes, state_bytes_per_request
+from autotune.sglang.profiles.quant import MXFP4, NVFP4, detect_quant
+from autotune.sglang.profiles.safetensors import read_header
+from autotune.sglang.profiles.sizing import kv_reserved_bytes, weight_bytes_per_gpu
+
+DATA = Path(__file__).resolve().parent / "data" / "models"
+GIB = 2**30
+
+
+def _cell(cfg: dict[str, Any], tp: int = 1, kv: str = "auto", sm: int = 90) -> int:
+    return cell_size_bytes(profile_from_config(cfg), tp_size=tp, kv_cache_dtype=kv, version="0.5.23", gpu_sm=sm)
+
+
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288,
+            "vocab_size": 151936, "torch_dtype": "bfloat16"}
+
+
+def test_gqa_cell_and_kv_heads_replicated_past_tp() -> None:
+    assert _cell(QWEN3_8B) == 147456  # 8 x 256 x 36 x 2: the reference's B200 log check
+    assert _cell(QWEN3_8B, tp=8) == 147456 // 8
+    assert _cell(QWEN3_8B, tp=16) == 147456 // 8  # one head per rank, replicated
+    assert _cell(QWEN3_8B, kv="fp8_e4m3") == 147456 // 2
+
+
+def test_gemma3_is_full_attention_on_every_layer() -> None:
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "vision_config": {"hidden_size": 1152, "num_hidden_layers": 27, "intermediate_size": 4304},
+           "text_config": {"hidden_size": 5376, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                           "num_hidden_layers": 62, "sliding_window": 1024, "vocab_size": 262208, "intermediate_size": 21504}}
+    p = profile_from_config(cfg)
+    assert p.family == "mha" and p.confidence == "derived" and p.vision_weight_bytes > 0
+    assert _cell(cfg, tp=2) == 8 * 256 * 62 * 2
+
+
+def test_mla_kimi_k25_through_text_config_not_divided_by_tp() -> None:
+    p = load_model_profile(DATA / "kimi-k2.5")
+    assert p.architecture == "KimiK25ForConditionalGeneration" and p.family == "mla" and not p.is_unknown
+    for tp in (1, 8):
+        assert cell_size_bytes(p, tp_size=tp, version="0.5.23") == (512 + 64) * 61 * 2 == 70272
+    assert cell_size_bytes(p, tp_size=8, kv_cache_dtype="fp8_e4m3", version="0.5.23") == 35136
+
+
+def test_kimi_k25_nested_quantization_config_is_read() -> None:
+    p = load_model_profile(DATA / "kimi-k2.5")
+    assert p.quant_method == "compressed-tensors" and p.weight_bits == 4
+    # routed experts int4 g32 (0.5625 B a weight), the rest bf16: about the 595 GB checkpoint (554 GiB)
+    assert p.weight_bytes / GIB == pytest.approx(554, rel=0.02)
+    # real 8 x H200 servers log about 74 GiB per GPU ("Load weight end ... mem usage")
+    assert weight_bytes_per_gpu(p, 8) / GIB == pytest.approx(74, rel=0.10)
+    top_level = json.loads((DATA / "kimi-k2.5" / "config.json").read_text())
+    dropped = dict(top_level, text_config={k: v for k, v in top_level["text_config"].items()
+                                           if k != "quantization_config"})
+    assert profile_from_config(dropped).weight_bytes > 3 * p.weight_bytes  # what main predicted (239 GiB/GPU)
+
+
+def _v32(**extra: Any) -> dict[str, Any]:
+    return {"architectures": ["DeepseekV32ForCausalLM"], "hidden_size": 7168, "num_attention_heads": 128,
+            "num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+            "v_head_dim": 128, "q_lora_rank": 1536, "n_routed_experts": 256, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 2048, "intermediate_size": 18432, "first_k_dense_replace": 3,
+            "n_shared_experts": 1, "vocab_size": 129280, "index_topk": 2048, "index_head_dim": 128,
+            "index_n_heads": 64, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+            **extra}
+
+
+def test_dsa_cell_with_indexer_fp8_from_blackwell_bf16_on_hopper() -> None:
+    assert profile_from_config(_v32()).family == "dsa"
+    assert _cell(_v32(), tp=8, sm=100) == (656 + 132) * 61 == 48068
+    assert _cell(_v32(), tp=8, sm=90) == (1152 + 132) * 61 == 78324
+    assert _cell(_v32(), tp=8, sm=90, kv="fp8_e4m3") == 48068
+    no_index = {k: v for k, v in _v32().items() if k != "index_topk"}
+    assert profile_from_config(no_index).family == "mla"  # an MLA arch is DSA only with index_topk
+
+
+def test_deepseek_fp8_weights_per_gpu_follow_the_source() -> None:
+    cfg = _v32(architectures=["DeepseekV3ForCausalLM"])
+    cfg.pop("index_topk")
+    p = profile_from_config(cfg)
+    h, q_lora, heads = 7168, 1536, 128
+    fp8 = 1 + 4 / 16384
+    # ReplicatedLinear fused_qkv_a_proj_with_mqa on every rank, in FP8, and the router (bf16) on MoE layers
+    whole = 61 * (h * q_lora + h * (512 + 64)) * fp8 + 58 * h * 256 * 2
+    assert p.replicated_weight_bytes == pytest.approx(whole, rel=1e-6)
+    assert p.post_load_weight_bytes == 61 * 512 * heads * 256 * 2  # bf16 w_kc / w_vc
+    per8 = weight_bytes_per_gpu(p, 8)
+    assert per8 == pytest.approx((p.weight_bytes - whole) / 8 + whole + p.post_load_weight_bytes / 8, rel=1e-9)
+    assert per8 / GIB == pytest.approx(671e9 / 8 / GIB, rel=0.06)  # the 671B FP8 checkpoint's order
+
+
+GPT_OSS_120B = {"architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 36, "sliding_window": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 18, "num_local_experts": 128,
+                "num_experts_per_tok": 4, "intermediate_size": 2880, "vocab_size": 201088,
+                "quantization_config": {"quant_method": "mxfp4",
+                                        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                   "model.embed_tokens", "lm_head"]}}
+
+
+def test_hybrid_swa_cell_with_ratio_and_mxfp4_experts() -> None:
+    p = profile_from_config(GPT_OSS_120B)
+    assert p.family == "swa" and p.kv_layout is not None and (p.kv_layout.full_layers, p.kv_layout.swa_layers) == (18, 18)
+    assert _cell(GPT_OSS_120B) == int(36864 + 0.8 * 36864) == 66355
+    q = detect_quant(GPT_OSS_120B)
+    assert q.component_bytes("experts", 2) == MXFP4 == 0.53125 and q.component_bytes("attention", 2) == 2
+    assert p.weight_bytes / GIB == pytest.approx(60.8, rel=0.05)  # the 120B MXFP4 checkpoint (~65 GB)
+
+
+QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+              "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "num_hidden_layers": 48,
+              "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+              "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+              "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+              "shared_expert_intermediate_size": 512, "intermediate_size": 5120, "vocab_size": 151936}
+
+
+def test_mamba_state_comes_out_of_the_budget_before_the_pool() -> None:
+    p = profile_from_config(QWEN3_NEXT)
+    lay = p.kv_layout
+    assert p.family == "mamba" and lay is not None and lay.mamba is not None
+    assert (lay.full_layers, lay.mamba.layers) == (12, 36)
+    assert state_bytes_per_request(lay.mamba, 1) == 77266944  # reference section 7, TP 1
+    assert state_bytes_per_request(lay.mamba, 4) == 77266944 // 4
+    assert _cell(QWEN3_NEXT) == 2 * 512 * 12 * 2  # attention layers only
+    rest = 40 * GIB
+    reserved = kv_reserved_bytes(p, rest, tp=1)
+    s = 77266944
+    assert reserved == ((rest * 0.9 / 1.9 - s) // s + 1) * s == mamba_reserve_bytes(lay.mamba, 1, rest)
+    assert (rest - reserved) / rest == pytest.approx(1 / 1.9, abs=0.01)  # KV gets about rest / 1.9
+
+
+def test_qwen35_multimodal_mamba_state_and_nemotron_h_pattern() -> None:
+    text = {k: v for k, v in QWEN3_NEXT.items() if k != "architectures"}
+    text.update(hidden_size=4096, num_hidden_layers=60, linear_num_value_heads=64, num_attention_heads=32)
+    cfg = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "text_config": text,
+           "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "out_hidden_size": 4096}}
+    p = profile_from_config(cfg)
+    assert p.family == "mamba" and p.kv_layout is not None and p.kv_layout.mamba is not None
+    assert state_bytes_per_request(p.kv_layout.mamba, 1) == 192061440
+    pattern = "M-M-M-M*-" * 4 + "M-M-M-M-"
+    nem = {"architectures": ["NemotronHForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 52, "hybrid_override_pattern": pattern,
+           "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+           "intermediate_size": 21504, "vocab_size": 131072}
+    n = profile_from_config(nem)
+    assert n.num_layers == len(pattern) and n.kv_layout is not None and n.kv_layout.mamba is not None
+    assert (n.kv_layout.full_layers, n.kv_layout.mamba.layers) == (4, pattern.count("M"))
+    per_layer = (128 * 64 + 2 * 8 * 128) * 3 * 2 + 128 * 64 * 128 * 4
+    assert state_bytes_per_request(n.kv_layout.mamba, 1) == per_layer * pattern.count("M")
+    assert _cell(nem) == 8 * 256 * 4 * 2
+
+
+def test_deepseek_v4_compressed_pools_fp4_experts_and_page() -> None:
+    ratios = [0, 0] + [4, 128] * 20 + [4]
+    cfg = {"architectures": ["DeepseekV4ForCausalLM"], "hidden_size": 4096, "num_attention_heads": 64,
+           "num_key_value_heads": 1, "head_dim": 512, "qk_rope_head_dim": 64, "num_hidden_layers": 43,
+           "q_lora_rank": 1024, "o_lora_rank": 1024, "compress_ratios": ratios, "n_routed_experts": 256,
+           "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "n_shared_experts": 1, "vocab_size": 129280,
+           "index_topk": 512, "expert_dtype": "fp4"}
+    p = profile_from_config(cfg)
+    assert p.family == "dsv4" and not p.is_unknown
+    c4, c128 = 21, 20
+    coef = 0.1 * (585 * 43 + 8 / 256 * (4 * 512 * 4 + 4 * 128 * 4) * c4) + c4 * (585 + 132) / 4 + c128 * 864 / 128
+    assert dsv4_coef(tuple(ratios)) == pytest.approx(coef)
+    assert _cell(cfg, tp=8) == int(coef)
+    assert kv_reserved_bytes(p, 10 * GIB, tp=8) == dsv4_fixed_bytes(tuple(ratios)) == 33152 * 4096 * c128
+    assert detect_quant(cfg).component_bytes("experts", 2) == MXFP4
+
+
+def test_unknown_architecture_and_quantization_say_so() -> None:
+    p = profile_from_config({"architectures": ["MadeUpForCausalLM"], "hidden_size": 1024, "num_attention_heads": 8,
+                             "num_hidden_layers": 4})
+    assert p.is_unknown and "MadeUpForCausalLM" in p.unknown_reason and p.family == "unknown"
+    kimi_linear = profile_from_config({"architectures": ["KimiLinearForCausalLM"], "hidden_size": 2304,
+                                       "num_attention_heads": 32, "num_hidden_layers": 27, "kv_lora_rank": 512,
+                                       "qk_rope_head_dim": 64})
+    assert kimi_linear.is_unknown and kimi_linear.is_mla  # an MLA latent alone does not make KDA layers known
+    q = profile_from_config(dict(QWEN3_8B, quantization_config={"quant_method": "bitnet"}))
+    assert q.is_unknown and "bitnet" in q.unknown_reason
+
+
+def test_modelopt_nvfp4_from_hf_quant_config(tmp_path: Path) -> None:
+    cfg = dict(QWEN3_8B, architectures=["Qwen3MoeForCausalLM"], num_experts=128, num_experts_per_tok=8,
+               moe_intermediate_size=768, num_hidden_layers=48)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    hf = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
+                                                             "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(hf))
+    p = load_model_profile(tmp_path)
+    q = detect_quant(cfg, None, hf)
+    assert p.quant_method == "modelopt_fp4" and p.kv_cache_quant_fp8
+    assert q.component_bytes("experts", 2) == NVFP4 and q.component_bytes("attention", 2) == 2
+    assert q.component_bytes("lm_head", 2) == 2
+    plain = profile_from_config(cfg)
+    assert p.weight_bytes < 0.4 * plain.weight_bytes
+
+
+def test_nested_int4_ignore_patterns() -> None:
+    text = json.loads((DATA / "kimi-k2.5" / "config.json").read_text())["text_config"]
+    q = detect_quant({"architectures": ["KimiK25ForConditionalGeneration"]}, text, num_layers=61)
+    assert q.method == "compressed-tensors" and q.bits == 4
+    assert {k for k in q.ignored if ":" not in k} == {"attention", "shared_experts", "dense_mlp", "lm_head"}
+    assert all(all(flags) for flags in q.ignored.values())
+    assert q.component_bytes("experts", 2) == 0.5 + 2 / 32
+
+
+def _write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
+    sizes = {"BF16": 2, "F8_E4M3": 1, "F32": 4, "I32": 4}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    return offset
+
+
+def test_safetensors_headers_give_exact_sizes_without_reading_tensors(tmp_path: Path) -> None:
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "num_attention_heads": 2,
+           "num_hidden_layers": 1, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+           "v_head_dim": 16, "q_lora_rank": 24, "vocab_size": 100, "intermediate_size": 128,
+           "num_nextn_predict_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    total = _write_safetensors(tmp_path / "model-00001-of-00001.safetensors", {
+        "model.embed_tokens.weight": ("BF16", [100, 64]),
+        "model.layers.0.self_attn.q_a_proj.weight": ("F8_E4M3", [24, 64]),
+        "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": ("F8_E4M3", [48, 64]),
+        "model.layers.0.self_attn.o_proj.weight": ("F8_E4M3", [64, 32]),
+        "model.layers.0.self_attn.o_proj.weight_scale_inv": ("F32", [1, 1]),
+        "model.layers.0.mlp.down_proj.weight": ("BF16", [64, 128]),
+        "model.layers.1.mlp.down_proj.weight": ("BF16", [64, 128]),  # the MTP layer: not loaded
+        "lm_head.weight": ("BF16", [100, 64]),
+    })
+    infos = {t.name: t for t in read_header(tmp_path / "model-00001-of-00001.safetensors")}
+    assert infos["model.layers.0.self_attn.q_a_proj.weight"].dtype == "F8_E4M3"
+    assert infos["model.layers.0.self_attn.q_a_proj.weight"].shape == (24, 64)
+    assert infos["lm_head.weight"].nbytes == 100 * 64 * 2
+    p = load_model_profile(tmp_path)
+    assert p.weight_source == "headers" and p.confidence == "exact"
+    assert p.weight_bytes == total - 64 * 128 * 2
+    assert p.replicated_weight_bytes == (24 + 48) * 64
+
+
+def test_per_layer_exclusions_count_only_their_layers() -> None:
+    excluded = ["lm_head", "model.layers.0*", "model.layers.1.*"] + [f"model.layers.{i}.self_attn*" for i in range(2, 10)]
+    q = detect_quant({}, None, {"quantization": {"quant_algo": "NVFP4", "exclude_modules": excluded}}, num_layers=10)
+    assert q.component_bytes("experts", 2, layer=0) == 2 and q.component_bytes("experts", 2, layer=5) == NVFP4
+    assert q.component_bytes("attention", 2, layer=7) == 2
+    assert q.component_bytes("experts", 2) == pytest.approx(0.2 * 2 + 0.8 * NVFP4)
+
+
+def test_partial_download_falls_back_to_the_index(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    _write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"lm_head.weight": ("BF16", [100, 64])})
+    index = {"metadata": {"total_size": 16_000_000_000},
+             "weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors",
+                            "model.norm.weight": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    p = load_model_profile(tmp_path)
+    assert p.weight_source == "index" and p.weight_bytes == 16_000_000_000
+
+
+def test_bad_safetensors_header_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "x.safetensors"
+    bad.write_bytes(struct.pack("<Q", 10) + b"not json!!")
+    with pytest.raises(ConfigError, match="safetensors header is not JSON"):
+        read_header(bad)
+
+
+def test_plan_kimi_k25_published_config_fits_8xh200_at_088(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from autotune.cli import main
+
+    study = {"name": "k25", "server": {"backend": "sim", "sglang_version": "0.5.23",
+                                       "model_path": str(DATA / "kimi-k2.5"), "tp_size": 8},
+             "hardware": {"gpu": "h200", "num_gpus": 8, "interconnect": "nvlink"},
+             "search_space": {"mem_fraction_static": {"low": 0.88, "high": 0.88, "step": 0.01}}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["plan", "--json", str(path)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["verdict"] == "fits" and row["kv_tokens"] > 100_000
+    w = row["p_gib"] - row["a_gib"]  # weights + loader residue per GPU
+    assert w == pytest.approx(74, rel=0.10)  # what real 8 x H200 servers log (main predicted 239)
+
+
+def test_exclusions_name_single_attention_projections() -> None:
+    hf = {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn.q_b_proj"]}}
+    q = detect_quant({}, None, hf, num_layers=1)
+    assert q.component_bytes("attention", 2, 0, "q_b_proj") == 2  # excluded: bf16
+    assert q.component_bytes("attention", 2, 0, "o_proj") == NVFP4  # quantized (DeepSeek-R1-NVFP4's o_proj)
+
+
+def test_mxfp4_experts_padded_to_128_per_rank() -> None:
+    p = profile_from_config(GPT_OSS_120B)
+    base = (p.weight_bytes - p.replicated_weight_bytes) / 1 + p.replicated_weight_bytes
+    pad = (2944 / 2880) ** 2 - 1  # hidden and intermediate 2880 -> 2944
+    assert weight_bytes_per_gpu(p, 1) == pytest.approx(base + p.expert_weight_bytes * pad, rel=1e-9)
+    pad8 = (2944 / 2880) * (384 / 360) - 1  # each rank's 360 intermediate rows -> 384
+    assert weight_bytes_per_gpu(p, 8) - (p.weight_bytes - p.replicated_weight_bytes) / 8 - p.replicated_weight_bytes \
+        == pytest.approx(p.expert_weight_bytes / 8 * pad8, rel=1e-9)
+
+
+@pytest.mark.parametrize("name,flags", [("qwen3-next", ""), ("gpt-oss", ""), ("dsv32", ""), ("kimi-k2.5", ""),
+                                        ("qwen3-next", "--mamba-full-memory-ratio 0.5"),
+                                        ("qwen3-next", "--max-mamba-cache-size 32"),
+                                        ("gpt-oss", "--swa-full-tokens-ratio 0.3")])
+def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str, flags: str) -> None:
+    """The simulated server (autotune.sim.hardware) sizes every family's pool as the predictor does, so a
+    simulated launch calibrates the predictor to its own figures (Mamba state and indexer included)."""
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.memory import Calibration, predict
+    from autotune.sim.args import parse_args
+    from autotune.sim.hardware import plan_memory
+
+    cfgs = {"qwen3-next": QWEN3_NEXT, "gpt-oss": GPT_OSS_120B, "dsv32": _v32(),
+            "kimi-k2.5": json.loads((DATA / "kimi-k2.5" / "config.json").read_text())}
+    (tmp_path / "config.json").write_text(json.dumps(cfgs[name]))
+    model = load_model_profile(tmp_path)
+    launch, sim = parse_args(f"--model-path {tmp_path} --tp-size 8 --mem-fraction-static 0.85 --sim-gpu b200 "
+                             f"--sim-interconnect nvlink --sim-sglang-version 0.5.23 {flags}".split())
+    plan = plan_memory(launch, model, None, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+    cal = Calibration(p_gib=plan.p_gib, a_gib=plan.a_gib, tp_size=8, mem_fraction_static=0.85, f_is_auto=False)
+    server = ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85, extra_args=tuple(flags.split()))
+    pred = predict(model, get_gpu("b200"), server, version="0.5.23", calibration=cal)
+    assert plan.kv_tokens > 0 and pred.kv_tokens == plan.kv_tokens
+    assert pred.cell_bytes == plan.cell_bytes
+    cold = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
+                   version="0.5.23")
+    assert cold.w_gib == pytest.approx(plan.w_gib, abs=0.3)  # the same weights per GPU (P differs by comm buffers)
+
+
+def test_vlm_auto_fraction_factor_and_cache_reserve() -> None:
+    from autotune.sglang.models import vlm_mem_fraction_factor
+    from autotune.sglang.profiles.sizing import VLM_CACHE_BYTES
+
+    assert vlm_mem_fraction_factor(None) == 1.0
+    assert vlm_mem_fraction_factor({"vt_hidden_size": 1152}) == pytest.approx(0.95)  # Kimi K2.5: vt_* keys unread
+    assert vlm_mem_fraction_factor({"depth": 27, "hidden_size": 1152}) == pytest.approx(0.925, abs=5e-4)  # Qwen3.5
+    k25 = load_model_profile(DATA / "kimi-k2.5")
+    assert kv_reserved_bytes(k25, 10 * GIB, tp=8) == VLM_CACHE_BYTES
+    assert kv_reserved_bytes(profile_from_config(QWEN3_8B), 10 * GIB, tp=1) == 0
+
+
+def test_swa_and_mamba_ratio_flags_and_family_page_sizes() -> None:
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.memory import predict
+
+    gpt = profile_from_config(GPT_OSS_120B)
+    half = predict(gpt, "h200", ServerConfig(model_path="x", mem_fraction_static=0.9,
+                                              extra_args=("--swa-full-tokens-ratio", "0.5")), version="0.5.23")
+    assert half.cell_bytes == int(36864 + 0.5 * 36864)
+    whole = predict(gpt, "h200", ServerConfig(model_path="x", mem_fraction_static=0.9,
+                                               extra_args=("--disable-hybrid-swa-memory",)), version="0.5.23")
+    assert whole.cell_bytes == 2 * 36864
+    nxt = profile_from_config(QWEN3_NEXT)
+    base = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9), version="0.5.23")
+    more_kv = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9,
+                                                extra_args=("--mamba-full-memory-ratio", "0.2")), version="0.5.23")
+    assert more_kv.kv_tokens > 1.5 * base.kv_tokens  # less memory for Mamba state, more for the KV pool
+    capped = predict(nxt, "h200", ServerConfig(model_path="x", tp_size=4, mem_fraction_static=0.9,
+                                               extra_args=("--max-mamba-cache-size", "64")), version="0.5.23")
+    s = 77266944 // 4
+    # 64 slots + the padding one (kv_gib is rounded to 4 decimals: a few tokens of slack)
+    assert capped.kv_tokens == pytest.approx((capped.kv_gib * GIB - 65 * s) / capped.cell_bytes, abs=20)
+    dsa = predict(profile_from_config(_v32()), "b200", ServerConfig(model_path="x", tp_size=8, mem_fraction_static=0.85),
+                  version="0.5.23")
+    assert dsa.kv_tokens % 64 == 0 and dsa.kv_tokens > 0
+
+
+def test_mimo_v2_swa_layers_with_their_own_heads() -> None:
+    pattern = ([0] + [1] * 4) * 9 + [0, 1, 1]
+    cfg = {"architectures": ["MiMoV2FlashForCausalLM"], "hidden_size": 4096, "num_attention_heads": 64,
+           "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128, "num_hidden_layers": 48,
+           "swa_num_key_value_heads": 8, "swa_head_dim": 192, "swa_v_head_dim": 128, "sliding_window": 128,
+           "hybrid_layer_pattern": pattern, "vocab_size": 152576, "intermediate_size": 16384}
+    p = profile_from_config(cfg)
+    assert p.family == "swa" and p.kv_layout is not None
+    assert (p.kv_layout.full_layers, p.kv_layout.swa_layers) == (10, 38)
+    # TP 4: one full KV head and two SWA heads per rank, (192 + 128) x 2 B each
+    assert _cell(cfg, tp=4) == int(10 * 640 + 0.8 * 38 * 2 * 640)
+
+
+def test_kv_projections_whole_per_rank_past_the_kv_heads() -> None:
+    p = profile_from_config(QWEN3_8B)
+    kv_proj = 36 * 2 * 4096 * 8 * 128 * 2  # k_proj + v_proj, bf16
+    assert p.kv_proj_weight_bytes == kv_proj
+    assert weight_bytes_per_gpu(p, 8) == pytest.approx(p.weight_bytes / 8)  # 8 heads over 8 ranks: no copy
+    assert weight_bytes_per_gpu(p, 16) == pytest.approx(p.weight_bytes / 16 + kv_proj * (1 / 8 - 1 / 16))
+
+
+def test_unknown_architecture_is_never_condemned_cold_and_learns_its_cell_from_a_launch() -> None:
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.memory import Calibration, predict
+
+    made_up = profile_from_config({"architectures": ["MadeUpForCausalLM"], "hidden_size": 8192, "num_attention_heads": 64,
+                                   "num_hidden_layers": 200, "vocab_size": 32000, "intermediate_size": 28672})
+    cfg = ServerConfig(model_path="x", tp_size=2, mem_fraction_static=0.9)
+    cold = predict(made_up, "h100", cfg, version="0.5.23")
+    assert cold.verdict == "kv_oom" and not cold.should_prune  # far too big as GQA, yet unknown: launch it
+    assert any(n.startswith("unknown: calibrated from the first launch") for n in cold.notes)
+    # the first launch logged P 78.0, A 40.0 and 100,000 tokens at f 0.9: rest 32.2 GiB -> 345,744 B a token
+    cal = Calibration(p_gib=78.0, a_gib=40.0, kv_tokens=100_000, tp_size=2, mem_fraction_static=0.9, f_is_auto=False)
+    again = predict(made_up, "h100", cfg, version="0.5.23", calibration=cal)
+    assert again.cell_bytes == int((40.0 - 78.0 * 0.1) * GIB / 100_000) and again.kv_tokens == pytest.approx(100_000, abs=2)
+    tighter = predict(made_up, "h100", ServerConfig(model_path="x", tp_size=2, mem_fraction_static=0.45), version="0.5.23",
+                      calibration=cal)
+    assert tighter.verdict == "kv_oom" and tighter.should_prune  # calibrated: now it prunes
+
+
+def test_falcon_h1_has_attention_and_mamba_on_every_layer() -> None:
+    cfg = {"architectures": ["FalconH1ForCausalLM"], "hidden_size": 2048, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 24, "mamba_d_ssm": 3072,
+           "mamba_n_heads": 24, "mamba_d_head": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+           "intermediate_size": 8192, "vocab_size": 65536}
+    p = profile_from_config(cfg)
+    lay = p.kv_layout
+    assert p.family == "mamba" and lay is not None and lay.mamba is not None
+    assert (lay.full_layers, lay.mamba.layers) == (24, 24)
+    per_layer = (3072 + 2 * 1 * 256) * 3 * 2 + 24 * 128 * 256 * 4
+    assert state_bytes_per_request(lay.mamba, 1) == per_layer * 24
+    assert _cell(cfg) == 2 * 256 * 24 * 2
