@@ -320,6 +320,31 @@ def test_mxfp4_experts_padded_to_128_per_rank() -> None:
         == pytest.approx(p.expert_weight_bytes / 8 * pad8, rel=1e-9)
 
 
+def test_mxfp4_padding_by_release_and_gpu() -> None:
+    """0.5.9 mxfp4.py:324-355 pads to 256 on SM100's FlashInfer path (GPT-OSS's default on Blackwell) and
+    on aiter, each rank's intermediate to 32 only on triton_kernels; 0.5.23 pads to 128 (aiter 256)."""
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.memory import predict
+    from autotune.sglang.releases import mxfp4_pad_align
+
+    assert mxfp4_pad_align("0.5.9", sm_family=100) == (256, 256)
+    assert mxfp4_pad_align("0.5.9", sm_family=90) == (32, 1)
+    assert mxfp4_pad_align("0.5.9", rocm=True) == mxfp4_pad_align("0.5.23", rocm=True) == (256, 256)
+    assert mxfp4_pad_align("0.5.23", sm_family=100) == mxfp4_pad_align("0.5.23", sm_family=90) == (128, 128)
+    p = profile_from_config(GPT_OSS_120B)
+    base = p.weight_bytes
+    assert weight_bytes_per_gpu(p, 1, mxfp4_align=(256, 256)) == pytest.approx(
+        base + p.expert_weight_bytes * ((3072 / 2880) ** 2 - 1), rel=1e-9)  # 2880 -> 3072 both ways
+    assert weight_bytes_per_gpu(p, 1, mxfp4_align=(32, 1)) == pytest.approx(base, rel=1e-9)  # 2880 = 90 x 32
+    at8 = (weight_bytes_per_gpu(p, 8, mxfp4_align=(32, 1)) - weight_bytes_per_gpu(p, 8, mxfp4_align=(1, 1)))
+    assert at8 == pytest.approx(p.expert_weight_bytes / 8 * (384 / 360 - 1), rel=1e-9)  # 360 rows per rank -> 384
+    cfg = ServerConfig(model_path="x", mem_fraction_static=0.85)
+    old, new = (predict(p, get_gpu("b200"), cfg, version=v) for v in ("0.5.9", "0.5.23"))
+    assert old.w_gib - new.w_gib == pytest.approx(
+        p.expert_weight_bytes * ((3072 / 2880) ** 2 - (2944 / 2880) ** 2) / GIB, abs=1e-3)  # w_gib: 4 decimals
+
+
 @pytest.mark.parametrize("name,flags", [("qwen3-next", ""), ("gpt-oss", ""), ("dsv32", ""), ("kimi-k2.5", ""),
                                         ("qwen3-next", "--mamba-full-memory-ratio 0.5"),
                                         ("qwen3-next", "--max-mamba-cache-size 32"),

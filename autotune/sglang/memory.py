@@ -252,7 +252,8 @@ def predict(
     )
     draft_w = _draft_weight_gib(model, draft, algo, tp)
     draft_w_b = draft_w if v.regime == "B" else 0.0
-    weights = weight_bytes_per_gpu(model, tp) / S.GIB
+    align = R.mxfp4_pad_align(v, sm_family=g.sm_family, rocm=g.rocm)
+    weights = weight_bytes_per_gpu(model, tp, mxfp4_align=align) / S.GIB
     cal = (
         calibration
         if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
@@ -283,7 +284,7 @@ def predict(
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one
             base = cap_gib - cal_p - cal_comm
-            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp) / S.GIB - cal_draft
+            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / S.GIB - cal_draft
             p = cap_gib - base - comm
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True

@@ -215,7 +215,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     p = capacity - dist
 
     # -- weights (regime B loads the draft before A is measured)
-    w = weight_bytes_per_gpu(model, tp) / GIB + LOADER_RESIDUE_GIB
+    w = weight_bytes_per_gpu(model, tp, mxfp4_align=releases.mxfp4_pad_align(v, sm_family=gpu.sm_family,
+                                                                            rocm=gpu.rocm)) / GIB + LOADER_RESIDUE_GIB
     w += replicated_weight_gib(model, tp, launch.attn_dp_size,  # DP attention: attention weights whole per rank
                                dp_lm_head=bool(launch.raw.get("enable_dp_lm_head")))
     draft_w = _draft_weight_bytes(model, draft) / tp / GIB if draft is not None else 0.0
