@@ -66,6 +66,8 @@ def release_of(entry: dict[str, Any]) -> tuple[str, str]:
         return "0.5.9", f"dated {date}, a release before 0.5.9: 0.5.9's rules"
     if date:
         return "0.5.23", f"dated {date}, release not logged: 0.5.23 assumed"
+    if str(entry.get("release") or "").startswith("before 0.5.9"):  # an undated excerpt, its post's date
+        return "0.5.9", f"{entry['release']}: 0.5.9's rules"
     return "0.5.23", "version not logged: 0.5.23 assumed"
 
 

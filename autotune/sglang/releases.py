@@ -13,6 +13,7 @@ from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
     "eagle_reserve_mib",
+    "gpt_oss_disables_hybrid_swa",
     "max_bs_capped_by_max_running_requests",
     "mxfp4_pad_align",
     "mla_flat_prefill_reserve",
@@ -52,6 +53,11 @@ SHARED_GRAPH_POOL = "0.5.22"
 #: intermediate to 32 only. 0.5.23 ``mxfp4.py:478-508``: 128 on SM100 FlashInfer and the CUTLASS SM90/SM120
 #: paths, 256 on aiter. The releases between were not read: the 128 relaxation is placed at 0.5.23.
 MXFP4_PAD_128 = "0.5.23"
+#: GPT-OSS with the trtllm_mha attention backend (its default on SM100) turns hybrid SWA memory off, every
+#: layer in the full pool: 0.5.9 ``server_args.py:1354-1362`` ("Disable hybrid SWA memory for GPT-OSS model
+#: with trtllm_mha attention backend"; late-2025 releases did it for GPT-OSS on every backend). 0.5.23's
+#: ``arg_groups/model_overrides/gpt_oss.py`` no longer does; the releases between were not read.
+GPT_OSS_HYBRID_SWA_ON_TRTLLM = "0.5.23"
 
 
 def _v(version: str | SglangVersion) -> SglangVersion:
@@ -111,3 +117,12 @@ def mxfp4_pad_align(version: str | SglangVersion, *, sm_family: int = 0, rocm: b
     if _v(version).at_least(MXFP4_PAD_128):
         return 128, 128
     return (256, 256) if sm_family == 100 else (32, 1)
+
+
+def gpt_oss_disables_hybrid_swa(version: str | SglangVersion, architecture: str | None, *, sm_family: int = 0,
+                                attention_backend: str | None = None) -> bool:
+    """Whether SGLang sizes a GPT-OSS pool without hybrid SWA memory (:data:`GPT_OSS_HYBRID_SWA_ON_TRTLLM`)."""
+    if architecture != "GptOssForCausalLM" or _v(version).at_least(GPT_OSS_HYBRID_SWA_ON_TRTLLM):
+        return False
+    backend = attention_backend or ("trtllm_mha" if sm_family == 100 else None)  # the SM100 default
+    return backend == "trtllm_mha"
