@@ -254,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     sup = [r for r in rows if r["status"] == "supported" or (r.get("family") not in (None, "unknown")
                                                             and "weights only" in str(r["status"]))]
     unknown = [r for r in rows if r.get("family") == "unknown"]
+    excluded = [r for r in rows if str(r["status"]).startswith("excluded")]
     print(f"\n{len(rows)} logs: {len(sup)} of a supported family with a config, {len(unknown)} unknown, "
-          f"{len(rows) - len(sup) - len(unknown)} without a comparable config (no config, kt-kernel fork)")
+          f"{len(excluded)} excluded (not stock SGLang, reason per row), "
+          f"{len(rows) - len(sup) - len(unknown) - len(excluded)} without a comparable config (no config, kt-kernel fork)")
     for key, what in (("cold_w_err", "weights per GPU, cold"), ("cold_kv_err", "KV tokens, cold"),
                       ("cal_kv_err", "KV tokens, calibrated"), ("cell_err", "KV cell vs the log's KV size / tokens")):
         errs = sorted(((abs(r[key]), r["id"]) for r in sup if r.get(key) is not None), reverse=True)

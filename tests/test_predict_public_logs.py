@@ -107,4 +107,4 @@ def test_a_non_stock_build_is_excluded_with_its_reason(tmp_path: Path) -> None:
     assert row["status"] == "excluded (not stock SGLang): a PR's patched build: the pool cut for a workspace"
     assert row["cold_kv"] > 0  # the figures are still shown
     table = _run(["--dir", str(tmp_path)]).stdout
-    assert "0 of a supported family" in table and "excluded (not stock SGLang): a PR's patched build" in table
+    assert "0 of a supported family with a config, 0 unknown, 1 excluded" in table and "excluded (not stock SGLang): a PR's patched build" in table
