@@ -11,9 +11,16 @@ per GPU and the KV tokens the real server logged next to what autotune predicts:
   ``autotune calibrate`` learns them), so the weights are the log's by construction and only the KV
   sizing (the family's cell, its pools, the reserve) is tested.
 
+Each log is predicted with its release's rules: the version its line or post names, else its date (a log
+from before February 2026 with 0.5.9's, the oldest modelled, plus the older rules of :func:`release_overrides`),
+else 0.5.23 assumed; the launch's own ``server_args=ServerArgs(...)`` line, where logged, overrides the
+manifest's arguments (it is resolved before the weights load, so a cold figure may use it).
+
 A log whose architecture or quantization the profiles do not know prints ``unknown`` with the cold
 verdict, which must never be a confident (pruning) out-of-memory. Logs from forks that move the experts
-off the GPU (ktransformers' kt-kernel) are listed but not comparable. Nothing here is timed.
+off the GPU (ktransformers' kt-kernel) are listed but not comparable; a build the manifest marks as not
+stock SGLang (``build``: a PR's patched pool, weights held in another dtype than the config says) keeps its
+figures but is excluded from the supported count, its reason printed. Nothing here is timed.
 
 Usage::
 
