@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "predict_public_logs.py"
+DATA = ROOT / "tests" / "data" / "public_logs"
 QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288,
             "vocab_size": 151936, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
@@ -47,3 +50,61 @@ def test_one_log_cold_and_calibrated(tmp_path: Path) -> None:
 def test_missing_manifest_exits_2(tmp_path: Path) -> None:
     out = _run(["--dir", str(tmp_path)])
     assert out.returncode == 2 and "--dir" in out.stderr and "manifest.json" in out.stderr
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("predict_public_logs", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_release_from_the_version_line_else_the_log_date() -> None:
+    b = _bench()
+    assert b.release_of({"sglang_version": "0.5.19 (lmsysorg/sglang:v0.5.19)"}) == ("0.5.19", "")
+    assert b.release_of({"sglang_version": "0.4.8.post1 (rocm image)"})[0] == "0.5.9"  # older: 0.5.9's rules
+    version, why = b.release_of({"sglang_version": None, "log_date": "2025-10-12"})
+    assert version == "0.5.9" and "before 0.5.9" in why
+    assert b.release_of({"log_date": "2026-05-07"})[0] == "0.5.23"
+    assert "not logged" in b.release_of({})[1]
+
+
+def test_the_launchs_own_server_args_line_is_read() -> None:
+    line = ("[2025-06-19 15:12:18] server_args=ServerArgs(model_path='/m/Qwen3-8B/', kv_cache_dtype='auto', "
+            "mem_fraction_static=0.853, max_running_requests=None, max_total_tokens=None, chunked_prefill_size=2048, "
+            "page_size=1, context_length=8000, swa_full_tokens_ratio=0.8, cuda_graph_max_bs=24, dtype='auto')")
+    args = _bench().logged_server_args("noise\n" + line + "\n")
+    assert args == {"mem_fraction_static": 0.853, "chunked_prefill_size": 2048, "page_size": 1, "context_length": 8000,
+                    "swa_full_tokens_ratio": 0.8, "cuda_graph_max_bs": 24, "kv_cache_dtype": "auto"}
+
+
+def test_mimo_v2_builds_before_pr_15488_size_the_swa_pool_at_the_full_pools_size() -> None:
+    """MiMo-V2-Flash at TP 4: full layers 9 x 1 head x (192 + 128) x 2 B = 5,760 B per token, SWA layers
+    39 x 2 heads x 320 x 2 B = 49,920 B; a build that ignores the ratio pays both whole per token (55,680 B)."""
+    from autotune.sglang.memory import cell_size_bytes
+    from autotune.sglang.models import profile_from_config
+
+    b = _bench()
+    mimo = profile_from_config(json.loads((DATA / "sglang-pr15464-mimo-v2-flash-b200-tp4" / "config.json").read_text()))
+    old, why = b.release_overrides({"log_date": "2025-12-19"}, mimo)
+    assert old == {"swa_full_tokens_ratio": 1.0} and "#15488" in why[0]
+    assert b.release_overrides({"log_date": "2026-01-31"}, mimo) == ({}, [])
+    assert cell_size_bytes(mimo, tp_size=4, version="0.5.9", swa_ratio=1.0) == 5760 + 49920
+    assert cell_size_bytes(mimo, tp_size=4, version="0.5.9") == int(5760 + 0.8 * 49920)
+    cfg = b._server({"tp": 4}, mimo, old)
+    assert ("--swa-full-tokens-ratio", "1.0") == cfg.extra_args[-2:]
+
+
+def test_a_non_stock_build_is_excluded_with_its_reason(tmp_path: Path) -> None:
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "config.json").write_text(json.dumps(QWEN3_8B))
+    entry = {"id": "q", "gpu": "h100", "tp": 1, "mem_fraction_static": 0.9, "config": "q/config.json",
+             "build": "a PR's patched build: the pool cut for a workspace", "logged": {"kv_tokens": 1000}}
+    (tmp_path / "manifest.json").write_text(json.dumps([entry]))
+    out = _run(["--dir", str(tmp_path), "--json"])
+    row = json.loads(out.stdout)[0]
+    assert row["status"] == "excluded (not stock SGLang): a PR's patched build: the pool cut for a workspace"
+    assert row["cold_kv"] > 0  # the figures are still shown
+    table = _run(["--dir", str(tmp_path)]).stdout
+    assert "0 of a supported family with a config, 0 unknown, 1 excluded" in table and "excluded (not stock SGLang): a PR's patched build" in table

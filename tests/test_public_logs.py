@@ -18,7 +18,7 @@ from autotune.sglang.logparse import parse_log, summarize
 
 ROOT = Path(__file__).parent / "data" / "public_logs"
 MANIFEST: list[dict[str, Any]] = json.loads((ROOT / "manifest.json").read_text())
-KEYS = {"id", "source", "sglang_version", "gpu", "gpu_inferred", "gpu_memory_gib", "num_gpus", "tp", "dp", "ep",
+KEYS = {"id", "source", "sglang_version", "release", "build", "gpu", "gpu_inferred", "gpu_memory_gib", "num_gpus", "tp", "dp", "ep",
         "enable_dp_attention", "model", "family", "architecture", "quantization", "kv_cache_dtype",
         "mem_fraction_static", "page_size", "context_length", "server_args", "config", "config_source",
         "hf_quant_config", "config_model", "logged", "failure_kind", "notes", "log", "log_date"}

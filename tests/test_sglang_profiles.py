@@ -320,6 +320,31 @@ def test_mxfp4_experts_padded_to_128_per_rank() -> None:
         == pytest.approx(p.expert_weight_bytes / 8 * pad8, rel=1e-9)
 
 
+def test_mxfp4_padding_by_release_and_gpu() -> None:
+    """0.5.9 mxfp4.py:324-355 pads to 256 on SM100's FlashInfer path (GPT-OSS's default on Blackwell) and
+    on aiter, each rank's intermediate to 32 only on triton_kernels; 0.5.23 pads to 128 (aiter 256)."""
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.memory import predict
+    from autotune.sglang.releases import mxfp4_pad_align
+
+    assert mxfp4_pad_align("0.5.9", sm_family=100) == (256, 256)
+    assert mxfp4_pad_align("0.5.9", sm_family=90) == (32, 1)
+    assert mxfp4_pad_align("0.5.9", rocm=True) == mxfp4_pad_align("0.5.23", rocm=True) == (256, 256)
+    assert mxfp4_pad_align("0.5.23", sm_family=100) == mxfp4_pad_align("0.5.23", sm_family=90) == (128, 128)
+    p = profile_from_config(GPT_OSS_120B)
+    base = p.weight_bytes
+    assert weight_bytes_per_gpu(p, 1, mxfp4_align=(256, 256)) == pytest.approx(
+        base + p.expert_weight_bytes * ((3072 / 2880) ** 2 - 1), rel=1e-9)  # 2880 -> 3072 both ways
+    assert weight_bytes_per_gpu(p, 1, mxfp4_align=(32, 1)) == pytest.approx(base, rel=1e-9)  # 2880 = 90 x 32
+    at8 = (weight_bytes_per_gpu(p, 8, mxfp4_align=(32, 1)) - weight_bytes_per_gpu(p, 8, mxfp4_align=(1, 1)))
+    assert at8 == pytest.approx(p.expert_weight_bytes / 8 * (384 / 360 - 1), rel=1e-9)  # 360 rows per rank -> 384
+    cfg = ServerConfig(model_path="x", mem_fraction_static=0.85)
+    old, new = (predict(p, get_gpu("b200"), cfg, version=v) for v in ("0.5.9", "0.5.23"))
+    assert old.w_gib - new.w_gib == pytest.approx(
+        p.expert_weight_bytes * ((3072 / 2880) ** 2 - (2944 / 2880) ** 2) / GIB, abs=1e-3)  # w_gib: 4 decimals
+
+
 @pytest.mark.parametrize("name,flags", [("qwen3-next", ""), ("gpt-oss", ""), ("dsv32", ""), ("kimi-k2.5", ""),
                                         ("qwen3-next", "--mamba-full-memory-ratio 0.5"),
                                         ("qwen3-next", "--max-mamba-cache-size 32"),
@@ -348,6 +373,40 @@ def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str, 
     cold = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
                    version="0.5.23")
     assert cold.w_gib == pytest.approx(plan.w_gib, abs=0.3)  # the same weights per GPU (P differs by comm buffers)
+
+
+def test_gpt_oss_on_trtllm_mha_has_no_hybrid_swa_pool_before_0_5_23(tmp_path: Path) -> None:
+    """0.5.9 server_args.py:1354-1362: GPT-OSS on trtllm_mha (SM100's default) disables hybrid SWA memory, so
+    all 36 layers sit in the full pool (2 x 36,864 B at TP 1); on H200 (fa3) the SWA pool stays at 0.8. The
+    simulator sizes the pool alike."""
+    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.memory import Calibration, predict
+    from autotune.sglang.releases import gpt_oss_disables_hybrid_swa
+    from autotune.sim.args import parse_args
+    from autotune.sim.hardware import plan_memory
+
+    arch = "GptOssForCausalLM"
+    assert gpt_oss_disables_hybrid_swa("0.5.9", arch, sm_family=100)
+    assert gpt_oss_disables_hybrid_swa("0.5.9", arch, sm_family=90, attention_backend="trtllm_mha")
+    assert not gpt_oss_disables_hybrid_swa("0.5.9", arch, sm_family=100, attention_backend="triton")
+    assert not gpt_oss_disables_hybrid_swa("0.5.9", arch, sm_family=90)
+    assert not gpt_oss_disables_hybrid_swa("0.5.23", arch, sm_family=100)
+    assert not gpt_oss_disables_hybrid_swa("0.5.9", "Qwen3ForCausalLM", sm_family=100)
+    gpt = profile_from_config(GPT_OSS_120B)
+    cfg = ServerConfig(model_path="x", mem_fraction_static=0.85)
+    assert predict(gpt, "b200", cfg, version="0.5.9").cell_bytes == 2 * 36864
+    assert predict(gpt, "h200", cfg, version="0.5.9").cell_bytes == int(36864 + 0.8 * 36864)
+    assert predict(gpt, "b200", cfg, version="0.5.23").cell_bytes == int(36864 + 0.8 * 36864)
+    (tmp_path / "config.json").write_text(json.dumps(GPT_OSS_120B))
+    model = load_model_profile(tmp_path)
+    launch, sim = parse_args(f"--model-path {tmp_path} --mem-fraction-static 0.85 --sim-gpu b200 "
+                             "--sim-sglang-version 0.5.9".split())
+    plan = plan_memory(launch, model, None, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+    cal = Calibration(p_gib=plan.p_gib, a_gib=plan.a_gib, tp_size=1, mem_fraction_static=0.85, f_is_auto=False)
+    pred = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), mem_fraction_static=0.85),
+                   version="0.5.9", calibration=cal)
+    assert plan.cell_bytes == pred.cell_bytes == 2 * 36864 and plan.kv_tokens == pred.kv_tokens > 0
 
 
 def test_vlm_auto_fraction_factor_and_cache_reserve() -> None:

@@ -252,7 +252,8 @@ def predict(
     )
     draft_w = _draft_weight_gib(model, draft, algo, tp)
     draft_w_b = draft_w if v.regime == "B" else 0.0
-    weights = weight_bytes_per_gpu(model, tp) / S.GIB
+    align = R.mxfp4_pad_align(v, sm_family=g.sm_family, rocm=g.rocm)
+    weights = weight_bytes_per_gpu(model, tp, mxfp4_align=align) / S.GIB
     cal = (
         calibration
         if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
@@ -283,7 +284,7 @@ def predict(
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one
             base = cap_gib - cal_p - cal_comm
-            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp) / S.GIB - cal_draft
+            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / S.GIB - cal_draft
             p = cap_gib - base - comm
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
@@ -344,7 +345,7 @@ def predict(
 
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg))
+                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
     learned = _learned_cell(model, cal, cfg)
     if learned:
         cell = learned
@@ -501,9 +502,14 @@ def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfi
     return int(rest * S.GIB / cal.kv_tokens) if rest > 0 else 0
 
 
-def _swa_ratio(cfg: ServerConfig) -> float | None:
-    """``--swa-full-tokens-ratio``; 1.0 under ``--disable-hybrid-swa-memory`` (every layer in the full pool)."""
+def _swa_ratio(cfg: ServerConfig, model: ModelProfile | None = None, gpu: GpuKind | None = None,
+               v: SglangVersion | None = None) -> float | None:
+    """``--swa-full-tokens-ratio``; 1.0 under ``--disable-hybrid-swa-memory`` (every layer in the full pool),
+    given or set by the release (GPT-OSS on trtllm_mha before 0.5.23: :func:`releases.gpt_oss_disables_hybrid_swa`)."""
     if "--disable-hybrid-swa-memory" in cfg.extra_args or cfg.flag("--disable-hybrid-swa-memory"):
+        return 1.0
+    if model is not None and gpu is not None and v is not None and R.gpt_oss_disables_hybrid_swa(
+            v, model.architecture, sm_family=gpu.sm_family, attention_backend=cfg.attention_backend):
         return 1.0
     return _float_flag(cfg, "--swa-full-tokens-ratio")
 

@@ -13,7 +13,9 @@ from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
     "eagle_reserve_mib",
+    "gpt_oss_disables_hybrid_swa",
     "max_bs_capped_by_max_running_requests",
+    "mxfp4_pad_align",
     "mla_flat_prefill_reserve",
     "new_memory_brackets",
     "prefill_graphs_default_on",
@@ -45,6 +47,17 @@ MAX_BS_CAP = "0.5.22"
 #: (used by full_cuda_graph_backend.py and tc_piecewise_cuda_graph_backend.py; absent in 0.5.14; SGLang
 #: PR #28973 "Share CUDA graph memory pool across prefill and decode").
 SHARED_GRAPH_POOL = "0.5.22"
+#: MXFP4 MoE experts (GPT-OSS) padded after loading. 0.5.9 ``layers/quantization/mxfp4.py:324-355``: on SM100
+#: with the FlashInfer MXFP4 runner (GPT-OSS's default on Blackwell, ``server_args.py:1370-1372``) and on
+#: ROCm aiter, each rank's intermediate and the hidden size round up to 256; elsewhere (triton_kernels) the
+#: intermediate to 32 only. 0.5.23 ``mxfp4.py:478-508``: 128 on SM100 FlashInfer and the CUTLASS SM90/SM120
+#: paths, 256 on aiter. The releases between were not read: the 128 relaxation is placed at 0.5.23.
+MXFP4_PAD_128 = "0.5.23"
+#: GPT-OSS with the trtllm_mha attention backend (its default on SM100) turns hybrid SWA memory off, every
+#: layer in the full pool: 0.5.9 ``server_args.py:1354-1362`` ("Disable hybrid SWA memory for GPT-OSS model
+#: with trtllm_mha attention backend"; late-2025 releases did it for GPT-OSS on every backend). 0.5.23's
+#: ``arg_groups/model_overrides/gpt_oss.py`` no longer does; the releases between were not read.
+GPT_OSS_HYBRID_SWA_ON_TRTLLM = "0.5.23"
 
 
 def _v(version: str | SglangVersion) -> SglangVersion:
@@ -95,3 +108,21 @@ def shared_graph_pool(version: str | SglangVersion) -> bool:
 
 def max_bs_capped_by_max_running_requests(version: str | SglangVersion) -> bool:
     return _v(version).at_least(MAX_BS_CAP)
+
+
+def mxfp4_pad_align(version: str | SglangVersion, *, sm_family: int = 0, rocm: bool = False) -> tuple[int, int]:
+    """(intermediate-per-rank, hidden) alignment of MXFP4 expert weights after loading (:data:`MXFP4_PAD_128`)."""
+    if rocm:
+        return 256, 256
+    if _v(version).at_least(MXFP4_PAD_128):
+        return 128, 128
+    return (256, 256) if sm_family == 100 else (32, 1)
+
+
+def gpt_oss_disables_hybrid_swa(version: str | SglangVersion, architecture: str | None, *, sm_family: int = 0,
+                                attention_backend: str | None = None) -> bool:
+    """Whether SGLang sizes a GPT-OSS pool without hybrid SWA memory (:data:`GPT_OSS_HYBRID_SWA_ON_TRTLLM`)."""
+    if architecture != "GptOssForCausalLM" or _v(version).at_least(GPT_OSS_HYBRID_SWA_ON_TRTLLM):
+        return False
+    backend = attention_backend or ("trtllm_mha" if sm_family == 100 else None)  # the SM100 default
+    return backend == "trtllm_mha"

@@ -215,7 +215,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     p = capacity - dist
 
     # -- weights (regime B loads the draft before A is measured)
-    w = weight_bytes_per_gpu(model, tp) / GIB + LOADER_RESIDUE_GIB
+    w = weight_bytes_per_gpu(model, tp, mxfp4_align=releases.mxfp4_pad_align(v, sm_family=gpu.sm_family,
+                                                                            rocm=gpu.rocm)) / GIB + LOADER_RESIDUE_GIB
     w += replicated_weight_gib(model, tp, launch.attn_dp_size,  # DP attention: attention weights whole per rank
                                dp_lm_head=bool(launch.raw.get("enable_dp_lm_head")))
     draft_w = _draft_weight_bytes(model, draft) / tp / GIB if draft is not None else 0.0
@@ -248,7 +249,9 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     cell = cell_size_bytes(model, tp_size=tp // max(launch.attn_dp_size, 1), kv_cache_dtype=launch.kv_cache_dtype, version=v,
                            draft=draft if v.regime == "B" else None,
                            spec_algorithm=spec.algorithm if v.regime == "B" else None, gpu_sm=gpu.sm,
-                           swa_ratio=1.0 if launch.raw.get("disable_hybrid_swa_memory")
+                           swa_ratio=1.0 if launch.raw.get("disable_hybrid_swa_memory") or releases.gpt_oss_disables_hybrid_swa(
+                               v, model.architecture, sm_family=gpu.sm_family,
+                               attention_backend=launch.raw.get("attention_backend"))
                            else launch.raw.get("swa_full_tokens_ratio"))
     # Mamba state slots / DeepSeek V4's fixed compressed state come out of the budget before the pool
     mamba_cap = launch.raw.get("max_mamba_cache_size")

@@ -59,13 +59,15 @@ def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_req
     return mm
 
 
-def weight_bytes_per_gpu(model: Any, tp: int) -> float:
+def weight_bytes_per_gpu(model: Any, tp: int, *, mxfp4_align: tuple[int, int] = (128, 128)) -> float:
     """Bytes one rank loads at plain TP ``tp``: the split parts / tp, what every rank holds whole
-    (MLA's replicated a-projections, routers, norms) and its share of the post-load copies."""
+    (MLA's replicated a-projections, routers, norms) and its share of the post-load copies.
+    ``mxfp4_align``: the release's (intermediate, hidden) padding of MXFP4 experts
+    (:func:`autotune.sglang.releases.mxfp4_pad_align`)."""
     tp = max(int(tp), 1)
     whole = float(getattr(model, "replicated_weight_bytes", 0) or 0)
     post = float(getattr(model, "post_load_weight_bytes", 0) or 0)
-    return (model.weight_bytes - whole) / tp + whole + post / tp + mxfp4_padding_bytes(model, tp) \
+    return (model.weight_bytes - whole) / tp + whole + post / tp + mxfp4_padding_bytes(model, tp, mxfp4_align) \
         + kv_head_replication_bytes(model, tp)
 
 
@@ -80,14 +82,16 @@ def kv_head_replication_bytes(model: Any, tp: int) -> float:
     return kv_bytes * (1.0 / kv - 1.0 / tp)
 
 
-def mxfp4_padding_bytes(model: Any, tp: int) -> float:
-    """MXFP4 MoE experts are padded after loading: hidden and each rank's intermediate rounded up to
-    128 on SGLang 0.5.23's FlashInfer SM100 and CUTLASS SM90/SM120 paths (``layers/quantization/mxfp4.py:
-    478-508``; 256 on aiter and on releases before the 128 relaxation). GPT-OSS: 2880 -> 2944 at TP 1."""
+def mxfp4_padding_bytes(model: Any, tp: int, align: tuple[int, int] = (128, 128)) -> float:
+    """MXFP4 MoE experts are padded after loading: each rank's intermediate and the hidden size rounded up
+    to ``align`` = (intermediate, hidden): 128 on SGLang 0.5.23's FlashInfer SM100 and CUTLASS SM90/SM120
+    paths (``layers/quantization/mxfp4.py:478-508``), 256 on aiter and on 0.5.9's SM100 FlashInfer path
+    (0.5.9 ``mxfp4.py:324-355``). GPT-OSS: 2880 -> 2944 (128) or 3072 (256) at TP 1."""
     experts = float(getattr(model, "expert_weight_bytes", 0) or 0)
     if str(getattr(model, "quant_method", "") or "") != "mxfp4" or not experts or not model.moe_intermediate_size:
         return 0.0
     h = model.hidden_size
     inter = max(model.moe_intermediate_size // tp, 1)
-    factor = (-(-h // 128) * 128 / h) * (-(-inter // 128) * 128 / inter)
+    a_inter, a_h = max(int(align[0]), 1), max(int(align[1]), 1)
+    factor = (-(-h // a_h) * a_h / h) * (-(-inter // a_inter) * a_inter / inter)
     return experts / tp * (factor - 1.0)
