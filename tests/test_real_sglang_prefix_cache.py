@@ -23,7 +23,7 @@ from autotune.launch import ServerProcess
 from autotune.load import LoadSpec, run_load
 from autotune.load.workloads import validate_workload
 
-pytestmark = pytest.mark.sglang
+pytestmark = pytest.mark.real_sglang
 
 PYTHON = Path(os.environ.get("AUTOTUNE_SGLANG_CPU_PYTHON",
                              Path.home() / ".cache" / "autotune" / "sglang" / "0.5.23-cpu" / "bin" / "python"))
