@@ -10,6 +10,7 @@ pytest_plugins = (
     "leak_guard",  # fails the test that leaves a process, port, Ray instance, handler, env var or cwd behind
     "test_results_fixture",  # finished_spec: one finished study for the results tests
     "pg_server",  # pg: a throwaway PostgreSQL server (skips outside CI when it cannot start)
+    "real_sglang",  # real_server: one real SGLang server on CPU shared by the modules that only load it
     "pytester",  # tests/test_leak_guard.py runs a leaky inner session
 )
 
@@ -34,6 +35,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(item.get_closest_marker(m) for m in SLOW_TIER_MARKERS):
             item.add_marker(pytest.mark.slow_tier)
+
+
+@pytest.fixture
+def cli_signal_handlers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`autotune run` called in this process installs its SIGINT/SIGTERM handlers (once per process):
+    a test that calls it uses this fixture to put the suite's handlers back afterwards."""
+    from autotune.launch import cleanup
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(cleanup, "_installed", False)
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 def in_ci() -> bool:

@@ -181,12 +181,16 @@ def test_a_local_instance_gets_sigint_back_and_disconnect_undoes_what_connect_di
     try:
         assert ray_cluster.connect(None, num_cpus=1, num_gpus=0) is True
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # the driver's own disposition is kept
+        signal.signal(signal.SIGTERM, lambda *_: None)  # as ray.init does in the driver
+        marker = os.environ[ray_guard.MARKER_ENV]
+        guards = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+        assert len(guards) == 1  # the detached guard watching this driver
+        ray_cluster.disconnect(True)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     assert seen["child"] == "<built-in function default_int_handler>"
-    marker = os.environ[ray_guard.MARKER_ENV]
-    guards = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
-    assert len(guards) == 1  # the detached guard watching this driver
-    ray_cluster.disconnect(True)
     assert dict(os.environ) == env
     assert not guards[0].is_running()

@@ -82,6 +82,7 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
     marker = _guard_local_instance()
     cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
     log.info("starting a local Ray instance on loopback: %d CPU(s), %d GPU(s) declared", cpus, num_gpus)
+    handlers = _handlers()
     with _sigint_default():
         ray.init(
             address="local",
@@ -93,6 +94,7 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
             logging_level=logging.WARNING,
         )
     _local["marker"] = marker
+    _local["handlers"] = handlers  # ray.init replaces the driver's SIGTERM handler and never puts it back
     _local["env"] = {k: env_before.get(k) for k in set(env_before) | set(os.environ)
                      if env_before.get(k) != os.environ.get(k)}
     return True
@@ -101,6 +103,12 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
 # What starting the local instance changed in this process: its guard's marker and the
 # environment entries it (and ray.init) set, undone by disconnect().
 _local: dict[str, Any] = {}
+
+
+def _handlers() -> dict[int, Any]:
+    """The driver's SIGINT/SIGTERM handlers (Python-level ones only: a C-level one reads as None)."""
+    out = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: h for sig, h in out.items() if h is not None}
 
 
 @contextmanager
@@ -169,10 +177,14 @@ def disconnect(owned: bool) -> None:
         log.info("local Ray instance shut down")
     if owned and _local:
         # Shut down cleanly: its guard has nothing left to watch for, and this process's
-        # environment goes back to what it was (a library call leaves no marker behind).
+        # environment and signal handlers go back to what they were (a library call leaves
+        # no marker and no handler of Ray's behind).
         from autotune.study import ray_guard
 
         ray_guard.stop_guards(_local["marker"])
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in _local["handlers"].items():
+                signal.signal(sig, handler)
         for k, v in _local["env"].items():
             if v is None:
                 os.environ.pop(k, None)
