@@ -14,13 +14,16 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from autotune.sglang.cpu import CPU_ENV, cpu_flags
 from autotune.sglang_env.install import SglangEnv, check, default_prefix
+
+if TYPE_CHECKING:
+    from autotune.launch import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LLAMA = REPO / "studies" / "models" / "tiny-llama-cpu"
@@ -68,19 +71,22 @@ def launch_env(env: SglangEnv) -> dict[str, str]:
     return {**os.environ, **CPU_ENV, **env.env}
 
 
-@contextmanager
-def real_server(env: SglangEnv, model: Path, log_path: Path, *extra: str,
-                timeout_s: float = 240.0) -> Iterator[str]:
-    """A real SGLang server through autotune's own launcher; yields its base URL, stops it after."""
+@pytest.fixture(scope="session")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real SGLang 0.5.23 server on CPU (the tiny Llama, cache report on) for every module that only
+    loads it: a real startup costs most of a minute on two cores. Stopped at the end of the session, or
+    by tests/test_real_sglang_server.py's teardown test, the last one to use it."""
     from autotune.launch import ServerProcess
 
+    env = need_real_sglang("0.5.23")
     port = free_port()
-    server = ServerProcess(server_argv(env, model, port, *extra), env=dict(CPU_ENV), log_path=log_path,
-                           host="127.0.0.1", port=port, startup_timeout_s=timeout_s)
+    server = ServerProcess(server_argv(env, TINY_LLAMA, port, "--enable-cache-report"), env=dict(CPU_ENV),
+                           log_path=tmp_path_factory.mktemp("real-server") / "server.log", host="127.0.0.1",
+                           port=port, startup_timeout_s=300)
+    server.start()
     try:
-        server.start()
         server.wait_ready()
-        yield server.url
+        yield server
     finally:
         server.stop()
 

@@ -36,6 +36,24 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
     assert test_cmd in ci, f"{test_cmd!r} not in .ci/run"
 
 
+def test_the_readme_names_both_tiers_and_ci_runs_the_fast_one_first():
+    import tomllib
+
+    from conftest import SLOW_TIER_MARKERS
+
+    block = README.split("## Development", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    fast = next(line for line in block.splitlines() if "pytest" in line).split("&&", 1)[1].split("#")[0].strip()
+    slow = [line.split("#")[0].strip() for line in block.splitlines() if "-m slow_tier" in line]
+    assert fast == "python3 -m pytest -q" and slow == ["python3 -m pytest -q -m slow_tier"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"\n{fast} ||" in ci and ci.index(f"\n{fast} ||") < ci.index(slow[0])
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m 'not slow_tier'" in config["addopts"]  # the fast tier deselects the slow one
+    declared = {m.split(":", 1)[0] for m in config["markers"]}
+    assert {"slow_tier", *SLOW_TIER_MARKERS} <= declared
+    assert all(f"`{m}`" in README for m in SLOW_TIER_MARKERS)
+
+
 def test_unknown_command_and_no_command_exit_2(capsys):
     assert main(["frobnicate"]) == 2
     assert "frobnicate" in capsys.readouterr().err

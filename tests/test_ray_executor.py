@@ -242,11 +242,12 @@ def test_reports_reach_the_reporter_and_false_stops_the_body(ray_owner: RayExecu
 
 def _wait_file(path: Path, timeout_s: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
-    time.sleep(0.05)
-    return json.loads(path.read_text())
+    while True:  # the body writes it in place: on a loaded machine it was read half-written (empty)
+        try:
+            return dict(json.loads(path.read_text()))
+        except (FileNotFoundError, json.JSONDecodeError):
+            assert time.monotonic() < deadline, f"{path} never appeared whole"
+            time.sleep(0.1)
 
 
 def _gone(pids: list[int], timeout_s: float = 20) -> list[int]:

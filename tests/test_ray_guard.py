@@ -113,6 +113,7 @@ def test_unreachable_cluster_is_a_config_error_naming_the_address(monkeypatch: p
     monkeypatch.setattr(ray, "init", refuse)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # connect() sets it for the driver's whole life
     with pytest.raises(ConfigError, match=r"executor.address: cannot join the Ray cluster at 'auto': Could not find"):
         ray_cluster.connect("auto", num_cpus=None, num_gpus=0)
 
@@ -129,6 +130,7 @@ def test_explicit_address_turns_token_mode_on_when_a_token_exists(monkeypatch: p
     monkeypatch.setenv("RAY_AUTH_MODE", "placeholder")  # recorded, so the value set below is undone
     monkeypatch.delenv("RAY_AUTH_MODE")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     assert ray_cluster.connect("10.1.2.3:6379", num_cpus=None, num_gpus=0) is False
     assert seen["address"] == "10.1.2.3:6379" and seen["auth"] == "token"
 
@@ -151,3 +153,44 @@ def test_artifacts_written_on_another_host_are_shipped_back(tmp_path: Path) -> N
     write_shipped(files)
     assert log.read_bytes() == b"line 1\nline 2\n"
     assert MAX_SHIPPED_BYTES >= 16 * 1024**2
+
+
+def test_a_local_instance_gets_sigint_back_and_disconnect_undoes_what_connect_did(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver started in the background ignores SIGINT; Ray's workers must not inherit that (their soft
+    cancel is a SIGINT). Shutting the instance down ends its guard and restores the environment."""
+    import signal
+
+    ray = pytest.importorskip("ray")
+    seen: dict[str, str] = {}
+    up = {"joined": False}
+
+    def fake_init(**kwargs: object) -> None:  # what a process Ray starts would inherit, and what ray.init sets
+        probe = "import signal; print(signal.getsignal(signal.SIGINT))"
+        seen["child"] = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                       check=True).stdout.strip()
+        os.environ["RAY_CLIENT_MODE"] = "0"
+        up["joined"] = True
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: up["joined"])
+    monkeypatch.setattr(ray, "shutdown", lambda: up.update(joined=False))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    env = dict(os.environ)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or `autotune run &` in a script
+    try:
+        assert ray_cluster.connect(None, num_cpus=1, num_gpus=0) is True
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # the driver's own disposition is kept
+        signal.signal(signal.SIGTERM, lambda *_: None)  # as ray.init does in the driver
+        marker = os.environ[ray_guard.MARKER_ENV]
+        guards = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+        assert len(guards) == 1  # the detached guard watching this driver
+        ray_cluster.disconnect(True)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert seen["child"] == "<built-in function default_int_handler>"
+    assert dict(os.environ) == env
+    assert not guards[0].is_running()

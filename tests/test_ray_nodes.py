@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -31,11 +32,14 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def cluster_address() -> Iterator[str]:
+    """A two-node cluster, joined once by this process (the executors reuse the connection); on
+    teardown the environment and the SIGINT/SIGTERM handlers Ray set are put back."""
     from ray.cluster_utils import Cluster
 
     from autotune.study import ray_cluster
 
-    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env = dict(os.environ)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     os.environ.pop("RAY_ADDRESS", None)
     ray_cluster._loopback_only()
     store = 100 * 1024**2
@@ -45,16 +49,16 @@ def cluster_address() -> Iterator[str]:
     try:
         cluster.add_node(num_cpus=1, num_gpus=4, object_store_memory=store)
         cluster.wait_for_nodes()
+        assert ray_cluster.connect(cluster.address, num_cpus=None, num_gpus=0) is False
         yield cluster.address
     finally:
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        os.environ.clear()
+        os.environ.update(env)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def _spec(address: str, **executor: Any) -> StudySpec:

@@ -2,43 +2,28 @@
 server, and autotune's hit rate equals the server's own count (its ``Prefill batch.`` log
 lines: ``#cached-token`` over ``#cached-token + #new-token``) within 1 %.
 
-Needs a CPU venv of SGLang 0.5.23 (``AUTOTUNE_SGLANG_CPU_PYTHON``, default
-``~/.cache/autotune/sglang/0.5.23-cpu/bin/python``, as ``autotune sglang-env install
---version 0.5.23 --device cpu`` builds it). Without one the test is skipped, except under
-``CI=true`` where it fails. The tiny Llama (dummy weights, WordLevel tokenizer) is written
-here (reference: sglang-on-cpu.md).
+Runs on the suite's shared real server (tests/real_sglang.py ``real_server``: SGLang 0.5.23 on
+CPU, the tiny Llama, ``--enable-cache-report``); without the venv it is skipped, except under
+``CI=true`` where it fails. ``write_tiny_llama`` writes such a model (dummy weights, WordLevel
+tokenizer; reference: sglang-on-cpu.md) for tests that need one on disk.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
 from pathlib import Path
 
 import pytest
+from real_sglang import TINY_LLAMA
 
 from autotune.launch import ServerProcess
 from autotune.load import LoadSpec, run_load
 from autotune.load.workloads import validate_workload
 
-pytestmark = pytest.mark.sglang
+pytestmark = pytest.mark.real_sglang
 
-PYTHON = Path(os.environ.get("AUTOTUNE_SGLANG_CPU_PYTHON",
-                             Path.home() / ".cache" / "autotune" / "sglang" / "0.5.23-cpu" / "bin" / "python"))
-CPU_FLAGS = ["--device", "cpu", "--disable-overlap-schedule", "--sleep-on-idle", "--attention-backend",
-             "torch_native", "--max-total-tokens", "8192", "--load-format", "dummy", "--enable-cache-report"]
 _PREFILL = re.compile(r"Prefill batch.*?#new-token: (\d+), #cached-token: (\d+)")
-
-
-def _need_python() -> Path:
-    if PYTHON.is_file():
-        return PYTHON
-    msg = f"real SGLang on CPU: no venv python at {PYTHON} (autotune sglang-env install --version 0.5.23 --device cpu)"
-    if os.environ.get("CI", "").lower() in ("1", "true"):
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 def write_tiny_llama(path: Path) -> Path:
@@ -68,37 +53,23 @@ def write_tiny_llama(path: Path) -> Path:
     return path
 
 
-def test_real_sglang_reports_cached_tokens_and_autotunes_hit_rate_is_the_servers(tmp_path: Path) -> None:
-    python = _need_python()
-    model = write_tiny_llama(tmp_path / "tiny-llama")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    log_path = tmp_path / "server.log"
-    argv = [str(python), "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",
-            "--port", str(port), *CPU_FLAGS]
-    server = ServerProcess(argv, env={"SGLANG_USE_CPU_ENGINE": "1"}, log_path=log_path, port=port,
-                           startup_timeout_s=300)
+def test_real_sglang_reports_cached_tokens_and_autotunes_hit_rate_is_the_servers(real_server: ServerProcess) -> None:
+    log_path = Path(real_server.log_path)
     gsp = {"kind": "generated-shared-prefix", "num_groups": 2, "prompts_per_group": 8, "system_prompt_len": 128,
            "question_len": 16, "output_len": 4}
     results = {}
-    try:
-        server.start()
-        server.wait_ready()
-        for backend in ("sglang", "openai"):
-            before = len(log_path.read_text(errors="replace").splitlines())
-            spec = LoadSpec(backend=backend, concurrency=4, warmup_requests=0, flush_cache=True,
-                            dataset=validate_workload(gsp), tokenizer=model)
-            m = run_load(server.url, spec).metrics
-            lines = log_path.read_text(errors="replace").splitlines()[before:]
-            new = cached = 0
-            for line in lines:
-                if (hit := _PREFILL.search(line)) is not None:
-                    new += int(hit.group(1))
-                    cached += int(hit.group(2))
-            results[backend] = (m, cached, new)
-    finally:
-        server.stop()
+    for backend in ("sglang", "openai"):
+        before = len(log_path.read_text(errors="replace").splitlines())
+        spec = LoadSpec(backend=backend, concurrency=4, warmup_requests=0, flush_cache=True,
+                        dataset=validate_workload(gsp), tokenizer=TINY_LLAMA)
+        m = run_load(real_server.url, spec).metrics
+        lines = log_path.read_text(errors="replace").splitlines()[before:]
+        new = cached = 0
+        for line in lines:
+            if (hit := _PREFILL.search(line)) is not None:
+                new += int(hit.group(1))
+                cached += int(hit.group(2))
+        results[backend] = (m, cached, new)
     for backend, (m, cached, new) in results.items():
         assert m["completed"] == 16 and m["failed"] == 0, backend
         assert m["total_cached_tokens"] > 0 and cached > 0, backend

@@ -1,4 +1,4 @@
-"""Real SGLang 0.5.23 on CPU, one server for the module, driven by autotune's own launcher and load generator.
+"""Real SGLang 0.5.23 on CPU, the session's shared server (tests/real_sglang.py), driven by autotune's own launcher and load generator.
 
 What the simulator only imitates, shown on the real engine: the CPU flags are
 accepted, readiness comes from the real endpoints, the real startup log is
@@ -11,35 +11,22 @@ scheduler and detokenizer (SGLang's own SIGTERM drain: rc 0, not a SIGKILL).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 from autotune.launch import ServerProcess
 from autotune.load import LoadSpec, run_load
-from autotune.sglang.cpu import CPU_ENV
 from autotune.sglang.logparse import parse_line, summarize
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = need_real_sglang("0.5.23")
-    log_path = tmp_path_factory.mktemp("real") / "server.log"
-    port = free_port()
-    proc = ServerProcess(server_argv(env, TINY_LLAMA, port), env=dict(CPU_ENV), log_path=log_path,
-                         host="127.0.0.1", port=port, startup_timeout_s=300)
-    proc.start()
-    try:
-        proc.wait_ready()
-        yield proc
-    finally:
-        proc.stop()
+@pytest.fixture
+def server(real_server: ServerProcess) -> ServerProcess:
+    return real_server  # the session's shared real server (tests/real_sglang.py)
 
 
 def _load(server: ServerProcess, backend: str, **kw: Any) -> Any:
@@ -83,14 +70,11 @@ def test_sglang_ids_stay_inside_a_tiny_vocabulary(server: ServerProcess) -> None
     assert again.metrics["completed"] == 16 and server.returncode is None
 
 
-def test_teardown_ends_the_whole_real_tree_gracefully(tmp_path: Path) -> None:
-    env = need_real_sglang("0.5.23")
-    port = free_port()
-    proc = ServerProcess(server_argv(env, TINY_LLAMA, port), env=dict(CPU_ENV), log_path=tmp_path / "s.log",
-                         host="127.0.0.1", port=port, startup_timeout_s=300)
-    proc.start()
+def test_teardown_ends_the_whole_real_tree_gracefully(real_server: ServerProcess) -> None:
+    """The last test to use the shared server stops it: a second real startup just to stop it cost a minute."""
+    proc = real_server
+    assert proc.returncode is None, "the shared real server was already stopped"
     try:
-        proc.wait_ready()
         tree = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
         names = " ".join(psutil.Process(p).name() + " " + " ".join(psutil.Process(p).cmdline()) for p in tree)
         assert "sglang::scheduler" in names and "sglang::detokenizer" in names, names

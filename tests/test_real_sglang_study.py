@@ -22,12 +22,14 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from leak_guard import SESSION_ENV
 from real_sglang import REPO, need_real_sglang
 
 from autotune.cli import main
 from autotune.sglang.installed import probe
 
-pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1200),
+              pytest.mark.usefixtures("cli_signal_handlers")]
 
 _REQUIRED = os.environ.get("AUTOTUNE_REAL_SGLANG_VERSIONS", "0.5.23").split(",")
 
@@ -59,13 +61,15 @@ def _sglang_tree(root: int) -> list[psutil.Process]:
 
 
 def _sglang_started_since(t0: float) -> list[psutil.Process]:
-    """SGLang processes on this machine started after ``t0`` (the real tests run one at a time)."""
+    """This session's SGLang processes started after ``t0``: other users of the machine run SGLang too,
+    so only a process carrying the suite's marker (tests/leak_guard.py) in its environment is ours."""
     out = []
+    mark = os.environ[SESSION_ENV]
     for p in psutil.process_iter():
         try:
             cmd = " ".join(p.cmdline()) + " " + p.name()
             mine = ("sglang.launch_server" in cmd or "sglang::" in cmd) and p.create_time() >= t0 - 1
-            if mine and p.status() != psutil.STATUS_ZOMBIE:
+            if mine and p.environ().get(SESSION_ENV) == mark and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except psutil.Error:
             continue

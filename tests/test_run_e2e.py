@@ -21,7 +21,7 @@ from autotune.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "studies" / "models"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cli_signal_handlers")]
 
 
 def _study(tmp_path: Path, **over) -> Path:

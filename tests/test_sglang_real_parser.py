@@ -53,7 +53,7 @@ from autotune.sglang.versions import as_version
 from autotune.space import iter_grid, to_config
 from autotune.spec import StudySpec, load_study_spec
 
-pytestmark = pytest.mark.sglang
+pytestmark = [pytest.mark.sglang, pytest.mark.real_sglang]
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "_real_parser_script.py"

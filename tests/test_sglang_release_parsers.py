@@ -152,7 +152,16 @@ def _real_python(version: str) -> Path:
                 f"about a minute the first time)")
 
 
-@pytest.mark.parametrize("version", known_versions())
+def _real_versions() -> list[str]:
+    """The releases whose real parser is checked: CI's, the asked-for ones, and whatever is cached."""
+    build, _must = _wanted_real()
+    cached = {v for v in known_versions() if (parser_env.cache_dir() / v / "python").exists()}
+    wanted = set(CI_RELEASES) | (build or set()) | cached
+    return [v for v in known_versions() if v in wanted]
+
+
+@pytest.mark.real_sglang
+@pytest.mark.parametrize("version", _real_versions())
 def test_every_candidate_parses_as_meant_by_the_real_parser(version: str) -> None:
     python = _real_python(version)
     configs, argvs = _argvs(version)

@@ -30,6 +30,8 @@ from autotune.study.driver import budget_used, run_study
 from autotune.study.offline_executor import OfflineExecutor
 from autotune.study.storage_retry import StorageUnavailable
 
+pytestmark = pytest.mark.postgres
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "studies" / "models"
 

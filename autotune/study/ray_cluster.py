@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,7 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
     """
     import ray
 
+    env_before = dict(os.environ)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         log.info("using the Ray instance this process already joined")
@@ -74,22 +79,59 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
             ) from exc
         return False
     _loopback_only()
-    _guard_local_instance()
+    marker = _guard_local_instance()
     cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
     log.info("starting a local Ray instance on loopback: %d CPU(s), %d GPU(s) declared", cpus, num_gpus)
-    ray.init(
-        address="local",
-        num_cpus=cpus,
-        num_gpus=num_gpus,
-        include_dashboard=False,
-        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-        namespace=namespace,
-        logging_level=logging.WARNING,
-    )
+    handlers = _handlers()
+    with _sigint_default():
+        ray.init(
+            address="local",
+            num_cpus=cpus,
+            num_gpus=num_gpus,
+            include_dashboard=False,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            namespace=namespace,
+            logging_level=logging.WARNING,
+        )
+    _local["marker"] = marker
+    _local["handlers"] = handlers  # ray.init replaces the driver's SIGTERM handler and never puts it back
+    _local["env"] = {k: env_before.get(k) for k in set(env_before) | set(os.environ)
+                     if env_before.get(k) != os.environ.get(k)}
     return True
 
 
-def _guard_local_instance() -> None:
+# What starting the local instance changed in this process: its guard's marker and the
+# environment entries it (and ray.init) set, undone by disconnect().
+_local: dict[str, Any] = {}
+
+
+def _handlers() -> dict[int, Any]:
+    """The driver's SIGINT/SIGTERM handlers (Python-level ones only: a C-level one reads as None)."""
+    out = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: h for sig, h in out.items() if h is not None}
+
+
+@contextmanager
+def _sigint_default() -> Iterator[None]:
+    """Start Ray's processes with SIGINT's default disposition.
+
+    A driver started in the background (nohup, `cmd &` in a script) has SIGINT ignored, and
+    an ignored signal is inherited through fork and exec: every Ray worker would ignore it
+    too. Ray's soft cancel is a SIGINT in the worker (interrupt_main), so shutdown(cancel=True)
+    could never stop a trial body gracefully and every cancel waited for the force. A handler
+    (unlike SIG_IGN) is reset to the default by exec, so setting one while Ray starts suffices.
+    """
+    ignored = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _guard_local_instance() -> str:
     """Make the local instance die with this driver, even on ``kill -9``.
 
     Ray's head processes follow a driver that exits, but after a SIGKILL its
@@ -105,6 +147,7 @@ def _guard_local_instance() -> None:
     marker = f"ray-local-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     os.environ[ray_guard.MARKER_ENV] = marker
     ray_guard.spawn(marker)
+    return marker
 
 
 def _loopback_only() -> None:
@@ -132,6 +175,22 @@ def disconnect(owned: bool) -> None:
     if owned and ray.is_initialized():
         ray.shutdown()
         log.info("local Ray instance shut down")
+    if owned and _local:
+        # Shut down cleanly: its guard has nothing left to watch for, and this process's
+        # environment and signal handlers go back to what they were (a library call leaves
+        # no marker and no handler of Ray's behind).
+        from autotune.study import ray_guard
+
+        ray_guard.stop_guards(_local["marker"])
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in _local["handlers"].items():
+                signal.signal(sig, handler)
+        for k, v in _local["env"].items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _local.clear()
 
 
 def node_totals() -> list[dict[str, float]]:

@@ -73,6 +73,21 @@ def sweep(marker: str, *, grace_s: float = 3.0) -> list[int]:
     return [p.pid for p in procs]
 
 
+def stop_guards(marker: str) -> list[int]:
+    """End the guards watching for ``marker`` (their worker or driver finished cleanly); their pids."""
+    procs = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "autotune.study.ray_guard" in cmd and "--marker" in cmd and cmd[cmd.index("--marker") + 1:][:1] == [marker]:
+            try:
+                proc.terminate()
+                procs.append(proc)
+            except psutil.Error:
+                pass
+    psutil.wait_procs(procs, timeout=5)
+    return [p.pid for p in procs]
+
+
 def _alive(pid: int, create_time: float) -> bool:
     try:
         proc = psutil.Process(pid)
