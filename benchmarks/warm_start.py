@@ -7,12 +7,14 @@ Usage::
 
 Pairs of landscapes (``benchmarks/warm_start/``, study files built like ``benchmarks/scenarios/``):
 
-* ``release``: Kimi-K2-class on 8 x RTX PRO 6000 (PCIe), SGLang 0.5.22 -> 0.5.23 (which adds a knob,
-  the PCIe-IPC allreduce);
-* ``workload``: Qwen3-32B on one H200, 512 -> 2048-token prompts;
-* ``node``: Llama-3.1-70B at TP 8 on 8 x H100 -> TP 4 on 4 of them;
-* ``checkpoint``: Qwen3-32B bf16 -> an FP8 checkpoint of the same architecture, one H100;
-* ``unrelated``: the release pair's Kimi study as the earlier one for the workload pair's Qwen study.
+* ``release``: the seed case of ``benchmarks/scenarios/1-seed-c256.yaml`` (Kimi-K2-class at TP 8 on
+  8 x RTX PRO 6000, PCIe, c=256), SGLang 0.5.22 -> 0.5.23;
+* ``workload``: the seed case on 0.5.23, 512 -> 2048-token prompts;
+* ``node``: Llama-3.1-70B at TP 8 on 8 x RTX PRO 6000 -> TP 4 on 4 of them;
+* ``checkpoint``: the seed case on 0.5.23, Kimi-K2-class -> a later checkpoint of the same
+  architecture and shape with 4 % more weights (``benchmarks/warm_start/models/kimi-k2-class-v2``);
+* ``unrelated``: the node pair's 8-GPU Llama study as the earlier one for the release pair's Kimi
+  study on 0.5.23 (another model).
 
 Per pair and seed: the earlier study runs (the real driver, offline trial bodies, its own budget;
 its GPU-seconds are sunk and not counted), then the later study runs twice with the same seed: cold,
@@ -63,7 +65,7 @@ PAIRS = {
     "workload": ("2-workload-before.yaml", "2-workload-after.yaml"),
     "node": ("3-node-before.yaml", "3-node-after.yaml"),
     "checkpoint": ("4-checkpoint-before.yaml", "4-checkpoint-after.yaml"),
-    "unrelated": ("1-release-before.yaml", "2-workload-after.yaml"),
+    "unrelated": ("3-node-before.yaml", "1-release-after.yaml"),
 }
 GOAL = {"related": 0.3, "unrelated": 1.05}
 OOM_KINDS = ("kv_oom", "graph_capture_oom", "runtime_oom", "weights_oom")

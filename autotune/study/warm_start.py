@@ -302,10 +302,9 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
         params, notes = translate(dict(t.params), src.spec, new)
         params = _with_new_knobs(params, widened)
         fixed = _fixed(params, widened)
-        names = set(space.param_names(widened))
-        kept = fixed[0] if fixed is not None else \
-            {k: v for k, v in params.items() if k in names and (k.startswith("speculative_")
-                                                                or _fixed({k: v}, _only(widened, k)) is not None)}
+        if fixed is None:
+            continue  # a value outside this space (another range or choice): not this study's candidate
+        kept = fixed[0]
         key = repr(sorted(kept.items()))
         if not kept or key in seen:
             continue
@@ -319,19 +318,6 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
     return out, Decision("top configurations", True,
                          f"related study: its best {len(out)} by {basis} (trials "
                          f"{', '.join(str(n) for _, n in out)}), enqueued before the search")
-
-
-def _only(spec: StudySpec, key: str) -> StudySpec:
-    """``spec`` with a search space of the one knob ``key`` (to check a value on its own)."""
-    sp = spec.search_space
-    data: dict[str, Any] = {}
-    if key in sp.flags:
-        data["flags"] = {key: sp.flags[key]}
-    elif key in sp.env:
-        data["env"] = {key: sp.env[key]}
-    elif key in type(sp).model_fields and getattr(sp, key) is not None and key != "speculative":
-        data[key] = getattr(sp, key)
-    return spec.model_copy(update={"search_space": type(sp).model_validate(data)})
 
 
 def _prior_decision(src: Source) -> Decision:
