@@ -175,6 +175,9 @@ def test_a_missing_earlier_study_is_one_line_naming_the_field(tmp_path: Path) ->
     spec = load_study_spec(_write(tmp_path, "later", warm=["never-run.yaml"]))
     with pytest.raises(ConfigError, match=r"^warm_start: no study 'never-run'"):
         WarmStart.load(spec)
+    spec = load_study_spec(_write(tmp_path, "itself", warm=["itself.yaml"]))
+    with pytest.raises(ConfigError, match=r"^warm_start: 'itself.yaml' is this study itself"):
+        WarmStart.load(spec)
 
 
 def _run(path: Path) -> optuna.Study:

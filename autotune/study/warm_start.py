@@ -334,6 +334,8 @@ def load_source(new: StudySpec, path: str) -> Source:
     if not Path(full).is_file():
         raise ConfigError(f"warm_start: no study file {path!r} (looked at {full})")
     old = load_study_spec(full)
+    if (old.name, old.storage_url) == (new.name, new.storage_url):
+        raise ConfigError(f"warm_start: {path!r} is this study itself (resuming it needs no warm start)")
     study = OPEN[0](old, path)
     return Source(path=path, spec=old, study=study, relation=relation(new, old), new=new)
 
