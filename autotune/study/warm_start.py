@@ -348,6 +348,11 @@ class WarmStart:
         self.spec = spec
         self.sources = list(sources)
         self._decided = False
+        for src in self.sources:  # what needs no search space: known before the space is widened by
+            # the baseline's automatic values, which the carried calibration predicts
+            src.calibration, d_cal = _calibration(src, spec)
+            src.failures, d_fail = _failures(src, spec)
+            src.decisions = [d_cal, d_fail]
 
     @classmethod
     def load(cls, spec: StudySpec) -> WarmStart:
@@ -361,10 +366,8 @@ class WarmStart:
         if self._decided:
             return
         for src in self.sources:
-            src.calibration, d_cal = _calibration(src, self.spec)
-            src.failures, d_fail = _failures(src, self.spec)
             src.top, d_top = _top(src, self.spec, widened)
-            src.decisions = [d_cal, d_fail, d_top, _prior_decision(src)]
+            src.decisions = [*src.decisions[:2], d_top, _prior_decision(src)]
         self._decided = True
 
     def lines(self) -> list[str]:
