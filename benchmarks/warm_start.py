@@ -120,6 +120,8 @@ def run_pair(name: str, seeds: int, out: Path) -> dict[str, Any]:
         warm.append(_warm_run(after, earlier, before_path, budget, Noise(sigma, seed), sign, seed))
         before.save()
         after.save()
+        print(f"  {name} seed {seed}: GPU-s to target cold {_num(cold[-1].to_target(target, sign))}, "
+              f"warm {_num(warm[-1].to_target(target, sign))}", flush=True)
     tt = {k: [r.to_target(target, sign) for r in rs] for k, rs in (("cold", cold), ("warm", warm))}
     med = {k: statistics.median(v) for k, v in tt.items()}
     spent = {k: statistics.median(r.gpu_s for r in rs) for k, rs in (("cold", cold), ("warm", warm))}
@@ -160,6 +162,7 @@ def demo_check(seeds: int, out: Path) -> dict[str, Any]:
         rows.append({"seed": seed, "cold_40": _num2(cold.final), "warm_12": _num2(warm.final),
                      "ratio": round((warm.final or 0.0) / cold.final, 4) if cold.final else None,
                      "warm_launches": warm.launches, "warm_oom_launches": len(ooms)})
+        print(f"  demo seed {seed}: {rows[-1]}", flush=True)
         after.save()
         before.save()
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
