@@ -225,3 +225,36 @@ def test_warm_from_an_unrelated_study_runs_like_a_cold_one(tmp_path: Path) -> No
     assert [t.params for t in warm.trials] == [t.params for t in cold.trials]
     assert not any(t.user_attrs.get(attrs.WARM_FROM) for t in warm.trials)
     assert warm.user_attrs[attrs.WARM_START][0]["carried"] == []
+
+
+def test_the_prior_steers_the_sampler_and_never_enters_the_study() -> None:
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.study.warm_start import PriorSampler
+
+    dist = {"bs": CategoricalDistribution([64, 128, 256, 512])}
+    prior = []
+    for i in range(16):
+        bs = [64, 128, 256, 512][i % 4]
+        value = 100.0 if bs == 256 else 10.0
+        ft = optuna.trial.create_trial(params={"bs": bs}, distributions=dist, value=value)
+        ft.number = ft._trial_id = -(16 - i)
+        prior.append((ft, value, 100.0))
+
+    def asks(sampler: optuna.samplers.BaseSampler) -> list[int]:
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        out = []
+        for _ in range(6):
+            trial = study.ask()
+            bs = trial.suggest_categorical("bs", [64, 128, 256, 512])
+            study.tell(trial, 50.0)
+            out.append(bs)
+        assert len(study.trials) == 6  # the prior is the sampler's view only
+        return out
+
+    def tpe() -> optuna.samplers.TPESampler:
+        return optuna.samplers.TPESampler(seed=0, n_startup_trials=4)
+
+    warm = asks(PriorSampler(tpe(), prior))
+    cold = asks(tpe())
+    assert warm.count(256) >= 5 and cold.count(256) < warm.count(256)
