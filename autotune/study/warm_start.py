@@ -280,6 +280,9 @@ def _failures(src: Source, new: StudySpec) -> tuple[list[Failure], Decision]:
         params, _ = translate(dict(t.params), src.spec, new)
         out.append(Failure(number=t.number, kind=kind, params=params, study=src.name))
     skipped = "" if r.same_workload else "; out-of-memory under load left out (another workload)"
+    if not out:
+        return [], Decision("infeasible regions", False, f"same node, model, TP and memory regime, but the earlier "
+                                                         f"study learnt none{skipped}")
     return out, Decision("infeasible regions", True, f"same node, model, TP and memory regime: {len(out)} failure(s)"
                                                      f"{skipped}")
 
