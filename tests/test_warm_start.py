@@ -171,6 +171,9 @@ def test_a_missing_earlier_study_is_one_line_naming_the_field(tmp_path: Path) ->
     with pytest.raises(ConfigError, match=r"^warm_start: no study file 'nowhere.yaml'") as exc:
         WarmStart.load(spec)
     assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
+    from autotune.cli import main
+
+    assert main(["plan", str(tmp_path / "later.yaml")]) == 2  # the CLI: one line, exit 2
     _write(tmp_path, "never-run")  # a study file whose study was never run
     spec = load_study_spec(_write(tmp_path, "later", warm=["never-run.yaml"]))
     with pytest.raises(ConfigError, match=r"^warm_start: no study 'never-run'"):
