@@ -128,11 +128,19 @@ def test_another_memory_regime_re_derives_the_calibration(tmp_path: Path) -> Non
     assert d["top configurations"].carried and d["sampler prior"].carried
 
 
-def test_another_workload_carries_no_runtime_oom_and_a_thinner_prior(tmp_path: Path) -> None:
+def test_another_workload_carries_no_runtime_oom_and_no_prior(tmp_path: Path) -> None:
     _earlier(tmp_path)
     warm, widened, d = _warm(_write(tmp_path, "later", input_len=2048, warm=["earlier.yaml"]))
     assert {f.kind for f in warm.failures()} == {"graph_capture_oom"}
     assert "another workload" in d["infeasible regions"].reason
+    assert d["top configurations"].carried
+    assert not d["sampler prior"].carried and warm.prior_trials(widened) == []
+
+
+def test_another_node_size_carries_a_thinner_prior(tmp_path: Path) -> None:
+    _earlier(tmp_path, num_gpus=2)
+    warm, widened, d = _warm(_write(tmp_path, "later", num_gpus=1, warm=["earlier.yaml"]))
+    assert not d["calibration"].carried and not d["infeasible regions"].carried
     assert len(warm.prior_trials(widened)) == 2  # every other trial by rank: weight 1/2
 
 
