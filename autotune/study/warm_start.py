@@ -13,7 +13,8 @@ and compared with this one. What carries over, and only when it applies:
 * **top configurations** (by the noise-aware estimate, :mod:`autotune.study.estimate`): related
   studies (same GPU kind and interconnect, same architecture and shape), translated to this
   release's flags (a renamed flag follows its new name; one the release removed is dropped and
-  reported), enqueued before the search (right after the baseline when it runs first).
+  reported), enqueued before the search (right after the baseline when it runs first); only the
+  best one from a study with another workload (its winners are a guess about this landscape).
 * **sampler prior**: every earlier trial that still lies in this study's space joins the sampler's
   history (never this study's storage), its value rescaled by this study's best over the earlier
   one's; weighted by how alike the studies are: all of them from a study that differs only in
@@ -317,8 +318,8 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
         seen.add(key)
         src.notes += [n for n in notes if n not in src.notes]
         out.append((kept, t.number))
-        if len(out) >= TOP_K:
-            break
+        if len(out) >= (TOP_K if src.relation.same_workload else 1):
+            break  # another workload: its winners are a guess about this landscape, one launch of it
     if not out:
         return [], Decision("top configurations", False, "no completed trial of the earlier study fits this space")
     return out, Decision("top configurations", True,
