@@ -491,6 +491,9 @@ class StudySpec(_Model):
     search: SearchSpec = Field(default_factory=SearchSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     calibration: CalibrationSpec | None = None
+    # Earlier study files this study starts from (paths relative to this file; their storage is only read):
+    # what carries over and why is decided per study (autotune.study.warm_start).
+    warm_start: list[str] = Field(default_factory=list)
     run_dir: str | None = None  # per-trial artifacts; default: <study dir>/runs/<name>
 
     # Set by load_study_spec: the file it came from (not a YAML key).

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _best(args: argparse.Namespace) -> int:
-    from autotune.results.summary import best
+    from autotune.results.summary import best, lineage_lines
     from autotune.spec import load_study_spec
 
     data = best(load_study_spec(args.study))
@@ -31,6 +31,10 @@ def _best(args: argparse.Namespace) -> int:
         print(f"baseline (SGLang defaults, trial {data['baseline_number']}): {data['baseline_value']:.2f}  "
               f"gain {data['gain_pct']:+.2f} %")
     print(f"params: {data['params']}")
+    for line in lineage_lines(data.get("lineage") or []):  # warm start: the studies this result built on
+        print(f"built on: {line}")
+    if data.get("warm_from"):
+        print(f"this configuration came from {data['warm_from']} (warm start)")
     for w in data.get("workloads") or []:  # a workload mix: each workload's own figures
         slo = "" if w["slo_met"] is None else f", SLO {'met' if w['slo_met'] else 'MISSED'} {w['slo']}"
         figs = ", ".join(f"{k} {v:.4g}" for k, v in w["figures"].items())

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.plan import ROW_KEYS, plan_rows, plan_space
+    from autotune.study.plan import ROW_KEYS, plan_rows, plan_space, warm_start
 
     spec = load_study_spec(args.study)
     rows = plan_rows(spec, args.set)
@@ -33,6 +33,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
+    for line in warm_start(spec)[0]:  # what the earlier studies of warm_start carry, and why
+        print(line)
     for r in space["removed"]:
         print(r["line"])
     print("space that remains:")

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import ExportError
 from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
-from autotune.results.summary import clean_params
+from autotune.results.summary import clean_params, lineage, lineage_lines
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.storage import open_study
@@ -60,6 +60,7 @@ def build_report(spec: StudySpec, *, top: int = 5) -> str:
         f"{_e(spec.server.sglang_version)} · {spec.hardware.num_gpus} x {_e(spec.hardware.gpu)} "
         f"({_e(spec.hardware.interconnect)}) · generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC</p>",
         _outcomes_table(study),
+        _lineage(study),
         "<h2>Top configurations against the baseline</h2>",
         _top_table(spec, study, top),
         _mix_table(spec, study),
@@ -112,6 +113,22 @@ def _outcomes_table(study: optuna.Study) -> str:
         cal_line = (f"<p>Memory calibration: P = {_e(cal.get('p_gib'))} GiB, A = {_e(cal.get('a_gib'))} GiB, "
                     f"KV tokens {_e(cal.get('kv_tokens'))} (from {_e(cal.get('source'))}).</p>")
     return f"<h2>Outcomes</h2><table><tr><th>outcome</th><th>trials</th></tr>{cells}</table>{cal_line}"
+
+
+def _lineage(study: optuna.Study) -> str:
+    """Warm start: the earlier studies this one built on, what each carried and why (empty for a cold study)."""
+    lin = lineage(study)
+    if not lin:
+        return ""
+    items = ""
+    for s, line in zip(lin, lineage_lines(lin), strict=True):
+        why = "".join(f"<li>{_e(d['what'])}: {'carried' if d['carried'] else 'not carried'} ({_e(d['reason'])})</li>"
+                      for d in s.get("decisions") or [])
+        notes = "".join(f"<li>{_e(n)}</li>" for n in s.get("notes") or [])
+        items += f"<li>{_e(line)}<ul>{why}{notes}</ul></li>"
+    carried = [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(attrs.WARM_FROM)]
+    tail = f"<p>Trials {_e(', '.join(map(str, carried)))} ran configurations carried from them.</p>" if carried else ""
+    return f"<h2>Built on (warm start)</h2><ul>{items}</ul>{tail}"
 
 
 def _mix_table(spec: StudySpec, study: optuna.Study) -> str:
@@ -178,6 +195,8 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
             label = f"{label} baseline (SGLang defaults)".strip()
         if t.user_attrs.get(attrs.REFERENCE):
             label = f"{label} reference: {t.user_attrs[attrs.REFERENCE]}".strip()
+        if t.user_attrs.get(attrs.WARM_FROM):
+            label = f"{label} from {t.user_attrs[attrs.WARM_FROM]}".strip()
         p99 = t.user_attrs.get("p99_ttft_ms")
         rows.append(
             f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]

@@ -60,6 +60,22 @@ def _value(study: optuna.Study, t: FrozenTrial) -> float:
     return float(conf["median"]) if conf else cast(float, t.value)  # ranked trials are COMPLETE
 
 
+def lineage(study: optuna.Study) -> list[dict[str, Any]]:
+    """The earlier studies this one started from (``warm_start``), what each carried, and the
+    studies those built on in turn."""
+    return list(study.user_attrs.get(attrs.WARM_START) or [])
+
+
+def lineage_lines(lin: list[dict[str, Any]]) -> list[str]:
+    """One line per earlier study: its name, release, what it carried and what it built on."""
+    out = []
+    for s in lin:
+        carried = ", ".join(s.get("carried") or []) or "nothing (unrelated)"
+        on = f"; it built on {', '.join(s['built_on'])}" if s.get("built_on") else ""
+        out.append(f"{s['study']} (SGLang {s.get('sglang_version')}, {s.get('file')}): carried {carried}{on}")
+    return out
+
+
 def status(spec: StudySpec) -> dict[str, Any]:
     study = open_study(spec, create=False)
     states = {name: 0 for name in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
@@ -173,6 +189,8 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "baseline_value": base_value,
         "gain_pct": gain,
         "confirmation": conf.get(str(top.number)),
+        "lineage": lineage(study),
+        "warm_from": top.user_attrs.get(attrs.WARM_FROM),
         "choice": choice,
         "estimate": None if estimate is None else dataclasses.asdict(estimate),
         "baseline_confirmation": conf.get(str(base.number)) if base is not None else None,

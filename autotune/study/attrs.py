@@ -33,6 +33,7 @@ RETRY_OF = "retry_of"  # N on re-runs of interrupted trial N (outside the budget
 RETRIED = "retried"  # True on a trial that was re-run
 AFTER_DEATH = "after_death"  # a re-run after the first death of its Ray worker
 REUSED_FROM = "reused_from"  # N when the result of trial N (same launch argv) was reused
+WARM_FROM = "warm_from"  # "<study> trial N": a configuration carried from an earlier study (warm start)
 LAUNCH_KEY = "launch_key"  # the resolved launch argv (port left out), to find a launch already measured
 
 # ---- study user_attrs --------------------------------------------------------------------
@@ -40,4 +41,5 @@ CALIBRATION = "calibration"
 SPEC = "spec"
 CONFIRMATION = "confirmation"
 CONFIRMATION_STARTED = "confirmation_started"
+WARM_START = "warm_start"  # the earlier studies this one started from, what each carried and why
 BASELINE_RESOLVED = "baseline_resolved"  # SGLang's automatic values as predicted at the study's start

@@ -51,6 +51,7 @@ from autotune.study.rerun import run_once_more
 from autotune.study.reuse import copy_result, launch_key, stored_result
 from autotune.study.search_policy import SearchPolicy
 from autotune.study.storage import artifact_store, open_storage, open_study
+from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
 
@@ -100,6 +101,7 @@ class StudyDriver:
     def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None):
         self.spec = spec
         self.progress = progress or Progress()
+        self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
         self.study = open_study(spec, storage=self.storage)
         self.store = artifact_store(spec)
@@ -115,8 +117,27 @@ class StudyDriver:
 
     # ---- setup ---------------------------------------------------------
     def _stored_calibration(self) -> dict[str, Any] | None:
-        cal = self.study.user_attrs.get(attrs.CALIBRATION)
+        cal = self.study.user_attrs.get(attrs.CALIBRATION) or self.warm.calibration()
         return dict(cal) if cal else None
+
+    def _start_warm(self, new: bool) -> None:
+        """Decide what the earlier studies carry, say it, and give it to the study: the top
+        configurations queued (a new study only), the sampler's prior, the lineage."""
+        if not self.warm:
+            return
+        widened = self.candidates.widened_spec()
+        self.warm.decide(widened)
+        for line in self.warm.lines():
+            log.info("%s", line)
+        if new:
+            n = self.warm.enqueue_top(self.study)
+            self.study.set_user_attr(LINEAGE, self.warm.lineage())
+            if n:
+                log.info("warm start: %d earlier configuration(s) queued first", n)
+        prior = self.warm.prior_trials(widened)
+        if prior and not isinstance(self.study.sampler, optuna.samplers.BruteForceSampler):
+            self.study.sampler = PriorSampler(self.study.sampler, prior)
+            log.info("warm start: %d earlier trial(s) in the sampler's history", len(prior))
 
     def _default_executor(self) -> Executor:
         if self.spec.executor.kind == "ray":
@@ -201,7 +222,9 @@ class StudyDriver:
             if summary.interrupted:
                 log.warning("trials %s were interrupted by an earlier run; their parameters run again",
                             summary.interrupted)
+            new = not self.study.get_trials(deepcopy=False)
             self.candidates.ensure_baseline()
+            self._start_warm(new)
             if self.progress.on_start:
                 self.progress.on_start(self.study, spec.n_trials)
             old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
@@ -343,7 +366,7 @@ class StudyDriver:
             trial.set_user_attr(attrs.BASELINE, True)
         if cand.notes:
             trial.set_user_attr(attrs.NOTES, cand.notes)
-        refusal = self.candidates.refusal(cand, self.recorder.failures())
+        refusal = self.candidates.refusal(cand, [*self.recorder.failures(), *self.warm.failures()])
         if refusal is not None:
             trial.set_user_attr(attrs.FAILURE_KIND, refusal.kind.value)
             trial.set_user_attr(attrs.REASON, refusal.reason)

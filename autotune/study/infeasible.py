@@ -25,6 +25,11 @@ class Failure:
     number: int
     kind: str
     params: dict[str, Any]
+    study: str | None = None  # an earlier study's failure, carried by warm start (autotune.study.warm_start)
+
+    @property
+    def label(self) -> str:
+        return f"trial {self.number}" + (f" of study {self.study}" if self.study else "")
 
 
 def _others(params: dict[str, Any], inert: frozenset[str]) -> dict[str, Any]:
@@ -50,11 +55,11 @@ def implied_by(params: dict[str, Any], failures: list[Failure],
                 what = "failed CUDA graph capture" if fail.kind == FailureKind.GRAPH_CAPTURE_OOM.value \
                     else "ran out of memory under load"
                 return fail, (
-                    f"trial {fail.number} {what} at mem_fraction_static={f0:g}"
+                    f"{fail.label} {what} at mem_fraction_static={f0:g}"
                     f"{f', cuda_graph_max_bs={b0}' if b0 is not None else ''}; this candidate has less slack"
                     f" (f={f1:g}{f', bs={b1}' if b1 is not None else ''})"
                 )
         if fail.kind == FailureKind.KV_OOM.value and f0 is not None and f1 is not None and f1 <= f0:
-            return fail, (f"trial {fail.number} had no KV cache at mem_fraction_static={f0:g}; "
+            return fail, (f"{fail.label} had no KV cache at mem_fraction_static={f0:g}; "
                           f"this candidate has f={f1:g}")
     return None

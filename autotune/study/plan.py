@@ -52,11 +52,29 @@ def plan_space(spec: StudySpec) -> dict[str, Any]:
             "space": space_summary(pruned)}
 
 
+def warm_start(spec: StudySpec) -> tuple[list[str], dict[str, Any] | None]:
+    """What the studies of ``warm_start:`` carry into this one, one line per decision with its reason
+    (as the run prints them), and the calibration carried (None: none)."""
+    import optuna
+
+    from autotune.study.candidates import Candidates
+    from autotune.study.warm_start import WarmStart
+
+    warm = WarmStart.load(spec)
+    if not warm:
+        return [], None
+    scratch = optuna.create_study(storage=optuna.storages.InMemoryStorage())  # the space, widened, without storage
+    cands = Candidates(spec, scratch, Predictor(spec, lambda: stored_calibration(spec) or warm.calibration()))
+    warm.decide(cands.widened_spec())
+    return warm.lines(), warm.calibration()
+
+
 def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
     """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
     from autotune.study.candidates import vet, without_dead_knobs
 
-    predictor = Predictor(spec, lambda: stored_calibration(spec))  # the driver's own prediction path
+    warm_cal = warm_start(spec)[1] if spec.warm_start else None
+    predictor = Predictor(spec, lambda: stored_calibration(spec) or warm_cal)  # the driver's own prediction path
     spec, _ = without_dead_knobs(spec, predictor)  # plan_space says what left and why
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
