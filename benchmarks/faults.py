@@ -477,12 +477,13 @@ def child(kind: str, study: str) -> int:
 
         real = launch.free_port
         calls = {"n": 0}
+        squat_call = int(os.environ.get("AUTOTUNE_FAULT_PORT_CALL", "2"))  # the second launch by default
         squatters: list[socket.socket] = []
 
         def free_port(host: str = "127.0.0.1") -> int:
             port = real(host)
             calls["n"] += 1
-            if calls["n"] == 2:  # the second launch: someone binds the port after the probe
+            if calls["n"] == squat_call:  # that launch: someone binds the port after the probe
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind((host, port))

@@ -2,7 +2,7 @@
 
 Real SGLang is a process tree: the launcher (HTTP and tokenizer manager), ``sglang::scheduler``
 and ``sglang::detokenizer``. Each fault hits a short study (studies/real-cpu-tiny.yaml made
-small: 2 trials of a random-weight tiny Llama, 24 prompts of 32 + 128 tokens at c=8, a 20 s
+small: 1-2 trials of a random-weight tiny Llama, 16 prompts of 32 + 64 tokens at c=8, a 20 s
 between-tokens limit) while a trial's real server streams its load point, or during its
 startup; the study is then resumed, as a person would, until it holds its trials. Per fault:
 
@@ -45,7 +45,7 @@ from autotune.launch.tree import command_line, is_sglang
 
 ROOT = sim.ROOT
 STALL_S = 20.0  # the study's between-tokens limit: a hung server fails its load point after this
-N_TRIALS = 2
+N_TRIALS = int(os.environ.get("AUTOTUNE_FAULTS_TRIALS", "2"))  # 1: the hit trial and its re-run only
 
 
 def write_study(root: Path, version: str, python: str, *, executor: str = "inline",
@@ -53,7 +53,10 @@ def write_study(root: Path, version: str, python: str, *, executor: str = "inlin
     ex: dict[str, Any] = {"kind": executor}
     if executor == "ray":
         ex.update(num_cpus=2, num_gpus=1, max_parallel=1)
-    return small_study(root, python, name="faults-real", version=version, stall_s=STALL_S, executor=ex, space=space)
+    n = max(N_TRIALS, 2) if space else N_TRIALS  # a space of its own: SGLang's defaults run first
+    sim.N_TRIALS = n  # measure() counts a budget not reached as lost
+    return small_study(root, python, name="faults-real", version=version, stall_s=STALL_S, executor=ex, space=space,
+                       n_trials=n)
 
 
 # ---- this study's processes ----------------------------------------------------------------
@@ -152,7 +155,7 @@ def _run(ctx: Ctx, proc: subprocess.Popen, *, resume: bool) -> None:
     row, root, tree = ctx["row"], ctx["root"], ctx["tree"]
     row.runs.append(sim.settle(proc, timeout=1800))
     ctx["left"] = left_after_grace(tree, root)
-    if resume or row.runs[-1] != 0 or sim._budget(ctx["study"]) < N_TRIALS:
+    if resume or row.runs[-1] != 0 or sim._budget(ctx["study"]) < sim.N_TRIALS:
         again = sim.start_run(ctx["study"], root / "resume.log")
         ctx["tree2"] = Tree(root)
         while again.poll() is None:
@@ -225,7 +228,8 @@ def fault_startup(ctx: Ctx) -> tuple[int, float]:
 
 def fault_port(ctx: Ctx) -> tuple[int, float]:
     root = ctx["root"]
-    proc = sim.start_run(ctx["study"], root / "run.log", child="port")
+    squat = "1" if sim.N_TRIALS == 1 else "2"  # the launch whose port is taken
+    proc = sim.start_run(ctx["study"], root / "run.log", child="port", env={"AUTOTUNE_FAULT_PORT_CALL": squat})
     mark = root / "port.taken"
     while not mark.exists() and proc.poll() is None:
         ctx["tree"].walk(proc)
@@ -332,7 +336,6 @@ def main(only: list[str], version: str) -> int:
               f"autotune sglang-env install --version {version} --device cpu")
         return 2
     keys = only or list(FAULTS)
-    sim.N_TRIALS = N_TRIALS  # measure() counts a budget not reached as lost
     print(f"# real SGLang {version} on CPU, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     print(f"{'fault':38} {'lost':>4} {'rep':>3} {'left':>6} {'recov s':>7}  runs  kind: evidence", flush=True)
     bad = 0
