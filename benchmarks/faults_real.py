@@ -39,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import faults as sim  # benchmarks/faults.py: Row, start_run, settle, measure, snapshot, the --child patches
 import psutil
+import yaml
 from real_sglang import small_study  # noqa: E402 - the tests' own small real study
 
 from autotune.launch.tree import command_line, is_sglang
@@ -215,10 +216,10 @@ def fault_sigstop(ctx: Ctx) -> tuple[int, float]:
 
 
 def fault_startup(ctx: Ctx) -> tuple[int, float]:
-    study = write_study(ctx["root"], ctx["version"], ctx["python"],
-                        space={"mem_fraction_static": {"low": 0.0001, "high": 0.0001},
-                               "max_total_tokens": {"choices": [4096]}})
-    ctx["study"] = study
+    study = ctx["study"]  # every launch at --mem-fraction-static 0.0001, which real SGLang refuses
+    data = yaml.safe_load(study.read_text())
+    data["server"]["extra_args"] = [*data["server"].get("extra_args", []), "--mem-fraction-static", "0.0001"]
+    study.write_text(yaml.safe_dump(data))
     ctx["before"], t = {}, time.time()
     proc = sim.start_run(study, ctx["root"] / "run.log")
     _walk_until_end(ctx, proc)

@@ -47,7 +47,7 @@ class InstalledSglang:
         return [self._cache[tuple(a)] for a in argvs]
 
 
-def probe(python: str, *, timeout_s: float = 120.0) -> InstalledSglang | None:
+def probe(python: str, *, timeout_s: float = 600.0) -> InstalledSglang | None:
     """The SGLang importable by ``python``, or None when it cannot import ``sglang.srt.server_args``."""
     try:
         proc = subprocess.run([python, str(SCRIPT), "--info"], capture_output=True, text=True,
