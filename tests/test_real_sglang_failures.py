@@ -1,7 +1,7 @@
 """Real SGLang 0.5.23 failures on CPU, classified from the real output, each with its real log line.
 
-A launch refused for memory at startup (``kv_oom``, SGLang's own line at
-``--mem-fraction-static 0.0001``), a flag the version lacks (``invalid_args``, SGLang's
+A flag SGLang's parser accepts and its server refuses (``--context-length`` over the model's:
+``invalid_args`` with SGLang's own line), a flag the version lacks (``invalid_args``, SGLang's
 own argparse message; and the real parser refuses it before any launch while accepting every CPU flag, such as
 ``--sleep-on-idle``, that autotune's own table once refused), a model path without
 a config (``crashed`` with the evidence), a port held by another process, a
@@ -78,13 +78,13 @@ def test_model_without_config_crashes_with_the_evidence(tmp_path: Path) -> None:
     assert "config" in err.evidence.lower() or str(empty) in err.evidence, err.evidence
 
 
-def test_launch_refused_for_memory_is_kv_oom_with_sglangs_own_line(tmp_path: Path) -> None:
+def test_flag_the_parser_accepts_and_the_server_refuses_is_invalid_args_with_sglangs_line(tmp_path: Path) -> None:
     env = need_real_sglang("0.5.23")
     port = free_port()
     log = tmp_path / "s.log"
-    err = _launch_error(server_argv(env, TINY_LLAMA, port, "--mem-fraction-static", "0.0001"), port, log, 600)
-    assert err.kind == "kv_oom", (err.kind, err.evidence)
-    assert "Loaded weights leave no GPU memory for the KV cache" in err.evidence, err.evidence
+    err = _launch_error(server_argv(env, TINY_LLAMA, port, "--context-length", "4096"), port, log)
+    assert err.kind == "invalid_args", (err.kind, err.evidence)
+    assert "context_length (4096) is greater than the derived context_length (2048)" in err.evidence
     assert err.evidence in log.read_text(errors="replace")  # the real log's line, verbatim
     assert not [p for p in psutil.Process().children(recursive=True) if is_sglang(p)]
 

@@ -50,6 +50,8 @@ _PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
         (FailureKind.PORT_IN_USE, r"\[Errno 98\]"),
         (FailureKind.PORT_IN_USE, r"port \d+ is (already )?in use|port is (already )?in use"),
         (FailureKind.INVALID_ARGS, r"^\S+: error: "),
+        # parsed, then refused by the model's config (SGLang raises it before any scheduler starts)
+        (FailureKind.INVALID_ARGS, r"context_length \(\d+\) is greater than the derived context_length"),
         (FailureKind.CUDA_OOM, r"OutOfMemoryError: CUDA out of memory"),
         (FailureKind.CUDA_OOM, r"CUDA out of memory"),
         (FailureKind.CUDA_OOM, r"CUDA error: out of memory"),
