@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from autotune.errors import ConfigError
+from autotune.load.spec import LoadTimeouts
 from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
 
@@ -342,6 +343,9 @@ class WorkloadSpec(_Model):
     # Per-request ceilings for goodput (ttft_ms, tpot_ms, e2e_latency_ms): requests/s that met them.
     goodput_slo: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
+    # Per-request limits of the load generator (wall seconds): a short between_tokens_s ends a
+    # load point on a hung server sooner (default 600 s to the first token, 60 s between tokens).
+    timeouts: LoadTimeouts = Field(default_factory=lambda: LoadTimeouts.model_validate({}))
 
     @field_validator("concurrency")
     @classmethod

@@ -27,6 +27,7 @@ Everything is measured here; nothing is modelled except the servers themselves
 
     python benchmarks/faults.py                 # every fault (~10-25 min on 2 cores)
     python benchmarks/faults.py --only sigstop,port
+    python benchmarks/faults.py --engine real-cpu [--sglang-version 0.5.9]   # real SGLang: faults_real.py
 """
 
 from __future__ import annotations
@@ -476,12 +477,13 @@ def child(kind: str, study: str) -> int:
 
         real = launch.free_port
         calls = {"n": 0}
+        squat_call = int(os.environ.get("AUTOTUNE_FAULT_PORT_CALL", "2"))  # the second launch by default
         squatters: list[socket.socket] = []
 
         def free_port(host: str = "127.0.0.1") -> int:
             port = real(host)
             calls["n"] += 1
-            if calls["n"] == 2:  # the second launch: someone binds the port after the probe
+            if calls["n"] == squat_call:  # that launch: someone binds the port after the probe
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind((host, port))
@@ -528,14 +530,19 @@ def run_fault(key: str) -> Row:
         row.lost = row.lost or -1
         row.left = max(row.left, len(sim_servers_of(root)))
     finally:
-        for p in servers_of(root):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        if not os.environ.get("AUTOTUNE_FAULTS_KEEP"):
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            row.note += f" [{root}]"
+        clean_up(root, row, servers_of(root))
     return row
+
+
+def clean_up(root: Path, row: Row, procs: list[psutil.Process]) -> None:
+    """Kill what a fault left (counted already), and remove its directory (AUTOTUNE_FAULTS_KEEP keeps it)."""
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    if not os.environ.get("AUTOTUNE_FAULTS_KEEP"):
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        row.note += f" [{root}]"
 
 
 def main() -> int:
@@ -544,9 +551,16 @@ def main() -> int:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("study", nargs="?", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    ap.add_argument("--engine", choices=("sim", "real-cpu"), default="sim",
+                    help="sim: the simulated server (default); real-cpu: real SGLang on CPU (faults_real.py)")
+    ap.add_argument("--sglang-version", default="0.5.23", help="real-cpu: the CPU venv's SGLang version")
     args = ap.parse_args()
     if args.child:
         return child(args.child, args.study)
+    if args.engine == "real-cpu":
+        import faults_real
+
+        return faults_real.main([k for k in args.only.split(",") if k], args.sglang_version)
     keys = [k for k in args.only.split(",") if k] or list(FAULTS)
     rows = []
     print(f"{'fault':38} {'lost':>5} {'repeated':>9} {'left':>5} {'recovery s':>11}  runs  note", flush=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
 from autotune.sglang.cpu import CPU_ENV, cpu_flags
 from autotune.sglang_env.install import SglangEnv, check, default_prefix
@@ -105,3 +106,22 @@ def wait_until(pred: object, timeout_s: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def small_study(root: Path, python: str, *, name: str, version: str = "0.5.23", stall_s: float = 20.0,
+                executor: dict[str, object] | None = None, space: dict[str, object] | None = None,
+                n_trials: int = 2) -> Path:
+    """studies/real-cpu-tiny.yaml made small for fault checks: ``n_trials`` of 16 prompts of 32 + 64
+    tokens at c=8, a ``stall_s`` between-tokens limit (a hung server fails its load point after it)."""
+    data = yaml.safe_load((REPO / "studies" / "real-cpu-tiny.yaml").read_text())
+    data.update(name=name, n_trials=n_trials, sampler={"kind": "grid", "seed": 0}, executor=executor or {"kind": "inline"},
+                run_dir=str(root / "run"), storage=str(root / "study.db"))
+    data["server"].update(sglang_version=version, python=python, model_path=str(TINY_LLAMA), startup_timeout_s=600)
+    data["search_space"] = space or {"max_running_requests": {"choices": [4, 8]},
+                                     "max_total_tokens": {"choices": [4096]}}
+    data["workload"].update(input_len=32, output_len=64, num_prompts=16, concurrency=[8], warmup_requests=1,
+                            flush_cache=False, timeouts={"first_token_s": 120, "between_tokens_s": stall_s})
+    data["search"] = {"confirm_top": 0, "early_stopping": {"enabled": False}}
+    path = root / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path

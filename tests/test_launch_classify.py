@@ -21,6 +21,8 @@ CASES = [
     (FailureKind.MEMORY_IMBALANCE, "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. min_per_gpu_memory=40.1, local_gpu_memory=79.1"),
     (FailureKind.PORT_IN_USE, "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use"),
     (FailureKind.INVALID_ARGS, "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+    # real SGLang 0.5.23 on CPU, tiny Llama at --context-length 4096: parsed, then refused by the model config
+    (FailureKind.INVALID_ARGS, "ValueError: Warning: User-specified context_length (4096) is greater than the derived context_length (2048). This may lead to incorrect model outputs or CUDA errors."),
 ]
 
 

@@ -1,7 +1,8 @@
 """Real SGLang 0.5.23 failures on CPU, classified from the real output, each with its real log line.
 
-A flag the version lacks (``invalid_args``, SGLang's own argparse message; and the
-real parser refuses it before any launch while accepting every CPU flag, such as
+A flag SGLang's parser accepts and its server refuses (``--context-length`` over the model's:
+``invalid_args`` with SGLang's own line), a flag the version lacks (``invalid_args``, SGLang's
+own argparse message; and the real parser refuses it before any launch while accepting every CPU flag, such as
 ``--sleep-on-idle``, that autotune's own table once refused), a model path without
 a config (``crashed`` with the evidence), a port held by another process, a
 startup past its timeout, and a server killed under load (the trial fails as
@@ -21,6 +22,7 @@ from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
 
 from autotune.errors import LaunchError
 from autotune.launch import ServerProcess
+from autotune.launch.tree import is_sglang
 from autotune.objective import Objective
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.cpu import CPU_ENV, on_cpu
@@ -74,6 +76,17 @@ def test_model_without_config_crashes_with_the_evidence(tmp_path: Path) -> None:
     err = _launch_error(server_argv(env, empty, port), port, tmp_path / "s.log")
     assert err.kind == "crashed", (err.kind, err.evidence)
     assert "config" in err.evidence.lower() or str(empty) in err.evidence, err.evidence
+
+
+def test_flag_the_parser_accepts_and_the_server_refuses_is_invalid_args_with_sglangs_line(tmp_path: Path) -> None:
+    env = need_real_sglang("0.5.23")
+    port = free_port()
+    log = tmp_path / "s.log"
+    err = _launch_error(server_argv(env, TINY_LLAMA, port, "--context-length", "4096"), port, log)
+    assert err.kind == "invalid_args", (err.kind, err.evidence)
+    assert "context_length (4096) is greater than the derived context_length (2048)" in err.evidence
+    assert err.evidence in log.read_text(errors="replace")  # the real log's line, verbatim
+    assert not [p for p in psutil.Process().children(recursive=True) if is_sglang(p)]
 
 
 def test_port_taken_by_another_process(tmp_path: Path) -> None:

@@ -50,12 +50,15 @@ _PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
         (FailureKind.PORT_IN_USE, r"\[Errno 98\]"),
         (FailureKind.PORT_IN_USE, r"port \d+ is (already )?in use|port is (already )?in use"),
         (FailureKind.INVALID_ARGS, r"^\S+: error: "),
+        # parsed, then refused by the model's config (SGLang raises it before any scheduler starts)
+        (FailureKind.INVALID_ARGS, r"context_length \(\d+\) is greater than the derived context_length"),
         (FailureKind.CUDA_OOM, r"OutOfMemoryError: CUDA out of memory"),
         (FailureKind.CUDA_OOM, r"CUDA out of memory"),
         (FailureKind.CUDA_OOM, r"CUDA error: out of memory"),
         (FailureKind.RUNTIME_OOM, r"(Prefill|Decode) out of memory\. Try to lower your batch size"),
         (FailureKind.RUNTIME_OOM, r"alloc_req_slots runs out of memory"),
         (FailureKind.RUNTIME_OOM, r"Out of memory even after retracting"),
+        (FailureKind.CRASHED, r"Subprocess \S+ \(pid=\d+\) crashed with exit code"),
         (FailureKind.CRASHED, r"Scheduler hit an exception"),
         (FailureKind.CRASHED, r"Rank \d+ scheduler is dead"),
         (FailureKind.CRASHED, r"Initialization failed\. warmup error"),
@@ -63,6 +66,9 @@ _PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
     )
 )
 
+# SGLang's SubprocessWatchdog (0.5.23): a scheduler or detokenizer died and the launcher ends the tree.
+# That line names the process that died and how; it beats a traceback the teardown prints after it.
+_CHILD_DIED = re.compile(r"Subprocess \S+ \(pid=\d+\) crashed with exit code -?\d+")
 # "Capture cuda graph failed:" without the OOM text on the same line: an OOM if one shows elsewhere.
 _GRAPH_FAILED = re.compile(r"Capture .*graph failed", re.IGNORECASE)
 # The last line of a Python traceback, e.g. "RuntimeError: something".
@@ -155,6 +161,9 @@ def classify(log_tail_lines: Iterable[str], returncode: int | None) -> tuple[Fai
         return FailureKind.GRAPH_CAPTURE_OOM, graph_failed
     if best is not None and best_kind is not FailureKind.CRASHED:
         return best_kind, lines[best[2]].strip()
+    child_died = next((ln.strip() for ln in lines if _CHILD_DIED.search(ln)), None)
+    if child_died is not None:
+        return FailureKind.CRASHED, child_died
     if returncode is None:
         kind = FailureKind.STARTUP_TIMEOUT
     else:

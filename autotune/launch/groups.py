@@ -25,15 +25,20 @@ CREATE_TIME_TOLERANCE_S = 0.05
 """Two create_time readings of one process agree within this (psutil derives it from boot time)."""
 
 
-def _stat_fields(pid: int) -> tuple[str, int] | None:
-    """(state letter, pgid) from /proc/<pid>/stat, or None when the pid is gone."""
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None when gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read().decode("ascii", "replace")
     except OSError:
         return None
-    rest = raw[raw.rfind(")") + 2 :].split()
-    if len(rest) < 3:
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def _stat_fields(pid: int) -> tuple[str, int] | None:
+    """(state letter, pgid) from /proc/<pid>/stat, or None when the pid is gone."""
+    rest = proc_stat(pid)
+    if rest is None or len(rest) < 3:
         return None
     return rest[0], int(rest[2])
 
@@ -130,6 +135,7 @@ def terminate(pgid: int | None, extras: Iterable[psutil.Process] = (), *, grace_
     """
     extras = list(extras)
     deadline = time.monotonic() + max(0.0, grace_s)
+    signal_group(pgid, signal.SIGCONT, extras)  # a stopped (hung) process handles SIGTERM only once resumed
     if leader_first and pgid is not None and pgid > 1 and pgid != os.getpgrp() and is_alive(pgid):
         try:
             os.kill(pgid, signal.SIGTERM)

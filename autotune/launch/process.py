@@ -47,6 +47,7 @@ from autotune.launch.ports import mark_port_used
 from autotune.launch.registry import ProcessRegistry
 from autotune.launch.spawn import pdeathsig_preexec, spawn_watchdog
 from autotune.launch.tail import LogTail
+from autotune.launch.tree import TreeWatch, tree_members
 from autotune.outcome import FailureKind
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class ServerProcess:
         self._pidfd: int | None = None  # readable once the server exits: wakes wait_ready at once
         self._stopping = False
         self._stopped = False
+        self._tree_watch: TreeWatch | None = None
         self.ready = False
         self.timings: dict[str, float] = {}
 
@@ -139,6 +141,12 @@ class ServerProcess:
     def returncode(self) -> int | None:
         """Exit status of the direct child once it ended, else None."""
         return self._proc.poll() if self._proc is not None else None
+
+    @property
+    def failure(self) -> tuple[FailureKind, str] | None:
+        """Why autotune killed the server (kill_now: a KV-OOM proof, a bound port, a dead
+        scheduler or detokenizer under load), or None."""
+        return self._kill_request
 
     def log_lines(self) -> list[str]:
         """The last lines of the server log read so far."""
@@ -309,11 +317,27 @@ class ServerProcess:
                     self.ready = True
                     self.timings["startup_s"] = time.monotonic() - self._started_at
                     logger.info("server %s ready after %.1f s", self.url, self.timings["startup_s"])
+                    self._watch_tree()
                     return self
                 if status in (404, 405) and idx + 1 < len(paths):
                     idx += 1  # this server does not serve that path: try the next one now
                     continue
                 self._sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+
+    def _watch_tree(self) -> None:
+        """From readiness on, a scheduler or detokenizer that dies kills the group (see ``tree``)."""
+        assert self._proc is not None and self._tail is not None  # noqa: S101 - called once ready
+        members = tree_members(self._proc.pid)
+        if not members:
+            return
+        proc, tail = self._proc, self._tail
+
+        def log_lines() -> list[str]:
+            tail.pump()
+            return tail.lines()
+
+        self._tree_watch = TreeWatch(lambda: proc.poll() is None, self.kill_now, log_lines, members, proc.pid,
+                                     poll_s=self.poll_interval_s).start()
 
     def _sleep(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s``, waking early when the server exits or kill_now is called."""
@@ -338,6 +362,8 @@ class ServerProcess:
             return
         self._stopping = True
         t0 = time.monotonic()
+        if self._tree_watch is not None:
+            self._tree_watch.stop()  # a teardown's deaths are no crash
         try:
             self._remember_descendants()
             if self._create_time is not None:  # descendants that left the group and lost their parent

@@ -102,6 +102,13 @@ class ProcessRegistry:
         with self._locked() as entries:
             return [dict(e) for e in entries]
 
+    def alive_processes(self) -> list[psutil.Process]:
+        """Live processes of every recorded launch (leaders, group members, launch-id carriers)."""
+        out: dict[int, psutil.Process] = {}
+        for entry in self.entries():
+            out.update((p.pid, p) for p in _leftover_processes(entry))
+        return list(out.values())
+
     def record(
         self,
         pid: int,

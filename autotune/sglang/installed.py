@@ -28,8 +28,10 @@ class InstalledSglang:
     version: str
     _cache: dict[tuple[str, ...], str | None] = field(default_factory=dict)
 
-    def refusals(self, argvs: list[list[str]], *, timeout_s: float = 120.0) -> list[str | None]:
-        """SGLang's parser error for each argv (flags only, without ``python -m module``), None if accepted."""
+    def refusals(self, argvs: list[list[str]], *, timeout_s: float = 600.0) -> list[str | None]:
+        """SGLang's parser error for each argv (flags only, without ``python -m module``), None if accepted.
+
+        The parser process imports SGLang (seconds when idle; over 120 s seen on 2 busy cores)."""
         todo = [a for a in argvs if tuple(a) not in self._cache]
         if todo:
             payload = "".join(json.dumps(a) + "\n" for a in todo)
@@ -45,7 +47,7 @@ class InstalledSglang:
         return [self._cache[tuple(a)] for a in argvs]
 
 
-def probe(python: str, *, timeout_s: float = 120.0) -> InstalledSglang | None:
+def probe(python: str, *, timeout_s: float = 600.0) -> InstalledSglang | None:
     """The SGLang importable by ``python``, or None when it cannot import ``sglang.srt.server_args``."""
     try:
         proc = subprocess.run([python, str(SCRIPT), "--info"], capture_output=True, text=True,

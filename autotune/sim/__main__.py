@@ -21,6 +21,7 @@ from autotune.errors import ConfigError
 from autotune.sglang.models import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
 from autotune.sim.child import spawn_child
+from autotune.sim.engine import Engine
 from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import MemoryPlan, load_draft, plan_memory, resolve_speculative
 from autotune.sim.http import ServerState, start_http
@@ -39,6 +40,25 @@ def _die(log: LogWriter, children: list[subprocess.Popen[bytes]], exc: StartupFa
     sys.stderr.flush()
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _watch_scheduler(children: list[subprocess.Popen[bytes]], engine: Engine) -> None:
+    """A scheduler child that dies freezes the engine: the HTTP front end lives on and answers
+    ``/health``, every stream stalls (SGLang without its subprocess watchdog; 0.5.23's ends the tree)."""
+    while not any(_ended(c) for c in children):
+        await asyncio.sleep(0.2)
+    engine.freeze()
+
+
+def _ended(child: subprocess.Popen[bytes]) -> bool:
+    """Whether ``child`` ended, without reaping it (SGLang's launcher leaves a dead scheduler a
+    zombie, so its wait status stays readable in /proc until the teardown)."""
+    try:
+        with open(f"/proc/{child.pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return child.poll() is not None
+    return raw[raw.rfind(b")") + 2:][:1] in (b"Z", b"X")
 
 
 def model_info(launch: Launch, model: ModelProfile) -> dict[str, Any]:
@@ -113,8 +133,10 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
         state.dead = True
         loop.call_soon_threadsafe(_die, log, children, runtime_oom_failure())
 
-    state.engine = build_engine(plan, launch, sim, model, on_runtime_oom)
-    await state.engine.start()
+    engine = build_engine(plan, launch, sim, model, on_runtime_oom)
+    state.engine = engine
+    await engine.start()
+    watch = loop.create_task(_watch_scheduler(children, engine))
     try:
         runner = await start_http(state, launch.host, launch.port)
     except OSError as exc:
@@ -129,9 +151,10 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
         log.line(READY_LINE)  # printed (and flushed) before health turns 200, so a log reader sees it first
         state.ready = True
     await stop.wait()
+    watch.cancel()
     state.ready = False
     await runner.cleanup()
-    await state.engine.stop()
+    await engine.stop()
     for child in children:
         if child.poll() is None:
             child.terminate()

@@ -6,8 +6,9 @@ so that process-group teardown is tested against a real second process. It dies 
 its parent twice over: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux) makes the kernel kill
 it when the parent dies, and a parent-pid poll covers platforms without prctl.
 
-Run as ``python -m autotune.sim.child --parent-pid PID --rank R``; start it with
-:func:`spawn_child`.
+Start it with :func:`spawn_child` (titled ``sglang::scheduler_TP<R>`` like SGLang's). When
+it dies while the server serves, the server lives on, ``/health`` still answers and every
+stream goes silent, as SGLang does without its subprocess watchdog (``autotune.sim.__main__``).
 """
 
 from __future__ import annotations
@@ -63,9 +64,20 @@ def run_child(parent_pid: int) -> int:
 
 
 def spawn_child(rank: int = 0) -> subprocess.Popen[bytes]:
-    """Start one stand-in scheduler child of this process (same process group)."""
-    argv = [sys.executable, "-m", "autotune.sim.child", "--parent-pid", str(os.getpid()), "--rank", str(rank)]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Start one stand-in scheduler child of this process (same process group).
+
+    Titled like SGLang's (``sglang::scheduler_TP0`` as argv[0]: what ``ps`` and psutil's
+    ``cmdline()`` show), so whatever finds a real server's scheduler by its title finds this
+    one too (and ``autotune.sim`` in its command line, as before).
+    """
+    argv = [f"sglang::scheduler_TP{rank}", "-m", "autotune.sim.child", "--parent-pid", str(os.getpid()),
+            "--rank", str(rank)]
+    # With that argv[0] the interpreter cannot find its venv: it runs on the standard library, and
+    # the package (which imports nothing else on this path) comes from PYTHONPATH.
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.Popen(argv, executable=sys.executable, env={**os.environ, "PYTHONPATH": path},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main(argv: list[str] | None = None) -> int:

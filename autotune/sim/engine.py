@@ -130,6 +130,12 @@ class Engine:
         self._clock.stop()
         self._sched.fail_all(self._sched.dead or "engine stopped")
 
+    def freeze(self) -> None:
+        """The scheduler process died: no step runs again, and nobody is told (streams stall, and
+        new requests are taken and never answered, as SGLang's front end does)."""
+        if self._task is not None:
+            self._task.cancel()
+
     # --- public API -------------------------------------------------------------------
 
     @property

@@ -10,6 +10,7 @@ lost measurement.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from autotune.outcome import FailureKind
@@ -22,6 +23,11 @@ ONCE_MORE = {
 }
 
 
+# A process of the server killed by a signal: autotune's exit text, or SGLang's SubprocessWatchdog
+# ("Subprocess scheduler_0 (pid=N) crashed with exit code -9": a negative code is a signal).
+_KILLED = re.compile(r"killed by SIG|crashed with exit code -\d")
+
+
 def run_once_more(failure_kind: FailureKind | str | None, evidence: str, attrs: dict[str, Any]) -> bool:
     """True when a trial that ended with ``failure_kind`` should run once more."""
     if attrs.get(AFTER_DEATH):
@@ -29,4 +35,4 @@ def run_once_more(failure_kind: FailureKind | str | None, evidence: str, attrs: 
     if failure_kind is not None and str(failure_kind) in ONCE_MORE:
         return True
     # "exited with no recognised reason" after a signal from outside (kill, host OOM killer)
-    return str(failure_kind) == FailureKind.CRASHED.value and "killed by SIG" in (evidence or "")
+    return str(failure_kind) == FailureKind.CRASHED.value and _KILLED.search(evidence or "") is not None

@@ -21,6 +21,7 @@ from autotune.errors import LaunchError, LoadGenError
 from autotune.launch import ProcessRegistry, ServerProcess, classify, free_port
 from autotune.launch.artifacts import write_launch_artifacts
 from autotune.launch.cleanup import raise_if_interrupted
+from autotune.launch.failures import line_failure
 from autotune.load import Snapshot, run_load
 from autotune.outcome import FailureKind, load_failure_kind
 from autotune.sglang.logparse import summarize
@@ -80,12 +81,8 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
         t1 = time.monotonic()
         _measure_plan(req, server.url, result, report, art)
         result.timings["load_s"] = time.monotonic() - t1
-        if result.state == TrialState.FAILED and server.returncode is not None:
-            # The server died under load: say why, from its log.
-            kind, line = classify(_tail(log_path), server.returncode)
-            if kind and kind != FailureKind.CRASHED:
-                result.failure_kind = FailureKind(kind)
-                result.evidence = line or result.evidence
+        if result.state == TrialState.FAILED:
+            _why_server_failed(server, log_path, result)
     finally:
         t2 = time.monotonic()
         server.stop()
@@ -98,6 +95,19 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
         held = result.timings.get("startup_s", time.monotonic() - t0) + result.timings.get("load_s", 0.0)
         result.gpu_seconds = held * result.time_scale * max(1, req.config.num_gpus)
     return result
+
+
+def _why_server_failed(server: ServerProcess, log_path: Path, result: TrialResult) -> None:
+    """A load point failed: when the server (or part of its tree) died, its reason replaces the load's."""
+    if server.failure is not None:  # autotune killed it: a scheduler or detokenizer died under load
+        result.failure_kind, result.evidence = server.failure
+        return
+    if server.returncode is None:
+        return
+    kind, line = classify(_tail(log_path), server.returncode)
+    if kind != FailureKind.CRASHED or line_failure(line) is not None:  # a line of the log says why
+        result.failure_kind = FailureKind(kind)
+        result.evidence = line or result.evidence
 
 
 def _measure_plan(req: TrialRequest, url: str, result: TrialResult, report: Reporter | None, art: Path) -> None:

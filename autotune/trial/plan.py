@@ -139,6 +139,7 @@ def load_spec(workload: WorkloadSpec, point: LoadPoint, **extra: Any) -> LoadSpe
         "duration_s": workload.duration_s, "warmup_requests": workload.warmup_requests,
         "flush_cache": workload.flush_cache, "dataset_path": workload.dataset_path, "seed": workload.seed,
         "dataset": workload.dataset, "tokenizer": workload.tokenizer, "goodput_slo": workload.goodput_slo,
+        "timeouts": workload.timeouts,
         "request_rate": point.request_rate if point.request_rate is not None else workload.request_rate,
     }
     return LoadSpec(concurrency=point.concurrency, **{k: v for k, v in fields.items() if v is not None}, **extra)
