@@ -26,15 +26,32 @@ as bench_serving announces its timed run; bench_serving then waits 1 s, autotune
 about as long to start, so each has the server to itself for a moment at one end): the
 server's drift hits both alike and the per-pair ratio measures the clients, not the
 drift. ``--sequential`` runs them one after the other at the full concurrency instead,
-the order inside a pair alternating (A B, B A, ...). The figure that answers "within
-5 %" is the median of the per-pair ratios autotune / bench_serving, with its min-max
-and interquartile range. Printed per tool: total output tokens (each tool's own count,
-and for autotune the server's: the sum of ``completion_tokens``, and the streamed
-count), output throughput, median TTFT and TPOT: median over the repeats with min-max
+the order inside a pair alternating (A B, B A, ...).
+
+``--start launch`` is issue 24's design: both clients launched at the same moment, each
+starting its timed run when it is ready. bench_serving's start-up (imports, tokenizer,
+data set: several seconds of one core's CPU, 45 s on this box under load) then runs on
+the client core during autotune's timed run, and its own timed run comes after
+autotune's: the line "timed runs overlap" prints the share of autotune's run that
+bench_serving's covered (0 % in every pair measured here), so each client measures a
+different server, one with a CPU-bound neighbour on the other core and one without.
+``--clients separate-cores`` gives each client a core of its own (with 2 cores the
+server floats over both and the clients swap cores every pair; with 3 or more the
+server keeps core 0). Each pair also prints autotune's read lag (how long the bytes of
+its reads waited for its loop; its token times are the kernel's arrival times, so the
+lag is not in its TTFT / TPOT).
+
+The figure that answers "within 5 %" is the median of the per-pair ratios autotune /
+bench_serving of output throughput and of mean TPOT, with min-max and interquartile
+range. Printed per tool: total output tokens (each tool's own count, and for autotune
+the server's: the sum of ``completion_tokens``, and the streamed count), output
+throughput, mean TTFT, mean and median TPOT: median over the repeats with min-max
 spread, all measured (nothing modelled or calibrated).
 
 Usage: python benchmarks/real_cpu_vs_bench_serving.py [--version 0.5.23] [--repeats 12]
-       [--num-prompts 128] [--input-len 64] [--output-len 128] [--concurrency 16] [--no-pin] [--sequential]
+       [--num-prompts 128] [--input-len 64] [--output-len 128] [--concurrency 16] [--no-pin]
+       [--sequential | --start synced|launch] [--clients shared-core|separate-cores]
+Issue 24's sizes: --start launch --num-prompts 64 --input-len 64 --output-len 64 --concurrency 16 --repeats 5
 """
 
 from __future__ import annotations
