@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
+from autotune.load import arrival
 from autotune.load.http import HttpError, StreamPool
 
 Script = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]  # (request number) -> keep the connection
@@ -42,15 +46,15 @@ def _run(coro: Awaitable[object]) -> object:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-async def _post(pool: StreamPool) -> tuple[int, bytes, list[bytes]]:
+async def _post(pool: StreamPool, body: bytes = b"{}") -> tuple[int, bytes, list[bytes]]:
     reads: list[bytes] = []
 
     def on_data(data: bytes, now: float) -> bool:
         reads.append(data)
         return False
 
-    status, body = await pool.post_stream("/generate", b"{}", on_data)
-    return status, body, reads
+    status, answer = await pool.post_stream("/generate", body, on_data)
+    return status, answer, reads
 
 
 def test_chunked_body_split_anywhere_is_decoded_exactly_and_the_connection_reused() -> None:
@@ -162,3 +166,90 @@ def test_refused_connection_and_send_now() -> None:
             pool.close()
 
     _run(main())
+
+
+@pytest.mark.skipif(not arrival.SUPPORTED, reason="kernel receive timestamps: Linux, 64-bit")
+def test_a_read_is_stamped_when_its_bytes_arrived_not_when_the_loop_got_to_it() -> None:
+    """The loop is held inside the first event's callback while the second event arrives: the second
+    read's time is its arrival (inside the server's send), not the later moment the loop read it."""
+    got_first, second_sent = threading.Event(), threading.Event()
+    sent_at: list[float] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunk(b"data: 1\n\n"))
+            got_first.wait(10)
+            conn.sendall(_chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+            sent_at.append(time.perf_counter())
+            second_sent.set()
+            conn.recv(1)  # until the client closes
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    reads: list[tuple[bytes, float]] = []
+    unblocked: list[float] = []
+
+    def on_data(data: bytes, now: float) -> bool:
+        reads.append((data, now))
+        if len(reads) == 1:
+            got_first.set()
+            second_sent.wait(10)  # the loop is stuck here while the second event arrives
+            unblocked.append(time.perf_counter())
+        return False
+
+    async def main() -> StreamPool:
+        pool = StreamPool(f"http://127.0.0.1:{listener.getsockname()[1]}")
+        assert pool.stamped
+        assert await asyncio.wait_for(pool.post_stream("/generate", b"{}", on_data), 20) == (200, b"")
+        pool.close()
+        return pool
+
+    try:
+        pool = _run(main())
+    finally:
+        listener.close()
+        server.join(10)
+    assert [d for d, _ in reads] == [b"data: 1\n\n", b"data: 2\n\n"]
+    after, second = sent_at[0], reads[1][1]
+    assert second <= after < unblocked[0]  # stamped inside the send, though read only after the loop was freed
+    assert isinstance(pool, StreamPool) and max(pool.read_lags) >= unblocked[0] - after  # ... and the wait is reported
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def test_arrival_reads_the_kernel_stamp_and_never_returns_a_future_time() -> None:
+    stamp = struct.pack("@qq", 1_000, 250_000_000)  # 1000.25 s on the wall clock
+    msg = [(socket.SOL_SOCKET, arrival.SO_TIMESTAMPNS, stamp)]
+    assert arrival.arrival(msg, rt_now=1_000.75, pc_now=50.0) == pytest.approx(49.5)  # arrived 0.5 s ago
+    assert arrival.arrival(msg, rt_now=999.0, pc_now=50.0) == 50.0  # the wall clock stepped back: now, not later
+    assert arrival.arrival([], rt_now=1_000.0, pc_now=50.0) is None
+    assert arrival.arrival([(socket.SOL_SOCKET, 99, stamp)], rt_now=1_000.0, pc_now=50.0) is None
+
+
+def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
+    body = b"x" * (8 << 20)  # far beyond one send(): the rest waits for the socket to drain
+
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        return True
+
+    async def main() -> None:
+        server, url, _ = await _serve(script)
+        async with server:
+            pool = StreamPool(url)  # the server answers only after reading all 8 MiB (its Content-Length)
+            assert await asyncio.wait_for(_post(pool, body), 30) == (200, b"", [b"ok"])
+            pool.close()
+
+    _run(main())
+
+
+def test_tls_urls_keep_asyncio_transport() -> None:
+    assert not StreamPool("https://127.0.0.1:1").stamped
+    assert StreamPool("http://127.0.0.1:1").stamped == arrival.SUPPORTED

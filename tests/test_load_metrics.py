@@ -65,3 +65,14 @@ def test_peaks_over_one_second_buckets() -> None:
 def test_empty_run_is_all_zero_not_an_exception() -> None:
     m, recs = run([], duration=1.0)
     assert m["completed"] == 0 and m["mean_ttft_ms"] == 0.0 and recs == []
+
+
+def test_read_lag_is_reported_apart_and_kept_out_of_the_latencies() -> None:
+    reads = [trace(0.0, [(0.1, 1), (0.4, 3)], 0.4, 4)]
+    m, _ = compute_metrics(reads, t0=0.0, duration_wall=0.5, time_scale=1.0, client_cpu_s=0.1, loop_lags_s=[],
+                           read_lags_s=[0.001] * 98 + [0.030, 0.030])
+    assert m["read_lag_p50_ms"] == pytest.approx(1.0)
+    assert m["read_lag_p99_ms"] == pytest.approx(30.0)
+    assert m["mean_ttft_ms"] == pytest.approx(100.0)  # token times are the arrivals: the lag is not added
+    m, _ = run(reads, duration=0.5)
+    assert m["read_lag_p50_ms"] is None and m["read_lag_p99_ms"] is None  # reads without arrival stamps

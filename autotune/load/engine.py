@@ -369,6 +369,8 @@ class LoadRunner:
         lags: list[float] = []
         loop = asyncio.get_running_loop()
         self.streamed_tokens = 0  # warm-up tokens do not count
+        read_lags = self.stream_pool.read_lags
+        read_lags.clear()
         gc_on = gc.isenabled()
         gc.disable()  # its pauses (up to ~30 ms for a full collection) would delay sends and reads
         t0 = self.last_data = time.perf_counter()
@@ -427,7 +429,7 @@ class LoadRunner:
                 )
         metrics, records = compute_metrics(
             self.traces, t0=t0, duration_wall=t_end - t0, time_scale=x, client_cpu_s=cpu, loop_lags_s=lags,
-            goodput_slo=s.goodput_slo,
+            goodput_slo=s.goodput_slo, read_lags_s=read_lags,
         )
         note = counter_for(s.tokenizer).note
         uses_text = s.backend != "sglang" or (s.dataset is not None and s.dataset.kind in ("sharegpt", "file"))

@@ -5,9 +5,12 @@ cProfile at 256 streams x 100 tok/s: its protocol, chunk parser, ``StreamReader`
 read-resume and async-iterator machinery run for every read). Here one asyncio
 ``Protocol`` per keep-alive connection decodes the response (headers, then chunked,
 ``Content-Length`` or until-close framing) inside ``data_received`` and hands each
-read's body bytes, with one timestamp, straight to the request's callback: no future,
+read's body bytes, with one timestamp (when the bytes arrived), straight to the request's callback: no future,
 task wake-up or iterator step per token. The awaiting coroutine wakes once, at the end
-of the body. Control requests (probe, model name, flush) stay on aiohttp.
+of the body. Control requests (probe, model name, flush) stay on aiohttp. On Linux, plain-HTTP
+connections run on :class:`autotune.load.arrival.StampedTransport`: each read is stamped
+with the kernel's arrival time, so a loop that gets the CPU late (a busy shared core)
+still records when the server's bytes came, and ``read_lags`` says how late it read.
 
 :class:`StreamPool` holds up to ``limit`` connections (0: unlimited), reuses idle ones,
 and retries a request once on a fresh connection when a reused one turns out closed
@@ -25,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import urlsplit
+
+from autotune.load import arrival
 
 OnData = Callable[[bytes, float], bool]  # True: stop reading (the connection is closed)
 _MAX_ERROR_BODY = 1 << 16
@@ -86,9 +91,12 @@ class _Conn(asyncio.Protocol):
                                     fresh_retry=self.reused and not self.got_bytes))
 
     def data_received(self, data: bytes) -> None:
+        self.received(data, time.perf_counter())  # asyncio's transport (TLS, not Linux): stamped as processed
+
+    def received(self, data: bytes, now: float) -> None:
+        """One read of the response, ``now`` the time its bytes arrived (see :mod:`autotune.load.arrival`)."""
         if self.fut is None or self.fut.done():
             return  # nothing asked: stray bytes (the watchdog let go of this request)
-        now = time.perf_counter()
         self.got_bytes = True
         if not self.in_body:
             data = self._head(data)
@@ -260,13 +268,20 @@ class StreamPool:
         self._busy = 0  # requests holding a connection (at most ``limit`` when set)
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.tls else None
+        self.stamped = arrival.SUPPORTED and not self.tls  # reads carry their kernel arrival times
+        self.read_lags: list[float] = []  # per stamped read: how long its bytes waited for the loop (s)
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            conn_coro = loop.create_connection(_Conn, self.host, self.port, ssl=self._ssl,
-                                               server_hostname=self.host if self.tls else None)
-            _, conn = await asyncio.wait_for(conn_coro, self.connect_timeout_s)
+            if self.stamped:
+                conn = _Conn()
+                await asyncio.wait_for(arrival.open_stamped(self.host, self.port, conn, self.read_lags),
+                                       self.connect_timeout_s)
+            else:
+                conn_coro = loop.create_connection(_Conn, self.host, self.port, ssl=self._ssl,
+                                                   server_hostname=self.host if self.tls else None)
+                _, conn = await asyncio.wait_for(conn_coro, self.connect_timeout_s)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise HttpError(f"{exc or type(exc).__name__}", connect=True) from None
         return conn

@@ -23,6 +23,10 @@ autotune's additions (workloads that share prefixes, conversations, traces):
   ``goodput_slo`` (ttft_ms, tpot_ms, e2e_latency_ms), and ``goodput_fraction``.
 * ``per_turn``: for conversations, per turn number: requests, mean/p99 TTFT, mean E2E,
   mean prompt tokens and the turn's cache hit rate.
+* ``read_lag_p50_ms`` / ``read_lag_p99_ms`` (wall ms): how long the bytes of each read
+  waited in the socket before the client's loop read them (None where reads carry no
+  kernel arrival time: TLS, not Linux). Token times are the arrival times, so this
+  delay is not in TTFT / ITL / TPOT; a large one says the client shares a busy core.
 * ``send_lag_p50_ms`` / ``send_lag_p99_ms`` / ``send_lag_max_ms`` (wall ms): how late each
   scheduled request (a trace's timestamps or Poisson arrivals without a concurrency
   cap) was sent after its due time: the client's own precision.
@@ -98,6 +102,7 @@ def compute_metrics(
     client_cpu_s: float,
     loop_lags_s: list[float],
     goodput_slo: dict[str, float] | None = None,
+    read_lags_s: list[float] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Return ``(metrics, records)`` for the measured requests of one load point."""
     x = time_scale
@@ -175,6 +180,9 @@ def compute_metrics(
     m["client_cpu_share"] = cpu_share
     m["event_loop_lag_p99_ms"] = lag_p99
     m["client_bound"] = bool(cpu_share >= CLIENT_BOUND_CPU_SHARE or lag_p99 >= CLIENT_BOUND_LAG_P99_MS)
+    reads = np.asarray(read_lags_s or []) * 1000
+    m["read_lag_p50_ms"] = float(np.percentile(reads, 50)) if reads.size else None
+    m["read_lag_p99_ms"] = float(np.percentile(reads, 99)) if reads.size else None
     m["errors"] = dict(Counter(error_kind(t.error) for t in failed if t.error))
     m["short_outputs"] = sum(1 for t in ok if (t.completion_tokens or 0) < t.output_len)
     m["output_tokens_estimated"] = sum(1 for t in ok if not t.tokens_from_server)

@@ -107,6 +107,8 @@ def format_table(result: LoadResult, spec: LoadSpec) -> str:
     row("Client CPU (s):", m["client_cpu_s"])
     row("Client CPU per output token (us):", m["client_cpu_us_per_token"])
     row("Event loop lag p99 (ms):", m["event_loop_lag_p99_ms"])
+    if m.get("read_lag_p99_ms") is not None:
+        row("Read lag p50 / p99 (ms):", f"{m['read_lag_p50_ms']:.2f} / {m['read_lag_p99_ms']:.2f}")
     if m.get("send_lag_p99_ms") is not None:
         row("Send lag p99 / max (ms):", f"{m['send_lag_p99_ms']:.2f} / {m['send_lag_max_ms']:.2f}")
     if m.get("token_count_note"):
