@@ -205,9 +205,10 @@ def test_a_trial_that_can_never_fit_fails_at_once(ray_owner: RayExecutor, tmp_pa
         ex.submit(7, _request(7, tmp_path, tp=16))
         ex.submit(8, _request(8, tmp_path, tp=2))  # no node has gpu_arch_blackwell
         assert sorted(ex.in_flight()) == [7, 8]
-        t0 = time.monotonic()
-        out = dict(ex.wait(5.0))
-        assert time.monotonic() - t0 < 3.0
+        # both come back as failures, not as trials queued until the wait gives up (a timing bound
+        # here failed under load: the behaviour is that nothing waits for a node that never comes)
+        out = dict(ex.wait(60.0))
+        assert sorted(out) == [7, 8]
     finally:
         ex.shutdown(cancel=True)
     assert out[7].state == "failed" and out[7].failure_kind == "invalid_args"
