@@ -103,14 +103,34 @@ SCENARIOS = ROOT / "benchmarks" / "scenarios"
 #: Sources whose change invalidates the cached exhaustive evaluation.
 _FINGERPRINT_DIRS = ("autotune/sim", "autotune/sglang", "autotune/load", "autotune/trial")
 #: Bumped when what a cache entry holds changes.
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 LAST_STUDY: list[optuna.Study] = []  # the last driver run's study (for inspection)
 STRATEGIES = ("autotune", "driver+random", "grid+prune", "grid", "random")
 
 
+def _portable(value: Any) -> Any:
+    """``value`` with every path inside this checkout written relative to it (``studies/models/x``
+    rather than ``/home/me/autotune/studies/models/x``), in nested dicts and lists too."""
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable(v) for v in value]
+    if isinstance(value, str) and value.startswith(_ROOT_PREFIX):
+        return value[len(_ROOT_PREFIX):]
+    return value
+
+
+_ROOT_PREFIX = str(ROOT) + "/"
+
+
 def _config_key(config: dict[str, Any]) -> str:
+    """A launch configuration's key: the cache's entry and the seed of its measurement noise.
+
+    Independent of where the checkout lies (the model paths are relative to it): keyed on the
+    absolute path, every checkout drew different noise, so the same code, study and seeds gave
+    other figures in another directory (the README's table reproduced only in /work/main)."""
     d = {k: v for k, v in config.items() if k not in ("port", "host")}
-    return json.dumps(d, sort_keys=True, default=str)
+    return json.dumps(_portable(d), sort_keys=True, default=str)
 
 
 def _fingerprint(spec_path: Path) -> str:
@@ -136,7 +156,11 @@ def header(spec_path: Path) -> dict[str, str]:
 
 
 def _request(spec: StudySpec, config: dict[str, Any]) -> TrialRequest:
-    return TrialRequest(
+    """The offline evaluation of one launch. Its weights are read warm (from the node's page cache):
+    the evaluator's own "first launch of a study reads cold" would charge whichever configuration
+    this process happens to evaluate first, so a cache filled in another order (an interrupted
+    run, a new seed set) would hold other costs."""
+    return TrialRequest(env={"AUTOTUNE_SIM_PAGE_CACHE": "warm"},
         study_name=spec.name, trial_number=0, config=ServerConfig.from_dict(config), backend="sim",
         sglang_version=spec.server.sglang_version, gpu=spec.hardware.gpu, num_gpus=spec.hardware.num_gpus,
         interconnect=spec.hardware.interconnect, workload=spec.workload, objective=spec.objective.as_objective(),
@@ -410,7 +434,7 @@ def evaluate_scenario(sc: Scenario, args: argparse.Namespace, out: Path) -> dict
         "random": lambda s: run_sweep(table, random_order(spec, s, budget), Noise(sigma, s), sign),
     }
     runs: dict[str, list[Run]] = {name: [] for name in strategies}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for name, fn in strategies.items():
             runs[name].append(fn(seed))
         table.save()
@@ -484,6 +508,54 @@ def _line(name: str, r: dict[str, Any]) -> str:
 SEEDS = [5]
 
 
+#: What the figures depend on outside this repository: optuna's samplers (TPE, random), numpy's
+#: generators (noise, shuffles), scipy's scrambled Sobol points (the designed start); torch only
+#: by its presence (with it, ``sampler: auto`` picks GP on all-numeric spaces: scenario 3).
+#: ``benchmarks/constraints.txt`` pins the versions the README's table was taken with.
+#: pandas and ray are printed too (the figures are not known to depend on them).
+VERSIONED = ("optuna", "numpy", "scipy", "pandas", "ray", "torch")
+CONSTRAINTS = ROOT / "benchmarks" / "constraints.txt"
+
+
+def versions() -> dict[str, str]:
+    """Python's and each :data:`VERSIONED` package's installed version ("absent" when not installed)."""
+    from importlib import metadata
+
+    out = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def pinned() -> dict[str, str]:
+    """``name==version`` lines of :data:`CONSTRAINTS`."""
+    out: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
+        if m:
+            out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def _unpinned(env: dict[str, str]) -> list[str]:
+    """The pinned packages whose installed version differs from the pin, and torch when installed."""
+    pins = pinned() if CONSTRAINTS.exists() else {}
+    off = [f"{n} {env[n]} (pinned {v})" for n, v in sorted(pins.items()) if n in env and env[n] != v]
+    if env.get("torch", "absent") != "absent":
+        off.append(f"torch {env['torch']} (the table was taken without torch)")
+    return off
+
+
+def _versions_line(env: dict[str, str]) -> str:
+    off = _unpinned(env)
+    note = "as pinned in benchmarks/constraints.txt" if not off else \
+        "NOT as pinned in benchmarks/constraints.txt, figures may differ from the README's: " + ", ".join(off)
+    return "versions: " + " ".join(f"{k} {v}" for k, v in env.items()) + f" ({note})"
+
+
 def load_scenario(path: Path, noise_pct: float) -> Scenario:
     spec = load_study_spec(path)
     h = header(path)
@@ -495,7 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--suite", action="store_true", help=f"every study file in {SCENARIOS.relative_to(ROOT)}/")
     which.add_argument("--study", help="one study file")
-    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the first seed (default 0): --first-seed 20 runs seeds 20-39, a second seed set")
     ap.add_argument("--budget", type=int, default=None,
                     help="trials per strategy and seed (default: the study's n_trials)")
     ap.add_argument("--tolerance", type=float, default=0.02, help="relative distance to the optimum that counts")
@@ -505,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be >= 1")
+    if args.first_seed < 0:
+        ap.error("--first-seed must be >= 0")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -532,6 +608,8 @@ def _run(args: argparse.Namespace) -> int:
         ignore.write_text("*\n")
     results: dict[str, Any] = {}
     t0 = time.monotonic()
+    env = versions()
+    print(_versions_line(env), flush=True)
     for path in paths:
         sc = load_scenario(path, args.noise_pct)
         r = evaluate_scenario(sc, args, out)
@@ -545,7 +623,8 @@ def _run(args: argparse.Namespace) -> int:
         "scenarios_at_most_half": sum(1 for x in known if x <= 0.5),
         "scenarios_at_most_one": sum(1 for x in known if x <= 1.0),
         "n_scenarios": len(results),
-        "seeds": args.seeds, "tolerance": args.tolerance, "elapsed_s": round(time.monotonic() - t0, 1),
+        "seeds": args.seeds, "first_seed": args.first_seed, "tolerance": args.tolerance, "versions": env,
+        "versions_as_pinned": not _unpinned(env), "elapsed_s": round(time.monotonic() - t0, 1),
     }
     print(json.dumps(_finite(summary)))
     return 0

@@ -54,7 +54,9 @@ def test_benchmark_prints_medians_and_reuses_its_cache(tmp_path: Path, capsys: p
     assert mod.main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(lines[-1])
-    assert lines[0].startswith("tiny: ratio vs best other")
+    assert lines[0].startswith("versions: python ")  # what the figures were taken with
+    assert lines[1].startswith("tiny: ratio vs best other")
+    assert summary["versions"]["optuna"] == mod.versions()["optuna"] and "versions_as_pinned" in summary
     r = summary["scenarios"]["tiny"]
     assert r["grid_size"] == 6 and summary["seeds"] == 2 and summary["n_scenarios"] == 1
     assert set(r["median_gpu_s"]) == set(mod.STRATEGIES)
