@@ -82,6 +82,7 @@ class Allowance:
 
     name: str
     procs: set[Proc] = field(default_factory=set)
+    cmds: set[str] = field(default_factory=set)  # the same server restarted by a test is still the fixture's
     ports: set[tuple[str, int]] = field(default_factory=set)
     env: dict[str, str | None] = field(default_factory=dict)  # key -> value before the fixture
     ray: bool = False
@@ -237,8 +238,12 @@ def compare(before: State, after: State, allowances: list[Allowance] | None = No
     leaks = Leaks()
     if new_procs:
         table = _scan() if table is None else table
-        shared_pids = {p.pid for p in allowed_procs}
+        allowed_cmds = {c for a in allowances for c in a.cmds}
+        shared_pids = {p.pid for p in allowed_procs} | {p.pid for p in new_procs
+                                                         if table.get(p.pid, (0, 0, False, ""))[3] in allowed_cmds}
         for p in new_procs:
+            if p.pid in shared_pids:
+                continue
             row = table.get(p.pid)
             cmd = row[3] if row else ""
             if _descends(p.pid, shared_pids, table) or (ray_allowed and _ray_part(cmd)):
@@ -347,7 +352,8 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.Fix
         _fixture_errors.append(f"{fixturedef.scope}-scoped fixture {name!r} holds state for many tests but is not "
                                f"in tests/leak_guard.py SHARED_ON_PURPOSE:\n  " + "\n  ".join(leaks.lines()))
         return
-    _allowances[id(fixturedef)] = (Allowance(name, procs=set(leaks.procs), ports=set(leaks.ports),
+    _allowances[id(fixturedef)] = (Allowance(name, procs=set(leaks.procs), cmds=set(leaks.procs.values()),
+                                             ports=set(leaks.ports),
                                              env={k: a for k, (a, _b) in leaks.env.items()},
                                              ray=leaks.ray or any(_ray_part(c) for c in leaks.procs.values())),
                                    before)

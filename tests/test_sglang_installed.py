@@ -17,6 +17,8 @@ from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.sglang.installed import check_version, probe
 
+pytestmark = pytest.mark.usefixtures("cli_signal_handlers")  # `autotune run` in this process sets handlers
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_ARGS = '''

@@ -11,6 +11,8 @@ import yaml
 from autotune.cli import main
 from autotune.spec import load_study_spec, parse_study
 
+pytestmark = pytest.mark.usefixtures("cli_signal_handlers")  # `autotune run` in this process sets handlers
+
 GOOD = {
     "name": "t",
     "n_trials": 3,

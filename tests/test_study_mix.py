@@ -19,6 +19,8 @@ from autotune.study.driver import run_study
 from autotune.study.offline_executor import OfflineExecutor
 from autotune.trial.plan import LoadPoint, run_mix
 
+pytestmark = pytest.mark.usefixtures("cli_signal_handlers")  # `autotune run` in this process sets handlers
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -12,7 +12,7 @@ import yaml
 from autotune.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cli_signal_handlers")]  # `autotune run` in this process
 
 
 def _study(tmp_path: Path, **over) -> Path:
