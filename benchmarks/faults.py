@@ -110,17 +110,23 @@ def start_run(study: Path, log: Path, child: str | None = None, env: dict[str, s
 MARK = "AUTOTUNE_FAULT_ROOT"  # in the driver's environment, so in every server it starts
 
 
-def servers_of(root: Path) -> list[psutil.Process]:
-    """Simulated servers (and watchdogs) started for this fault, wherever they were reparented."""
+def marked_processes(root: Path, needles: tuple[str, ...]) -> list[psutil.Process]:
+    """Processes whose command line holds one of ``needles`` and whose environment carries this
+    fault's marker, wherever they were reparented."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info.get("cmdline") or [])
-        if "autotune.sim" not in cmd and "autotune.launch.watchdog" not in cmd:
+        if not any(n in cmd for n in needles):
             continue
         with contextlib.suppress(psutil.Error):
             if p.environ().get(MARK) == str(root):
                 out.append(p)
     return out
+
+
+def servers_of(root: Path) -> list[psutil.Process]:
+    """Simulated servers (and watchdogs) started for this fault, wherever they were reparented."""
+    return marked_processes(root, ("autotune.sim", "autotune.launch.watchdog"))
 
 
 def sim_servers_of(root: Path) -> list[psutil.Process]:

@@ -93,15 +93,7 @@ class Tree:
 
 def _marked(root: Path) -> list[psutil.Process]:
     """SGLang processes whose environment carries this fault's marker (orphans reparented to init)."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info.get("cmdline") or [])
-        if "sglang.launch_server" not in cmd and "sglang::" not in cmd:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if p.environ().get(sim.MARK) == str(root):
-                out.append(p)
-    return out
+    return sim.marked_processes(root, ("sglang.launch_server", "sglang::"))
 
 
 def left_after_grace(tree: Tree, root: Path) -> tuple[int, int]:
