@@ -197,9 +197,10 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     if p is None and a is not None and w is not None:
         p = a + w
     gpu_from_log = gpu is None and p is not None
-    if gpu_from_log:  # no GPU named: its memory taken as the log's P + 1 GiB (so no cold KV figure)
+    if gpu_from_log:  # no GPU of known memory: its memory taken as the log's P + 1 GiB (so no cold KV figure)
         gpu = get_gpu(custom_gpu_name("from-log", int((float(p) + 1.0) * 1024)))
-        row["notes"].append("GPU not named: memory from the log's P, calibrated figures only")
+        what = f"GPU {entry['gpu']!r} of unknown memory" if entry.get("gpu") else "GPU not named"
+        row["notes"].append(f"{what}: memory from the log's P, calibrated figures only")
     if gpu is None:
         return {**row, "status": f"gpu {entry.get('gpu')!r} unknown (no memory figure): weights only"
                 + (f"; unknown ({model.unknown_reason})" if model.is_unknown else "")}

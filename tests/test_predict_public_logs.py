@@ -108,3 +108,19 @@ def test_a_non_stock_build_is_excluded_with_its_reason(tmp_path: Path) -> None:
     assert row["cold_kv"] > 0  # the figures are still shown
     table = _run(["--dir", str(tmp_path)]).stdout
     assert "0 of a supported family with a config, 0 unknown, 1 excluded" in table and "excluded (not stock SGLang): a PR's patched build" in table
+
+
+def _row(log_id: str) -> dict[str, Any]:
+    entry = next(e for e in json.loads((DATA / "manifest.json").read_text()) if e["id"] == log_id)
+    return dict(_bench().evaluate(DATA, entry))
+
+
+def test_pr_17392_is_a_musa_launch_at_the_given_f_0_8() -> None:
+    """PR #17392's description quotes the launch's server_args above its log lines: device='musa',
+    mem_fraction_static=0.8, page_size=64. With that f and the log's own P and A the pool is the logged one;
+    the card's total memory is not logged, so no cold KV figure is claimed (it was an H200 guess before)."""
+    row = _row("sglang-pr17392-qwen3-30b-a3b-dp4-ep4")
+    assert row["status"] == "supported" and "cold_kv" not in row
+    assert abs(row["cal_kv"] - row["logged_kv"]) / row["logged_kv"] < 0.001
+    assert row["cal_kv"] % 64 == 0
+    assert any("'musa' of unknown memory" in n for n in row["notes"])
