@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +202,16 @@ def _run(path: Path) -> optuna.Study:
     return optuna.load_study(study_name=spec.name, storage=spec.storage_url)
 
 
-def test_a_warm_run_starts_from_the_earlier_winners_and_shows_its_lineage(tmp_path: Path, capsys) -> None:
+def test_a_warm_run_starts_from_the_earlier_winners_and_shows_its_lineage(tmp_path: Path, capsys, caplog) -> None:
     earlier = _run(_write(tmp_path, "earlier", n_trials=6))
     before = [(t.number, t.state, dict(t.user_attrs)) for t in earlier.trials]
     path = _write(tmp_path, "later", version="0.5.23", n_trials=6, warm=["earlier.yaml"])
-    later = _run(path)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        later = _run(path)
+    # sampler: auto says its choice once, for the study it runs (not for the earlier study it reads)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("sampler:")] == \
+        ["sampler: tpe: categorical or conditional knobs (multivariate, grouped; designed start-up)"]
     # the earlier study's storage is only read
     assert [(t.number, t.state, dict(t.user_attrs)) for t in optuna.load_study(
         study_name="earlier", storage=f"sqlite:///{tmp_path / 'earlier.db'}").trials] == before

@@ -103,7 +103,7 @@ class StudyDriver:
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
-        self.study = open_study(spec, storage=self.storage)
+        self.study = open_study(spec, storage=self.storage, say_sampler=True)  # the one "sampler: ..." line
         self.store = artifact_store(spec)
         self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
         self.recorder = Recorder(spec, self.study, self.candidates)
