@@ -10,6 +10,8 @@ import optuna
 import pytest
 import yaml
 
+from autotune.results import trials
+from autotune.results.summary import best
 from autotune.spec import load_study_spec
 from autotune.study.candidates import Candidates
 from autotune.study.driver import run_study
@@ -47,11 +49,19 @@ def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path:
     launched: list[TrialRequest] = []
     run_study(spec, executor=OfflineExecutor(_measure, on_result=lambda n, req, res: launched.append(req)))
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
-    trials = study.trials
-    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
-    base = trials[0]
+    trials_ = study.trials
+    assert len(trials_) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials_)
+    base = trials_[0]
     assert base.user_attrs.get("baseline") and base.user_attrs["resolved"]["mem_fraction_static"] is None
     assert launched[0].config.mem_fraction_static is None  # SGLang picks its own value: nothing passed
     assert launched[0].config.max_running_requests is None
     assert 0.5 <= base.params["mem_fraction_static"] <= 0.9  # a value optuna accepts, from the range
     assert all(r.config.mem_fraction_static is not None for r in launched[1:])  # the search passes its f
+    # what people read says SGLang chose (None), not the sampler's stand-in
+    assert trials.ran_params(base) == {"mem_fraction_static": None, "max_running_requests": None}
+    assert trials.row(base)["param_mem_fraction_static"] is None
+    assert trials.ran_params(trials_[1]) == {k: round(v, 6) if isinstance(v, float) else v
+                                             for k, v in trials_[1].params.items()}
+    top = best(spec)  # the stand-in value measures 100 + f: the baseline is the worst, a runner-up
+    assert top["baseline_number"] == 0 and top["number"] != 0
+    assert {r["number"]: r["params"]["mem_fraction_static"] for r in top["runners_up"]}[0] is None

@@ -109,12 +109,24 @@ def row(t: FrozenTrial) -> dict[str, Any]:
     out["datetime_complete"] = t.datetime_complete
     out["note"] = ua.get(attrs.NOTE)
     out["shell"] = ua.get(attrs.SHELL)
-    for name, value in sorted(t.params.items()):
-        out[f"param_{name}"] = round(value, 6) if isinstance(value, float) else value
+    for name, value in sorted(ran_params(t).items()):
+        out[f"param_{name}"] = value
     for point, metrics in sorted(metric_points(t).items(), key=lambda kv: point_order(kv[0])):
         for key, value in metrics.items():
             out[f"{point}_{key}"] = value
     return out
+
+
+def ran_params(t: FrozenTrial) -> dict[str, Any]:
+    """The trial's params for people: optuna's stepped floats without binary noise (0.93, not
+    0.9299999999999999); on the baseline, None for a knob SGLang chose where autotune could not
+    predict its value (its ``resolved`` attribute says None: ``mem_fraction_static`` on CPU), where
+    optuna holds the sampler's stand-in (a float distribution holds no None; nothing was passed)."""
+    params = {k: round(v, 6) if isinstance(v, float) else v for k, v in t.params.items()}
+    if t.user_attrs.get(attrs.BASELINE):
+        resolved = t.user_attrs.get(attrs.RESOLVED) or {}
+        params.update({k: None for k in params if k in resolved and resolved[k] is None})
+    return params
 
 
 def point_order(point: str) -> tuple[int, str]:
