@@ -4,6 +4,7 @@ distribution holds no None. The study must still launch SGLang's defaults first 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import optuna
@@ -43,11 +44,12 @@ def _measure(request: TrialRequest) -> TrialResult:
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "grid"])
-def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path: Path, monkeypatch, sampler: str):
+def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path: Path, monkeypatch, caplog, sampler: str):
     monkeypatch.setattr(Candidates, "preflight", lambda self: None)  # no SGLang venv needed offline
     spec = _spec(tmp_path, sampler)
     launched: list[TrialRequest] = []
-    run_study(spec, executor=OfflineExecutor(_measure, on_result=lambda n, req, res: launched.append(req)))
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        run_study(spec, executor=OfflineExecutor(_measure, on_result=lambda n, req, res: launched.append(req)))
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
     trials_ = study.trials
     assert len(trials_) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials_)
@@ -59,6 +61,8 @@ def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path:
     assert all(r.config.mem_fraction_static is not None for r in launched[1:])  # the search passes its f
     # what people read says SGLang chose (None), not the sampler's stand-in
     assert trials.ran_params(base) == {"mem_fraction_static": None, "max_running_requests": None}
+    launches = [r.getMessage() for r in caplog.records if r.getMessage().startswith("trial 0 launching")]
+    assert launches == ['trial 0 launching {"max_running_requests": null, "mem_fraction_static": null}']
     assert trials.row(base)["param_mem_fraction_static"] is None
     assert trials.ran_params(trials_[1]) == {k: round(v, 6) if isinstance(v, float) else v
                                              for k, v in trials_[1].params.items()}

@@ -119,14 +119,10 @@ def row(t: FrozenTrial) -> dict[str, Any]:
 
 def ran_params(t: FrozenTrial) -> dict[str, Any]:
     """The trial's params for people: optuna's stepped floats without binary noise (0.93, not
-    0.9299999999999999); on the baseline, None for a knob SGLang chose where autotune could not
-    predict its value (its ``resolved`` attribute says None: ``mem_fraction_static`` on CPU), where
-    optuna holds the sampler's stand-in (a float distribution holds no None; nothing was passed)."""
-    params = {k: round(v, 6) if isinstance(v, float) else v for k, v in t.params.items()}
-    if t.user_attrs.get(attrs.BASELINE):
-        resolved = t.user_attrs.get(attrs.RESOLVED) or {}
-        params.update({k: None for k in params if k in resolved and resolved[k] is None})
-    return params
+    0.9299999999999999), as the launch passed them (:func:`autotune.study.attrs.as_launched`: None
+    on the baseline for a knob SGLang chose where autotune could not predict it)."""
+    params = attrs.as_launched(t.params, t.user_attrs)
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
 
 
 def point_order(point: str) -> tuple[int, str]:

@@ -390,9 +390,10 @@ class StudyDriver:
                 return None
         self._launching[key] = trial.number
         req = self.candidates.request(trial.number, cand)
+        shown = attrs.as_launched(cand.params, trial.user_attrs)  # the CPU baseline's f: None, SGLang's own
         if self.progress.on_launch:
-            self.progress.on_launch(trial.number, cand.params)
-        log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
+            self.progress.on_launch(trial.number, shown)
+        log.info("trial %d launching %s", trial.number, _fmt_params(shown))
         return req
 
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
