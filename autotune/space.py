@@ -381,7 +381,10 @@ def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> tuple[StudySp
     """Make trial 0 a point of the space: optuna refuses a fixed categorical outside its choices,
     and samplers re-validate stepped floats. Categorical values are added to the choices; a float
     is snapped to the nearest step (the range widened by whole steps if it lies outside). The
-    exact automatic values stay in the baseline's ``resolved`` user attribute."""
+    exact automatic values stay in the baseline's ``resolved`` user attribute. A float SGLang picks
+    where autotune cannot predict it (``mem_fraction_static`` on ``server.device: cpu``: None) leaves
+    the params: a float distribution holds no None, so the sampler records a value of the range for
+    the trial, which still launches SGLang's defaults (``to_config(baseline=True)`` passes nothing)."""
     space = spec.search_space
     updates: dict[str, Any] = {}
     params = dict(params)
@@ -395,7 +398,9 @@ def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> tuple[StudySp
             target[name] = dom.model_copy(update={"choices": [*dom.choices, value]})
         elif isinstance(dom, (IntChoices, BoolChoices, StrChoices, LayoutChoices)) and value not in dom.choices:
             updates[name] = dom.model_copy(update={"choices": [*dom.choices, value]})
-        elif isinstance(dom, FloatRange) and value is not None:
+        elif isinstance(dom, FloatRange) and value is None:
+            del params[name]
+        elif isinstance(dom, FloatRange):
             low, high = dom.low, dom.high
             if dom.step:
                 k = round((value - low) / dom.step)

@@ -47,7 +47,7 @@ def _study(tmp_path: Path) -> Path:
 
 def _plan_p(study: Path, capsys) -> dict:
     assert main(["plan", str(study), "--json", "--set", "mem_fraction_static=0.85"]) == 0
-    return json.loads(capsys.readouterr().out)[0]
+    return json.loads(capsys.readouterr().out)["candidates"][0]
 
 
 def test_a_log_of_another_model_tp_and_gpu_is_refused_and_nothing_stored(tmp_path: Path, capsys) -> None:

@@ -43,7 +43,7 @@ def _study(tmp_path: Path, calibration: dict | None = None) -> Path:
 
 def _rows(capsys, argv: list[str]) -> list[dict]:
     assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+    return json.loads(capsys.readouterr().out)["candidates"]
 
 
 def test_plan_seed_vectors(tmp_path: Path, capsys):

@@ -297,7 +297,7 @@ def test_plan_kimi_k25_published_config_fits_8xh200_at_088(tmp_path: Path, capsy
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))
     assert main(["plan", "--json", str(path)]) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["candidates"]
     assert row["verdict"] == "fits" and row["kv_tokens"] > 100_000
     w = row["p_gib"] - row["a_gib"]  # weights + loader residue per GPU
     assert w == pytest.approx(74, rel=0.10)  # what real 8 x H200 servers log (main predicted 239)

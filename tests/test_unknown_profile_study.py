@@ -65,7 +65,7 @@ def test_plan_says_unknown_instead_of_condemning(tmp_path: Path, capsys) -> None
     pred = Predictor(spec, lambda: None).predict(low)
     assert pred.verdict == "unknown" and not pred.should_prune and pred.reason.startswith(UNKNOWN_REASON)
     assert main(["plan", str(study), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["candidates"]
     assert rows and all(r["verdict"] == "unknown" and r["reason"].startswith(UNKNOWN_REASON) for r in rows)
     assert main(["plan", str(study), "--set", "mem_fraction_static=0.3"]) == 0
     assert "unknown: calibrated from the first launch" in capsys.readouterr().out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from autotune.spec import StudySpec, load_study_spec
 from autotune.study import attrs
 from autotune.study.candidates import Candidates
 from autotune.study.prediction import Predictor
-from autotune.study.warm_start import WarmStart, _fixed, translate
+from autotune.study.warm_start import WHAT, WarmStart, _fixed, translate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "studies" / "models"
@@ -200,11 +202,16 @@ def _run(path: Path) -> optuna.Study:
     return optuna.load_study(study_name=spec.name, storage=spec.storage_url)
 
 
-def test_a_warm_run_starts_from_the_earlier_winners_and_shows_its_lineage(tmp_path: Path, capsys) -> None:
+def test_a_warm_run_starts_from_the_earlier_winners_and_shows_its_lineage(tmp_path: Path, capsys, caplog) -> None:
     earlier = _run(_write(tmp_path, "earlier", n_trials=6))
     before = [(t.number, t.state, dict(t.user_attrs)) for t in earlier.trials]
     path = _write(tmp_path, "later", version="0.5.23", n_trials=6, warm=["earlier.yaml"])
-    later = _run(path)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        later = _run(path)
+    # sampler: auto says its choice once, for the study it runs (not for the earlier study it reads)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("sampler:")] == \
+        ["sampler: tpe: categorical or conditional knobs (multivariate, grouped; designed start-up)"]
     # the earlier study's storage is only read
     assert [(t.number, t.state, dict(t.user_attrs)) for t in optuna.load_study(
         study_name="earlier", storage=f"sqlite:///{tmp_path / 'earlier.db'}").trials] == before
@@ -222,6 +229,21 @@ def test_a_warm_run_starts_from_the_earlier_winners_and_shows_its_lineage(tmp_pa
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out
     assert "warm start from earlier: top configurations: carried (related study" in out
+    # --json says the same: each earlier study's decisions with their reasons, and the calibration carried
+    assert main(["plan", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"warm_start", "removed", "space", "candidates"} and doc["candidates"]
+    (src,) = doc["warm_start"]["studies"]
+    assert (src["study"], src["file"], src["sglang_version"]) == ("earlier", "earlier.yaml", "0.5.22")
+    assert [d["what"] for d in src["decisions"]] == list(WHAT)
+    for d in src["decisions"]:  # one line of the plain output per decision, from the same data
+        verdict = "carried" if d["carried"] else "not carried"
+        assert f"warm start from earlier: {d['what']}: {verdict} ({d['reason']})" in out
+    assert f"warm start from earlier (earlier.yaml): {src['differences']}" in out
+    assert "top configurations" in src["carried"]
+    assert doc["warm_start"]["calibration"] is not None and "calibration" in src["carried"]
+    assert main(["plan", str(ROOT / "studies" / "demo.yaml"), "--json", "--set", "mem_fraction_static=0.9"]) == 0
+    assert json.loads(capsys.readouterr().out)["warm_start"] == {"studies": [], "calibration": None}
 
     from autotune.results.report import build_report
 

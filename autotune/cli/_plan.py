@@ -14,7 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="The memory verdict (fits, kv_oom, graph_capture_oom, runtime_oom_risk, too_few_tokens; unknown for "
         "a model whose architecture the memory model does not know, until a launch calibrates it) for every "
         "candidate on the search-space grid, or for the candidates fixed by --set (other knobs at SGLang's "
-        "defaults). Uses the study's calibration when it has one.",
+        "defaults). Uses the study's calibration when it has one. First, what each warm_start study carries "
+        "and why, and the knobs that leave the space. --json prints one object: warm_start {studies: [{study, "
+        "file, sglang_version, differences, carried, decisions: [{what, carried, reason}], notes}], "
+        "calibration}, removed [{name, value, reason, line}], space [lines], candidates [one row each].",
     )
     add_study_arg(p)
     add_json_flag(p)
@@ -25,15 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.plan import ROW_KEYS, plan_rows, plan_space, warm_start
+    from autotune.study.plan import ROW_KEYS, plan_document, plan_rows, plan_space, warm_start
 
     spec = load_study_spec(args.study)
-    rows = plan_rows(spec, args.set)
+    warm = warm_start(spec)
+    rows = plan_rows(spec, args.set, warm)
     space = plan_space(spec)
     if args.json:
-        print_json(rows)
+        print_json(plan_document(warm, space, rows))
         return 0
-    for line in warm_start(spec)[0]:  # what the earlier studies of warm_start carry, and why
+    for line in warm.lines:  # what the earlier studies of warm_start carry, and why
         print(line)
     for r in space["removed"]:
         print(r["line"])

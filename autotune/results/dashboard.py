@@ -124,7 +124,7 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
         counts[_trials.outcome(t)] = counts.get(_trials.outcome(t), 0) + 1
     lines = ["**autotune study** · " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
     if best is not None:
-        lines.append(f"Best: trial {best.number}, value {best.value:.2f}, params `{best.params}`")
+        lines.append(f"Best: trial {best.number}, value {best.value:.2f}, params `{_trials.ran_params(best)}`")
         if base is not None and base.value and best.value is not None:
             sign = 1 if _trials.is_maximize(study) else -1
             gain = sign * (best.value - base.value) / abs(base.value) * 100

@@ -22,7 +22,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import ExportError
 from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
-from autotune.results.summary import clean_params, lineage, lineage_lines
+from autotune.results.summary import lineage, lineage_lines
+from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.storage import open_study
@@ -201,7 +202,7 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
         rows.append(
             f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]
             f"<td class='num'>{gain}</td><td class='num'>{'' if p99 is None else f'{p99:.1f}'}</td>"
-            f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(clean_params(t.params).items())))}</td>"
+            f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(ran_params(t).items())))}</td>"
             f"<td><code>{_e(_launch_command(spec, t))}</code></td></tr>"
         )
     head = ("<tr><th></th><th>trial</th><th>value</th><th>gain vs baseline</th><th>p99 TTFT ms</th>"

@@ -241,9 +241,9 @@ def _axis_value(t: FrozenTrial, name: str) -> Any:
 
 
 def _params(t: FrozenTrial) -> str:
-    from autotune.results.summary import clean_params
+    from autotune.results.trials import ran_params
 
-    return ", ".join(f"{k}={v}" for k, v in sorted(clean_params(t.params).items()))
+    return ", ".join(f"{k}={v}" for k, v in sorted(ran_params(t).items()))
 
 
 def _hover(t: FrozenTrial) -> str:

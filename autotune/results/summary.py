@@ -12,15 +12,11 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.results import pareto
 from autotune.results.estimate import estimates, key_of
+from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
 from autotune.study.driver import budget_used, count_states
 from autotune.study.storage import open_study
-
-
-def clean_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Params for people: optuna's stepped floats without binary noise (0.93, not 0.9299999999999999)."""
-    return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -92,7 +88,7 @@ def status(spec: StudySpec) -> dict[str, Any]:
         "budget_used": budget_used(study),
         "states": states,
         "failure_kinds": failure_kinds,
-        "best": None if best is None else {"number": best.number, "params": clean_params(best.params),
+        "best": None if best is None else {"number": best.number, "params": ran_params(best),
                                            "value": best.value},
         "calibration": study.user_attrs.get(attrs.CALIBRATION),
     }
@@ -173,7 +169,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     return {
         "study": spec.name,
         "number": top.number,
-        "params": clean_params(top.params),
+        "params": ran_params(top),
         "value": top_value,
         "first_value": top.value,
         "metric": spec.objective.metric,
@@ -199,7 +195,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
         "pareto": {lat: pareto.trial_front(phases.ranked(study, feasible_only=False), lat)
                    for lat in ("p99_ttft_ms", "p99_itl_ms")},
         "runners_up": [
-            {"number": t.number, "params": clean_params(t.params), "value": _value(study, t),
+            {"number": t.number, "params": ran_params(t), "value": _value(study, t),
              "gain_pct": None if not base_value else
              round(sign * (_value(study, t) - base_value) / abs(base_value) * 100, 2)}
             for t in others[:runners_up]

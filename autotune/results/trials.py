@@ -109,12 +109,20 @@ def row(t: FrozenTrial) -> dict[str, Any]:
     out["datetime_complete"] = t.datetime_complete
     out["note"] = ua.get(attrs.NOTE)
     out["shell"] = ua.get(attrs.SHELL)
-    for name, value in sorted(t.params.items()):
-        out[f"param_{name}"] = round(value, 6) if isinstance(value, float) else value
+    for name, value in sorted(ran_params(t).items()):
+        out[f"param_{name}"] = value
     for point, metrics in sorted(metric_points(t).items(), key=lambda kv: point_order(kv[0])):
         for key, value in metrics.items():
             out[f"{point}_{key}"] = value
     return out
+
+
+def ran_params(t: FrozenTrial) -> dict[str, Any]:
+    """The trial's params for people: optuna's stepped floats without binary noise (0.93, not
+    0.9299999999999999), as the launch passed them (:func:`autotune.study.attrs.as_launched`: None
+    on the baseline for a knob SGLang chose where autotune could not predict it)."""
+    params = attrs.as_launched(t.params, t.user_attrs)
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in params.items()}
 
 
 def point_order(point: str) -> tuple[int, str]:

@@ -4,6 +4,8 @@ read by :mod:`autotune.results`. One place, so a writer and a reader cannot drif
 
 from __future__ import annotations
 
+from typing import Any
+
 # ---- trial user_attrs --------------------------------------------------------------------
 BASELINE = "baseline"  # True on the run of SGLang's defaults
 RESOLVED = "resolved"  # the baseline's resolved automatic values
@@ -43,3 +45,11 @@ CONFIRMATION = "confirmation"
 CONFIRMATION_STARTED = "confirmation_started"
 WARM_START = "warm_start"  # the earlier studies this one started from, what each carried and why
 BASELINE_RESOLVED = "baseline_resolved"  # SGLang's automatic values as predicted at the study's start
+
+
+def as_launched(params: dict[str, Any], user_attrs: dict[str, Any]) -> dict[str, Any]:
+    """A trial's params as its launch passed them: on the baseline, None for a knob SGLang chose
+    where autotune could not predict the value (``RESOLVED`` says None: ``mem_fraction_static`` on
+    CPU); optuna holds the sampler's stand-in there (a float distribution holds no None)."""
+    resolved = (user_attrs.get(RESOLVED) or {}) if user_attrs.get(BASELINE) else {}
+    return {k: None if k in resolved and resolved[k] is None else v for k, v in params.items()}

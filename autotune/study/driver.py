@@ -103,7 +103,7 @@ class StudyDriver:
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
-        self.study = open_study(spec, storage=self.storage)
+        self.study = open_study(spec, storage=self.storage, say_sampler=True)  # the one "sampler: ..." line
         self.store = artifact_store(spec)
         self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
         self.recorder = Recorder(spec, self.study, self.candidates)
@@ -390,9 +390,10 @@ class StudyDriver:
                 return None
         self._launching[key] = trial.number
         req = self.candidates.request(trial.number, cand)
+        shown = attrs.as_launched(cand.params, trial.user_attrs)  # the CPU baseline's f: None, SGLang's own
         if self.progress.on_launch:
-            self.progress.on_launch(trial.number, cand.params)
-        log.info("trial %d launching %s", trial.number, _fmt_params(cand.params))
+            self.progress.on_launch(trial.number, shown)
+        log.info("trial %d launching %s", trial.number, _fmt_params(shown))
         return req
 
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:

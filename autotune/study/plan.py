@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,21 @@ def plan_space(spec: StudySpec) -> dict[str, Any]:
             "space": space_summary(pruned)}
 
 
-def warm_start(spec: StudySpec) -> tuple[list[str], dict[str, Any] | None]:
-    """What the studies of ``warm_start:`` carry into this one, one line per decision with its reason
-    (as the run prints them), and the calibration carried (None: none)."""
+@dataclass(frozen=True)
+class WarmPlan:
+    """What the studies of ``warm_start:`` carry into this one: one line per decision with its reason
+    (as the run prints them), the same per earlier study as data, and the calibration carried."""
+
+    lines: list[str] = field(default_factory=list)
+    studies: list[dict[str, Any]] = field(default_factory=list)  # warm_start.Source.to_dict() each
+    calibration: dict[str, Any] | None = None  # None: none carried
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"studies": self.studies, "calibration": self.calibration}
+
+
+def warm_start(spec: StudySpec) -> WarmPlan:
+    """What the studies of ``warm_start:`` carry into this one (empty without any)."""
     import optuna
 
     from autotune.study.candidates import Candidates
@@ -62,18 +75,21 @@ def warm_start(spec: StudySpec) -> tuple[list[str], dict[str, Any] | None]:
 
     warm = WarmStart.load(spec)
     if not warm:
-        return [], None
+        return WarmPlan()
     scratch = optuna.create_study(storage=optuna.storages.InMemoryStorage())  # the space, widened, without storage
     cands = Candidates(spec, scratch, Predictor(spec, lambda: stored_calibration(spec) or warm.calibration()))
     warm.decide(cands.widened_spec())
-    return warm.lines(), warm.calibration()
+    return WarmPlan(warm.lines(), [src.to_dict() for src in warm.sources], warm.calibration())
 
 
-def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, Any]]:
-    """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it."""
+def plan_rows(spec: StudySpec, sets: list[str] | None = None, warm: WarmPlan | None = None) -> list[dict[str, Any]]:
+    """The memory verdict of every candidate (or of the ``--set`` ones), as the driver predicts it
+    (``warm``: :func:`warm_start`'s answer, when the caller has it)."""
     from autotune.study.candidates import vet, without_dead_knobs
 
-    warm_cal = warm_start(spec)[1] if spec.warm_start else None
+    if warm is None:
+        warm = warm_start(spec) if spec.warm_start else WarmPlan()
+    warm_cal = warm.calibration
     predictor = Predictor(spec, lambda: stored_calibration(spec) or warm_cal)  # the driver's own prediction path
     spec, _ = without_dead_knobs(spec, predictor)  # plan_space says what left and why
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
@@ -91,3 +107,13 @@ def plan_rows(spec: StudySpec, sets: list[str] | None = None) -> list[dict[str, 
                                      check=False)
         rows.append(row)
     return rows
+
+
+
+def plan_document(warm: WarmPlan, space_plan: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything ``autotune plan`` prints, as data (``--json``): ``warm_start`` (``studies``: per earlier
+    study of ``warm_start:``, its ``differences`` and ``decisions``, each ``{what, carried, reason}``;
+    ``calibration``: the one carried, or null), ``removed`` (knobs that left the space, each with its
+    reason), ``space`` (what remains, one line per knob) and ``candidates`` (one row each)."""
+    return {"warm_start": warm.to_dict(), "removed": space_plan["removed"], "space": space_plan["space"],
+            "candidates": rows}

@@ -24,12 +24,15 @@ from autotune.study.storage_retry import (
 log = logging.getLogger(__name__)
 
 
-def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
-    """The study's sampler. Samplers are not persisted by optuna: build it again on resume."""
+def make_sampler(spec: StudySpec, *, say: bool = False) -> optuna.samplers.BaseSampler:
+    """The study's sampler. Samplers are not persisted by optuna: build it again on resume.
+    ``say``: log the choice of ``sampler.kind: auto`` and why (once per run: the study it runs,
+    not an earlier study of ``warm_start:`` or a results command that only reads one)."""
     s = spec.sampler
     if s.kind == "auto":
         sampler, why = choose_sampler(spec)
-        log.info("sampler: %s", why)
+        if say:
+            log.info("sampler: %s", why)
         return sampler
     if s.kind == "tpe":
         with warnings.catch_warnings():
@@ -89,8 +92,9 @@ def open_storage(spec: StudySpec) -> optuna.storages.RDBStorage:
 
 
 def open_study(spec: StudySpec, *, create: bool = True,
-               storage: optuna.storages.RDBStorage | None = None) -> optuna.Study:
-    """Create or load the study. ``create=False`` raises ConfigError when it does not exist."""
+               storage: optuna.storages.RDBStorage | None = None, say_sampler: bool = False) -> optuna.Study:
+    """Create or load the study. ``create=False`` raises ConfigError when it does not exist.
+    ``say_sampler``: log the sampler chosen (the driver, for the study it runs)."""
     if not create and spec.storage_url.startswith("sqlite:///") and \
             not Path(spec.storage_url.removeprefix("sqlite:///")).exists():
         raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)")
@@ -104,7 +108,7 @@ def open_study(spec: StudySpec, *, create: bool = True,
     return optuna.create_study(
         study_name=spec.name,
         storage=storage,
-        sampler=make_sampler(spec),
+        sampler=make_sampler(spec, say=say_sampler),
         pruner=_pruner(spec),
         direction="maximize" if spec.objective.resolved_direction == "maximize" else "minimize",
         load_if_exists=True,

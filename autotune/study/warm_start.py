@@ -216,6 +216,13 @@ class Source:
     def name(self) -> str:
         return self.spec.name
 
+    def to_dict(self) -> dict[str, Any]:
+        """What :meth:`lines` says, as data (``autotune plan --json``; the study's lineage attribute)."""
+        return {"study": self.name, "file": self.path, "sglang_version": self.spec.server.sglang_version,
+                "differences": _differences(self.relation, self.new, self.spec),
+                "carried": [d.what for d in self.decisions if d.carried],
+                "decisions": [d.to_dict() for d in self.decisions], "notes": list(self.notes)}
+
     def lines(self) -> list[str]:
         out = [f"warm start from {self.name} ({self.path}): {_differences(self.relation, self.new, self.spec)}"]
         out += [d.line(self.name) for d in self.decisions]
@@ -412,10 +419,7 @@ class WarmStart:
         out = []
         for s in self.sources:
             earlier = s.study.user_attrs.get(LINEAGE) or []
-            out.append({"study": s.name, "file": s.path, "sglang_version": s.spec.server.sglang_version,
-                        "carried": [d.what for d in s.decisions if d.carried],
-                        "decisions": [d.to_dict() for d in s.decisions], "notes": list(s.notes),
-                        "built_on": [e.get("study") for e in earlier]})
+            out.append({**s.to_dict(), "built_on": [e.get("study") for e in earlier]})
         return out
 
     def prior_trials(self, widened: StudySpec) -> list[tuple[FrozenTrial, float, float]]:
