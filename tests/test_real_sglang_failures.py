@@ -6,7 +6,9 @@ own argparse message; and the real parser refuses it before any launch while acc
 ``--sleep-on-idle``, that autotune's own table once refused), a model path without
 a config (``crashed`` with the evidence), a port held by another process, a
 startup past its timeout, and a server killed under load (the trial fails as
-``load_failed`` or ``crashed`` and returns; it does not raise).
+``load_failed`` or ``crashed`` and returns; it does not raise). The refused flag and the kill
+under load run on 0.5.9 too: it has no subprocess watchdog and logs nothing when its scheduler
+dies, so there the trial must be ``crashed`` with the tree watch's own line.
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ def test_model_without_config_crashes_with_the_evidence(tmp_path: Path) -> None:
     assert "config" in err.evidence.lower() or str(empty) in err.evidence, err.evidence
 
 
-def test_flag_the_parser_accepts_and_the_server_refuses_is_invalid_args_with_sglangs_line(tmp_path: Path) -> None:
-    env = need_real_sglang("0.5.23")
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.9"])
+def test_flag_the_parser_accepts_and_the_server_refuses_is_invalid_args_with_sglangs_line(tmp_path: Path,
+                                                                                         version: str) -> None:
+    env = need_real_sglang(version)
     port = free_port()
     log = tmp_path / "s.log"
     err = _launch_error(server_argv(env, TINY_LLAMA, port, "--context-length", "4096"), port, log)
@@ -108,11 +112,12 @@ def test_startup_past_its_timeout(tmp_path: Path) -> None:
     assert err.evidence
 
 
-def test_server_killed_under_load_fails_the_trial_without_raising(tmp_path: Path) -> None:
-    env = need_real_sglang("0.5.23")
-    cfg = on_cpu(ServerConfig(model_path=str(TINY_LLAMA), load_format="dummy"), "0.5.23")
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.9"])
+def test_server_killed_under_load_fails_the_trial_without_raising(tmp_path: Path, version: str) -> None:
+    env = need_real_sglang(version)
+    cfg = on_cpu(ServerConfig(model_path=str(TINY_LLAMA), load_format="dummy"), version)
     req = TrialRequest(
-        study_name="real-kill", trial_number=0, config=cfg, backend="sglang", sglang_version="0.5.23",
+        study_name="real-kill", trial_number=0, config=cfg, backend="sglang", sglang_version=version,
         gpu="cpu", num_gpus=1, interconnect="pcie",
         workload=WorkloadSpec(backend="sglang", input_len=32, output_len=512, range_ratio=1.0, num_prompts=64,
                               concurrency=[8], warmup_requests=1, flush_cache=False, seed=0),
@@ -146,3 +151,6 @@ def test_server_killed_under_load_fails_the_trial_without_raising(tmp_path: Path
     assert result.state == "failed"
     assert result.failure_kind in ("load_failed", "crashed"), (result.failure_kind, result.evidence)
     assert result.evidence
+    if version == "0.5.9":  # no subprocess watchdog, no log line: the tree watch ends the tree and says why
+        assert result.failure_kind == "crashed", (result.failure_kind, result.evidence)
+        assert f"(pid {killed[0]}) killed by SIGKILL while its launcher" in result.evidence, result.evidence
