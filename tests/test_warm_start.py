@@ -27,7 +27,7 @@ CAL = {"p_gib": 131.0, "a_gib": 62.0, "kv_tokens": 500000, "graph_gib": 1.2, "so
 
 def _write(tmp_path: Path, name: str, *, version: str = "0.5.22", gpu: str = "h200", num_gpus: int = 1,
            tp: int = 1, model: str = "qwen3-32b-class", input_len: int = 512, flags: dict | None = None,
-           warm: list[str] | None = None, n_trials: int = 8) -> Path:
+           warm: list[str] | None = None, n_trials: int = 8, speculative: bool = False) -> Path:
     data: dict[str, Any] = {
         "name": name, "n_trials": n_trials, "executor": {"kind": "inline"},
         "server": {"backend": "sim", "sglang_version": version, "model_path": str(MODELS / model), "tp_size": tp,
@@ -36,7 +36,8 @@ def _write(tmp_path: Path, name: str, *, version: str = "0.5.22", gpu: str = "h2
         "search_space": {"mem_fraction_static": {"low": 0.80, "high": 0.92, "step": 0.02},
                          "cuda_graph_max_bs": {"choices": [64, 128, 256]},
                          "max_running_requests": {"choices": [128, 256]},
-                         **({"flags": flags} if flags else {})},
+                         **({"flags": flags} if flags else {}),
+                         **({"speculative": {"algorithm": {"choices": ["none", "NGRAM"]}}} if speculative else {})},
         "workload": {"backend": "openai", "input_len": input_len, "output_len": 32, "num_prompts": 48,
                      "concurrency": [32], "warmup_requests": 0},
         "objective": {"metric": "output_throughput", "direction": "maximize"},
@@ -291,3 +292,23 @@ def test_the_prior_steers_the_sampler_and_never_enters_the_study() -> None:
     warm = asks(PriorSampler(tpe(), prior))
     cold = asks(tpe())
     assert warm.count(256) >= 5 and cold.count(256) < warm.count(256)
+
+
+def test_another_workload_carries_the_best_of_each_speculative_algorithm(tmp_path: Path) -> None:
+    """Another workload: the earlier best with speculative decoding off and the best with it on
+    (not the top three, here all without it); the same workload keeps the top three."""
+    spec = load_study_spec(_write(tmp_path, "earlier", speculative=True))
+    study = optuna.create_study(study_name=spec.name, storage=spec.storage_url, direction="maximize")
+    for f, algo, value in ((0.88, "none", 1200.0), (0.86, "none", 1150.0), (0.84, "none", 1100.0),
+                           (0.86, "NGRAM", 900.0), (0.88, "NGRAM", 850.0)):
+        fixed = _fixed({"mem_fraction_static": f, "cuda_graph_max_bs": 128, "max_running_requests": 256,
+                        "speculative_algorithm": algo}, spec)
+        assert fixed is not None
+        study.add_trial(optuna.trial.create_trial(params=fixed[0], distributions=fixed[1], value=value))
+    warm, _, d = _warm(_write(tmp_path, "later", input_len=2048, speculative=True, warm=["earlier.yaml"]))
+    top = warm.sources[0].top
+    assert [n for _, n in top] == [0, 3], top  # the best without, then the best with NGRAM
+    assert top[1][0]["speculative_algorithm"] == "NGRAM" and top[1][0]["mem_fraction_static"] == 0.86
+    assert "each speculative algorithm" in d["top configurations"].reason
+    same, _, _ = _warm(_write(tmp_path, "again", version="0.5.23", speculative=True, warm=["earlier.yaml"]))
+    assert [n for _, n in same.sources[0].top] == [0, 1, 2]

@@ -13,8 +13,11 @@ and compared with this one. What carries over, and only when it applies:
 * **top configurations** (by the noise-aware estimate, :mod:`autotune.study.estimate`): related
   studies (same GPU kind and interconnect, same architecture and shape), translated to this
   release's flags (a renamed flag follows its new name; one the release removed is dropped and
-  reported), enqueued before the search (right after the baseline when it runs first); only the
-  best one from a study with another workload (its winners are a guess about this landscape).
+  reported), enqueued before the search (right after the baseline when it runs first). From a
+  study with another workload, its best configuration **for each speculative algorithm** it
+  measured (none included) instead: whether speculative decoding pays, and at what depth, turns
+  on the batch and the request shape, so it is a choice a workload change can flip,
+  and the top three of one study are mostly near-copies of one winner (the same algorithm).
 * **sampler prior**: every earlier trial that still lies in this study's space joins the sampler's
   history (never this study's storage), its value rescaled by this study's best over the earlier
   one's; weighted by how alike the studies are: all of them from a study that differs only in
@@ -312,6 +315,10 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
     basis = "noise-aware estimate" if pooled else "measured value"
     out: list[tuple[dict[str, Any], int]] = []
     seen: set[str] = set()
+    # another workload: not its top three (near-copies of one winner) but its best with each speculative
+    # algorithm (none included), a choice a workload change can flip (module docstring)
+    per_algorithm = not src.relation.same_workload
+    algorithms: set[Any] = set()
     for t in done:
         params, notes = translate(dict(t.params), src.spec, new)
         params = _with_new_knobs(params, widened)
@@ -322,16 +329,22 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
         key = repr(sorted(kept.items()))
         if not kept or key in seen:
             continue
+        if per_algorithm:
+            algorithm = kept.get("speculative_algorithm")
+            if algorithm in algorithms:
+                continue
+            algorithms.add(algorithm)
         seen.add(key)
         src.notes += [n for n in notes if n not in src.notes]
         out.append((kept, t.number))
-        if len(out) >= (TOP_K if src.relation.same_workload else 1):
-            break  # another workload: its winners are a guess about this landscape, one launch of it
+        if not per_algorithm and len(out) >= TOP_K:
+            break
     if not out:
         return [], Decision("top configurations", False, "no completed trial of the earlier study fits this space")
-    return out, Decision("top configurations", True,
-                         f"related study: its best {len(out)} by {basis} (trials "
-                         f"{', '.join(str(n) for _, n in out)}), enqueued before the search")
+    which = f"its best by {basis} for each speculative algorithm it measured ({len(out)}: another workload)" \
+        if per_algorithm else f"its best {len(out)} by {basis}"
+    return out, Decision("top configurations", True, f"related study: {which} (trials "
+                                                     f"{', '.join(str(n) for _, n in out)}), enqueued before the search")
 
 
 def _prior_decision(src: Source) -> Decision:
