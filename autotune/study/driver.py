@@ -335,7 +335,8 @@ class StudyDriver:
             self._baseline_due(st)
             used = budget_used(self.study)
             if st.stopped is None and not self._grid_exhausted() and used + len(self._live) < self.spec.n_trials:
-                self.phases.before_ask(used)
+                if self.phases.enqueue_race() is None:  # a new leader on a noisy node is re-run first
+                    self.phases.before_ask(used)
             elif not (self.phases.pending() and (st.confirming or not st.out_of_budget)):
                 return
             req = self._next_launch(confirming=st.confirming)
