@@ -151,13 +151,14 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
     confirmation repeats."""
     from autotune.study import attrs
     from autotune.study.phases import Phases
+    from autotune.study.race import enqueue_race
 
     spec = _spec(tmp_path, search={"confirm_top": 1, "repeats": 3, "stages": "off"})
     study = optuna.create_study(direction="maximize")
     phases = Phases(spec, study)
     first = _leading(study, {"cuda_graph_max_bs": 128}, 100.0)
-    assert phases.enqueue_race() == first
-    assert phases.enqueue_race() is None  # its re-run is queued
+    assert enqueue_race(spec, study) == first
+    assert enqueue_race(spec, study) is None  # its re-run is queued
     race = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert len(race) == 1 and race[0].system_attrs["fixed_params"] == {"cuda_graph_max_bs": 128}
     assert race[0].user_attrs[attrs.CONFIRM_OF] == first and race[0].user_attrs[attrs.RACE]
@@ -165,11 +166,11 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
     trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
     study.tell(trial, 97.0)
     assert budget_used(study) == 1
-    assert phases.enqueue_race() is None  # two runs: the leader is not re-run again
+    assert enqueue_race(spec, study) is None  # two runs: the leader is not re-run again
     _leading(study, {"cuda_graph_max_bs": 256}, 95.0)
-    assert phases.enqueue_race() is None  # not the leader: no re-run
+    assert enqueue_race(spec, study) is None  # not the leader: no re-run
     lucky = _leading(study, {"cuda_graph_max_bs": 512}, 104.0)
-    assert phases.enqueue_race() == lucky
+    assert enqueue_race(spec, study) == lucky
     # Confirmation: the top trial's repeats less the re-run it already had; the baseline's in full.
     trial = study.ask()
     trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
@@ -180,12 +181,12 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
 
 
 def test_a_quiet_study_re_runs_nothing_during_the_search(tmp_path: Path):
-    from autotune.study.phases import Phases
+    from autotune.study.race import enqueue_race
 
     spec = _spec(tmp_path, search={"confirm_top": 2, "repeats": 1})
     study = optuna.create_study(direction="maximize")
     _leading(study, {"cuda_graph_max_bs": 128}, 100.0)
-    assert Phases(spec, study).enqueue_race() is None
+    assert enqueue_race(spec, study) is None
 
 
 def test_the_driver_races_leaders_before_the_confirmation(tmp_path: Path):

@@ -12,7 +12,7 @@ the top configurations and the baseline run again; the winner is reported with t
 median and spread of its runs. Config-only gains on one node are often single-digit
 percent, so one lucky measurement must not crown a winner. A study that asks for several
 repeats (``search.repeats >= 2``: a noisy node) also re-runs each new leader once during the
-search (:meth:`Phases.enqueue_race`), so the noise-aware estimate ranks long before the end.
+search (:mod:`autotune.study.race`), so the noise-aware estimate ranks long before the end.
 
 ``search.stages: auto`` (the default) hands the stages to
 :class:`autotune.study.search_policy.SearchPolicy` (``Phases.policy``): a designed start
@@ -92,73 +92,9 @@ class Phases:
         return "speculative"
 
     # ---- confirmation ----------------------------------------------------
-    def races(self) -> bool:
-        """A study that asks for several repeats (``search.repeats >= 2``) says its node is noisy:
-        its leaders are re-run during the search, not only at the end (:meth:`enqueue_race`)."""
-        s = self.spec.search
-        return s.confirm_top > 0 and s.repeats >= 2
-
-    def enqueue_race(self) -> int | None:
-        """Queue one re-run of the configuration the study would hand over now, when it rests on a
-        single run; returns the trial it re-runs.
-
-        Racing (as in successive halving's confirmation of a challenger): on a noisy node a lucky
-        single run takes the lead, and until the re-runs at the end it is what ``best`` hands
-        over. Re-running each new leader once at once measures the run-to-run noise early, so
-        the noise-aware estimate (:mod:`autotune.study.estimate`) ranks from then on, and a lucky
-        leader loses the lead after one launch. The re-run counts towards the leader's
-        confirmation repeats (outside the trial budget, as they are)."""
-        if not self.races() or self.study.user_attrs.get(attrs.CONFIRMATION_STARTED) or self._waiting():
-            return None
-        leader = self._leader()
-        if leader is None or self._runs_of(leader) >= 2:
-            return None
-        rerun: dict[str, Any] = {attrs.CONFIRM_OF: leader.number, attrs.RACE: True}
-        if leader.user_attrs.get(attrs.BASELINE):
-            rerun[attrs.BASELINE] = True
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.study.enqueue_trial(dict(leader.params), user_attrs=rerun)
-        return leader.number
-
-    def _leader(self) -> FrozenTrial | None:
-        """What ``best`` would hand over now (``autotune.results.summary.best_trial`` without the
-        confirmation medians, which exist only after the search)."""
-        top = self._standings()
-        return top[0] if top else None
-
-    def _standings(self) -> list[FrozenTrial]:
-        """One search trial per configuration, best first: by the noise-aware estimate once re-runs
-        measured the noise (configurations it has no estimate for last), else by the best single run."""
-        from autotune.study.estimate import estimates, key_of
-
-        top = ranked(self.study)
-        pooled = estimates(self.study)
-        if pooled:
-            sign = 1 if self.study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-            def order(t: FrozenTrial) -> tuple[bool, float, int]:  # a stable sort keeps the rest as ranked
-                e = pooled.get(key_of(t))
-                return (e is None, -sign * e.value if e else 0.0, t.number if e else 0)
-
-            top = sorted(top, key=order)
-        out, seen = [], set()
-        for t in top:
-            if key_of(t) not in seen:
-                seen.add(key_of(t))
-                out.append(t)
-        return out
-
-    def _runs_of(self, t: FrozenTrial) -> int:
-        """Completed and running launches of ``t``'s parameters (search trials and re-runs; a queued
-        one is not counted: :meth:`enqueue_race` waits until nothing is queued)."""
-        from autotune.study.estimate import key_of
-
-        key = key_of(t)
-        return sum(1 for u in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-                   if key_of(u) == key and u.user_attrs.get(attrs.REUSED_FROM) is None)
-
     def _extra_runs(self, t: FrozenTrial) -> int:
-        """Re-runs of ``t`` already made during the search (races): they count towards its repeats."""
+        """Re-runs of ``t`` already made during the search (:mod:`autotune.study.race`): they count
+        towards its repeats."""
         return sum(1 for u in self.study.get_trials(deepcopy=False)
                    if u.user_attrs.get(attrs.CONFIRM_OF) == t.number and u.state != TrialState.FAIL)
 
