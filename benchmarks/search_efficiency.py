@@ -41,9 +41,13 @@ Per study (scenario):
    graph capture, warm-up, from ``autotune/sim/startup.py``; load: the engine's modelled
    time; a failed launch costs what it burnt; a pruned candidate costs 0).
 4. **Figures.** A strategy's *pick* after each launch is what the tool would hand a user:
-   for the sweep baselines the best single measurement so far; for the driver the best
-   search trial (with an SLO, the best that meets it) and, once confirmation re-runs are
-   in, the best confirmed median (``autotune best``). *GPU-seconds to target* is the
+   for the sweep baselines the best single measurement so far; for the driver what
+   ``autotune best`` would hand over if the user stopped there (``best_trial`` on the trials
+   finished so far: the best search trial, with an SLO the best that meets it, or, once re-runs
+   measured the noise, the best noise-aware estimate; at the end, with the confirmation
+   medians). Until 2026-12-02 the driver's pick before the end was the best single search
+   run, which was ``best_trial`` as long as no re-run ran before the confirmation; a noisy
+   study now re-runs its leaders during the search. *GPU-seconds to target* is the
    spend at the launch after which the pick stays within the tolerance of the optimum
    (by its noise-free value) to the end of the budget; ``inf`` if the final pick is off
    target. Medians and [min, max] over ``--seeds`` seeds (20 by default: with 5, a shuffled
@@ -316,7 +320,6 @@ def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler:
     from autotune.results.summary import best_trial
     from autotune.study.driver import run_study
     from autotune.study.offline_executor import OfflineExecutor
-    from autotune.study.phases import is_extra
 
     run = Run()
     truth_of: dict[int, float | None] = {}
@@ -339,25 +342,43 @@ def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler:
         run_study(spec, executor=OfflineExecutor(evaluate=evaluate, on_result=on_result))
         study = opened[-1]
         LAST_STUDY[:] = [study]
-        trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-        spent = 0.0
-        best: tuple[float, int] | None = None  # (value, number) of the best search trial so far
-        def launched(number: int) -> int:  # a trial that reused an earlier launch's result
-            return int(study.trials[number].user_attrs.get("reused_from", number))
-
-        for t in trials:
-            if t.number not in truth_of:
-                continue  # pruned before launch, or a reused result: no GPU time of its own
-            spent += t.user_attrs.get("gpu_seconds") or 0.0
-            ok = t.state.name == "COMPLETE" and t.value is not None and t.user_attrs.get("slo_met") is not False
-            if ok and t.value is not None and not is_extra(t) and (best is None or sign * t.value > sign * best[0]):
-                best = (t.value, t.number)
-            run.events.append((spent, truth_of.get(launched(best[1])) if best else None))
+        run.events = pick_timeline(study, truth_of)
         final = best_trial(study)
-        run.final = truth_of.get(launched(final.number)) if final is not None else None
+        run.final = truth_of.get(_launched(study, final.number)) if final is not None else None
         if run.events:
             run.events[-1] = (run.events[-1][0], run.final)
     return run
+
+
+def _launched(study: optuna.Study, number: int) -> int:
+    """The trial whose launch measured trial ``number`` (itself, or the one whose result it reused)."""
+    return int(study.trials[number].user_attrs.get("reused_from", number))
+
+
+def pick_timeline(study: optuna.Study, truth_of: dict[int, float | None]) -> list[tuple[float, float | None]]:
+    """(cumulative GPU-s, noise-free value of the pick) after each launch of a driver run.
+
+    The pick is what ``autotune best`` hands over if the user stops there: ``best_trial`` on
+    the trials finished so far (by the noise-aware estimate once re-runs measured the noise,
+    else the best single search run). The confirmation medians exist only once the run ends;
+    the caller sets the last event from the finished study."""
+    from autotune.results.summary import best_trial
+
+    view = optuna.create_study(direction=study.direction)  # in memory, filled trial by trial
+    numbers: list[int] = []  # the study's number of each trial of the view
+    events: list[tuple[float, float | None]] = []
+    spent = 0.0
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if not t.state.is_finished():
+            continue
+        view.add_trial(t)
+        numbers.append(t.number)
+        if t.number not in truth_of:
+            continue  # pruned before launch, or a reused result: no GPU time of its own
+        spent += t.user_attrs.get("gpu_seconds") or 0.0
+        pick = best_trial(view)
+        events.append((spent, truth_of.get(_launched(study, numbers[pick.number])) if pick else None))
+    return events
 
 
 @contextlib.contextmanager

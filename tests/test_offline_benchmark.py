@@ -113,3 +113,33 @@ def test_time_to_target_needs_the_pick_to_stay_on_target() -> None:
     assert run.to_target(96.0, 1.0) == 20.0
     run.events.append((50.0, None))
     assert run.to_target(96.0, 1.0) == float("inf")
+
+
+def test_the_drivers_pick_is_what_best_would_hand_over_after_each_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lucky single run leads; its re-run during the search (a race) measures the noise, and
+    from that launch on the pick is the noise-aware estimate's (``best_trial`` on the trials so
+    far), not the best single run."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    mod = _load_script(monkeypatch)
+    dist = {"a": CategoricalDistribution(["a1", "a2"]), "b": CategoricalDistribution(["b1", "b2", "b3"])}
+    # truth: value = 100 x A x B, A: a1 1.00, a2 0.97; B: b1 1.00, b2 0.98, b3 0.90
+    truth = {("a1", "b1"): 100.0, ("a1", "b2"): 98.0, ("a1", "b3"): 90.0,
+             ("a2", "b1"): 97.0, ("a2", "b2"): 95.06, ("a2", "b3"): 87.3}
+    runs = [(("a1", "b1"), 99.0, None), (("a1", "b2"), 98.5, None), (("a1", "b3"), 90.5, None),
+            (("a2", "b2"), 94.0, None), (("a2", "b3"), 87.0, None), (("a2", "b1"), 104.0, None),  # lucky
+            (("a2", "b1"), 96.0, 5), (("a1", "b1"), 100.0, 0)]  # the races
+    study = optuna.create_study(direction="maximize")
+    truth_of = {}
+    for n, ((a, b), value, of) in enumerate(runs):
+        attrs = {"gpu_seconds": 10.0, **({"confirm_of": of, "race": True} if of is not None else {})}
+        study.add_trial(optuna.trial.create_trial(params={"a": a, "b": b}, distributions=dist, value=value,
+                                                  user_attrs=attrs))
+        truth_of[n] = truth[(a, b)]
+    events = mod.pick_timeline(study, truth_of)
+    assert [s for s, _ in events] == [10.0 * i for i in range(1, 9)]
+    picks = [v for _, v in events]
+    assert picks[:5] == [100.0] * 5
+    assert picks[5] == 97.0  # the lucky single run leads: no noise measured yet, the best run is the pick
+    assert picks[6:] == [100.0, 100.0]  # its re-run measured the noise: the estimate hands over (a1, b1)

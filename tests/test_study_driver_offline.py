@@ -135,3 +135,76 @@ def test_a_search_never_launches_the_same_argv_twice_before_confirmation(tmp_pat
         assert t.user_attrs[attrs.GPU_SECONDS] == 0.0
     assert budget_used(study) == 12
     assert confirm and any(Counter(a for _, a in launches)[a] == 2 for n, a in launches if n in confirm)
+
+
+def _leading(study: optuna.Study, params: dict, value: float, **user_attrs) -> int:
+    from optuna.distributions import CategoricalDistribution
+
+    dist = {k: CategoricalDistribution([128, 256, 512]) for k in params}
+    study.add_trial(optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=user_attrs))
+    return len(study.trials) - 1
+
+
+def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_repeats(tmp_path: Path):
+    """search.repeats >= 2 (a noisy node): the configuration ``best`` would hand over is re-run
+    once as soon as it leads on a single run; the re-run is outside the budget and one of its
+    confirmation repeats."""
+    from autotune.study import attrs
+    from autotune.study.phases import Phases
+    from autotune.study.race import enqueue_race
+
+    spec = _spec(tmp_path, search={"confirm_top": 1, "repeats": 3, "stages": "off"})
+    study = optuna.create_study(direction="maximize")
+    phases = Phases(spec, study)
+    first = _leading(study, {"cuda_graph_max_bs": 128}, 100.0)
+    assert enqueue_race(spec, study) == first
+    assert enqueue_race(spec, study) is None  # its re-run is queued
+    race = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(race) == 1 and race[0].system_attrs["fixed_params"] == {"cuda_graph_max_bs": 128}
+    assert race[0].user_attrs[attrs.CONFIRM_OF] == first and race[0].user_attrs[attrs.RACE]
+    trial = study.ask()  # the queued re-run, as the driver's next launch takes it
+    trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
+    study.tell(trial, 97.0)
+    assert budget_used(study) == 1
+    assert enqueue_race(spec, study) is None  # two runs: the leader is not re-run again
+    _leading(study, {"cuda_graph_max_bs": 256}, 95.0)
+    assert enqueue_race(spec, study) is None  # not the leader: no re-run
+    lucky = _leading(study, {"cuda_graph_max_bs": 512}, 104.0)
+    assert enqueue_race(spec, study) == lucky
+    # Confirmation: the top trial's repeats less the re-run it already had; the baseline's in full.
+    trial = study.ask()
+    trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
+    study.tell(trial, 96.0)
+    phases.enqueue_confirmation()
+    queued = [t.user_attrs[attrs.CONFIRM_OF] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert queued == [lucky, lucky]
+
+
+def test_a_quiet_study_re_runs_nothing_during_the_search(tmp_path: Path):
+    from autotune.study.race import enqueue_race
+
+    spec = _spec(tmp_path, search={"confirm_top": 2, "repeats": 1})
+    study = optuna.create_study(direction="maximize")
+    _leading(study, {"cuda_graph_max_bs": 128}, 100.0)
+    assert enqueue_race(spec, study) is None
+
+
+def test_the_driver_races_leaders_before_the_confirmation(tmp_path: Path):
+    from autotune.study import attrs
+
+    spec = _spec(tmp_path, n_trials=8, search={"confirm_top": 1, "repeats": 2})
+    run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    races = [t for t in study.trials if t.user_attrs.get(attrs.RACE)]
+    assert races and budget_used(study) == 8
+    confirming = min(t.number for t in study.trials
+                     if t.user_attrs.get(attrs.CONFIRM_OF) is not None and not t.user_attrs.get(attrs.RACE))
+    for r in races:  # each re-ran, during the search, a configuration measured once until then
+        assert r.number < confirming
+        before = [t for t in study.trials[: r.number] if t.state.name == "COMPLETE" and t.params == r.params
+                  and t.user_attrs.get(attrs.REUSED_FROM) is None]  # a reused result is no run of its own
+        assert len(before) == 1 and before[0].user_attrs.get(attrs.CONFIRM_OF) is None
+    top = max((t for t in study.trials if t.state.name == "COMPLETE" and t.user_attrs.get(attrs.CONFIRM_OF) is None),
+              key=lambda t: t.value)
+    runs = [t for t in study.trials if t.user_attrs.get(attrs.CONFIRM_OF) == top.number]
+    assert len(runs) == 2  # its race re-run and one confirmation re-run: repeats 2 in all

@@ -31,6 +31,7 @@ MIX = "mix"  # a workload mix: {name: {weight, point, value, violation}}
 STAGE = "stage"  # 1: base knobs, 2: speculative
 STAGE_BASE = "stage_base"
 CONFIRM_OF = "confirm_of"  # N on confirmation re-runs of trial N (outside the budget)
+RACE = "race"  # True on a confirmation re-run of a new leader during the search (search.repeats >= 2)
 RETRY_OF = "retry_of"  # N on re-runs of interrupted trial N (outside the budget)
 RETRIED = "retried"  # True on a trial that was re-run
 AFTER_DEATH = "after_death"  # a re-run after the first death of its Ray worker

@@ -38,7 +38,7 @@ from autotune.launch import ProcessRegistry
 from autotune.launch.cleanup import note_interrupt, raise_if_interrupted
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
-from autotune.study import attrs
+from autotune.study import attrs, race
 from autotune.study.candidates import Candidates
 from autotune.study.disk_fault import as_disk_fault
 from autotune.study.executor import Executor, InlineExecutor
@@ -335,7 +335,8 @@ class StudyDriver:
             self._baseline_due(st)
             used = budget_used(self.study)
             if st.stopped is None and not self._grid_exhausted() and used + len(self._live) < self.spec.n_trials:
-                self.phases.before_ask(used)
+                if race.enqueue_race(self.spec, self.study) is None:  # a new leader on a noisy node: re-run first
+                    self.phases.before_ask(used)
             elif not (self.phases.pending() and (st.confirming or not st.out_of_budget)):
                 return
             req = self._next_launch(confirming=st.confirming)

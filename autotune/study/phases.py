@@ -10,7 +10,9 @@ still proposes everything that is not fixed.
 Confirmation (``search.confirm_top``, ``search.repeats``): once the budget is spent,
 the top configurations and the baseline run again; the winner is reported with the
 median and spread of its runs. Config-only gains on one node are often single-digit
-percent, so one lucky measurement must not crown a winner.
+percent, so one lucky measurement must not crown a winner. A study that asks for several
+repeats (``search.repeats >= 2``: a noisy node) also re-runs each new leader once during the
+search (:mod:`autotune.study.race`), so the noise-aware estimate ranks long before the end.
 
 ``search.stages: auto`` (the default) hands the stages to
 :class:`autotune.study.search_policy.SearchPolicy` (``Phases.policy``): a designed start
@@ -90,6 +92,12 @@ class Phases:
         return "speculative"
 
     # ---- confirmation ----------------------------------------------------
+    def _extra_runs(self, t: FrozenTrial) -> int:
+        """Re-runs of ``t`` already made during the search (:mod:`autotune.study.race`): they count
+        towards its repeats."""
+        return sum(1 for u in self.study.get_trials(deepcopy=False)
+                   if u.user_attrs.get(attrs.CONFIRM_OF) == t.number and u.state != TrialState.FAIL)
+
     def wants_confirmation(self) -> bool:
         s = self.spec.search
         return s.confirm_top > 0 and s.repeats > 0 and not self.study.user_attrs.get(attrs.CONFIRMATION_STARTED)
@@ -105,7 +113,7 @@ class Phases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for t in targets:
-                for _ in range(s.repeats):
+                for _ in range(max(0, s.repeats - self._extra_runs(t))):
                     rerun: dict[str, Any] = {attrs.CONFIRM_OF: t.number}
                     if t.user_attrs.get(attrs.BASELINE):
                         rerun[attrs.BASELINE] = True
