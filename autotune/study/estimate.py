@@ -22,8 +22,9 @@ model. Without a configuration run twice the noise is unknown and nothing is est
 (``estimates`` returns None; ranking stays by measured value).
 
 Measured on ``benchmarks/scenarios/6-noisy-qwen32b-h200.yaml`` (4 % noise, 2 % target,
-20 seeds) with the path-independent noise of 2026-12-01: the configuration handed over is on
-target in 15 of 20 runs (seeds 0-19, and 15 of 20 on seeds 20-39); the earlier "16 of 20 with
+20 seeds), with each new leader re-run once during the search (``race.py``, 2026-12-02): the
+configuration handed over is on target in 18 of 20 runs (seeds 0-19; 17 of 20 on seeds 20-39),
+15 and 15 without the re-runs (2026-12-01); the earlier "16 of 20 with
 the estimate, 10 of 20 with the best confirmed median" was measured on noise drawn from one
 checkout's absolute path (``python benchmarks/search_efficiency.py``, README).
 """
