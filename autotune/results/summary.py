@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
 from autotune.results import pareto
-from autotune.results.estimate import estimates, key_of
+from autotune.results.estimate import by_estimate, estimates, key_of
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
@@ -29,10 +29,9 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
         return None
     pooled = estimates(study)
     if pooled:  # the run-to-run noise is measured: rank by the noise-aware estimate (results/estimate.py)
-        sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-        known = [t for t in ranked if key_of(t) in pooled]
-        if known:
-            return max(known, key=lambda t: (sign * pooled[key_of(t)].value, -t.number))
+        first = by_estimate(ranked, pooled, study.direction)[0]
+        if key_of(first) in pooled:
+            return first
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     if conf:
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1

@@ -78,6 +78,19 @@ def _runs(study: optuna.Study) -> dict[str, tuple[dict, list[float]]]:
     return out
 
 
+def by_estimate(trials: list[FrozenTrial], pooled: dict[str, Estimate],
+                direction: optuna.study.StudyDirection) -> list[FrozenTrial]:
+    """``trials`` with an estimate first, best estimate first (ties: the earlier trial), then the
+    rest in their given order: the one ranking ``best`` and the racing leader both use."""
+    sign = 1 if direction == optuna.study.StudyDirection.MAXIMIZE else -1
+
+    def order(t: FrozenTrial) -> tuple[bool, float, int]:  # a stable sort keeps the rest as given
+        e = pooled.get(key_of(t))
+        return (e is None, -sign * e.value if e else 0.0, t.number if e else 0)
+
+    return sorted(trials, key=order)
+
+
 def estimates(study: optuna.Study) -> dict[str, Estimate] | None:
     """Per configuration (:func:`key_of`): its noise-aware estimate, or None
     when no noise is measured yet or the study is too small or has a non-positive value."""

@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.spec import StudySpec
 from autotune.study import attrs
-from autotune.study.estimate import estimates, key_of
+from autotune.study.estimate import by_estimate, estimates, key_of
 from autotune.study.phases import ranked
 
 
@@ -55,13 +55,7 @@ def standings(study: optuna.Study) -> list[FrozenTrial]:
     top = ranked(study)
     pooled = estimates(study)
     if pooled:
-        sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-
-        def order(t: FrozenTrial) -> tuple[bool, float, int]:  # a stable sort keeps the rest as ranked
-            e = pooled.get(key_of(t))
-            return (e is None, -sign * e.value if e else 0.0, t.number if e else 0)
-
-        top = sorted(top, key=order)
+        top = by_estimate(top, pooled, study.direction)
     out, seen = [], set()
     for t in top:
         if key_of(t) not in seen:
