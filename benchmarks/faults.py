@@ -15,7 +15,8 @@ it holds all its trials. Per fault it prints:
 
 Faults: orchestrator kill -9; Ctrl-C (SIGINT); a Ray worker killed (SIGKILL to the
 ``ray::`` process running the trial); the local Ray instance's raylet killed; the server
-hung mid-load (SIGSTOP); the server killed mid-load (SIGKILL); a port taken between the
+hung mid-load (SIGSTOP); the server killed mid-load (SIGKILL); the server dying of its own
+prefill out-of-memory with 256 streams in flight (no injection: the demo's trial 10); a port taken between the
 probe and the bind (a listener is bound on the port autotune picked); the artifact
 directory read-only (a tmpfs remounted ``ro`` when the machine allows mounts, else a
 simulated EROFS at the trial's writes); the disk nearly full (a small tmpfs filled to
@@ -69,7 +70,10 @@ class Row:
 
 
 # ---- the study and its processes -------------------------------------------------------
-def write_study(root: Path, *, executor: str = "inline", storage: str | None = None) -> Path:
+def write_study(root: Path, *, executor: str = "inline", storage: str | None = None, oom: bool = False) -> Path:
+    """The faults' study; ``oom``: one whose first trial runs out of memory under load by itself
+    (SGLang 0.5.23, f 0.91 with decode graphs up to bs 256, the demo's trial 10: prefill batches of
+    8,192 tokens where 6,792 fit), beside the baseline and two more."""
     ex: dict[str, Any] = {"kind": executor}
     if executor == "ray":
         ex.update(num_cpus=2, num_gpus=8, max_parallel=1)
@@ -90,6 +94,14 @@ def write_study(root: Path, *, executor: str = "inline", storage: str | None = N
         "run_dir": str(root / "run"),
         "storage": storage or str(root / "faults.db"),
     }
+    if oom:
+        data["server"]["sglang_version"] = "0.5.23"
+        data["sampler"] = {"kind": "grid"}
+        data["search"]["baseline"] = "last"
+        data["search_space"] = {"mem_fraction_static": {"low": 0.85, "high": 0.91, "step": 0.06},
+                                "cuda_graph_max_bs": {"choices": [256]}}
+        data["workload"] = {"input_len": 512, "output_len": 256, "num_prompts": 384, "concurrency": [256],
+                            "warmup_requests": 8}
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -336,6 +348,37 @@ def fault_server_kill(root: Path, study: Path, row: Row) -> tuple[int, dict[int,
     return victim, before, t
 
 
+def fault_runtime_oom(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str], float]:
+    """No injection: the server itself dies of a prefill OOM with 256 streams in flight (SGLang's
+    scheduler raises, the launcher's sigquit handler kills the tree). The trial must record
+    ``runtime_oom`` in seconds and the study go on (on 2026-12-02 a lost cancel made such a load
+    point wait for the first-token timeout, 600 s)."""
+    study = write_study(root, oom=True)
+    proc = start_run(study, root / "run.log")
+    deadline = time.monotonic() + 240
+    victim, t = -1, 0.0
+    while victim < 0 and time.monotonic() < deadline and proc.poll() is None:
+        for d in sorted((root / "run" / "trials").glob("0*")):
+            log = d / "server.log"
+            if log.exists() and "Prefill out of memory" in log.read_text(errors="replace"):
+                victim, t = int(d.name), time.time()
+                break
+        time.sleep(0.05)
+    if victim < 0:
+        raise RuntimeError("no trial ran out of memory under load")
+    before = snapshot(study)
+    _run_to_end(root, row, proc)
+    from autotune.spec import load_study_spec
+    from autotune.study.storage import open_study
+
+    st = open_study(load_study_spec(study), create=False)
+    hit = next((x for x in st.get_trials(deepcopy=False) if x.number == victim), None)
+    if hit is not None and hit.datetime_complete is not None:
+        took = hit.datetime_complete.timestamp() - t
+        row.note = f"trial {victim} recorded {hit.user_attrs.get('failure_kind')} {max(took, 0.0):.1f} s after its OOM"
+    return victim, before, t
+
+
 def fault_port(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str], float]:
     proc = start_run(study, root / "run.log", child="port")
     mark = root / "port.taken"
@@ -466,6 +509,7 @@ FAULTS: dict[str, tuple[str, Callable[..., tuple[int, dict[int, str], float]]]] 
     "raylet": ("raylet killed", fault_raylet),
     "sigstop": ("server hung mid-load (SIGSTOP)", fault_sigstop),
     "server_kill": ("server killed mid-load", fault_server_kill),
+    "runtime_oom": ("server out of memory mid-load", fault_runtime_oom),
     "port": ("port taken between probe and bind", fault_port),
     "readonly": ("artifact dir read-only", fault_readonly),
     "disk_full": ("disk nearly full", fault_disk_full),

@@ -253,3 +253,100 @@ def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
 def test_tls_urls_keep_asyncio_transport() -> None:
     assert not StreamPool("https://127.0.0.1:1").stamped
     assert StreamPool("http://127.0.0.1:1").stamped == arrival.SUPPORTED
+
+
+async def _silent_server() -> tuple[asyncio.Server, str, asyncio.Event]:
+    """A server that reads each request and never answers it (until ``release`` is set)."""
+    release = asyncio.Event()
+
+    async def script(n: int, w: asyncio.StreamWriter) -> bool:
+        await release.wait()
+        return False
+
+    server, url, _ = await _serve(script)
+    return server, url, release
+
+
+def test_a_cancel_that_lands_as_the_connect_completes_ends_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race of the demo's hang (2026-12-02): the task is cancelled in the loop turn in which its
+    connect completes. asyncio.wait_for (Python 3.11) then returned the connection, the cancel was
+    lost and the request waited for a reply from a dying server; it must end with the cancel."""
+    real_open = arrival.open_stamped
+    real_create = asyncio.BaseEventLoop.create_connection
+
+    async def cancelled_on_completion(*args: object, **kwargs: object) -> object:
+        out = await real_open(*args, **kwargs)  # type: ignore[arg-type]
+        task = outer[0]
+        task.cancel()  # lands now, before the awaiting task runs again
+        return out
+
+    async def create_cancelled(self: asyncio.BaseEventLoop, *args: object, **kwargs: object) -> object:
+        out = await real_create(self, *args, **kwargs)  # type: ignore[arg-type]
+        outer[0].cancel()
+        return out
+
+    monkeypatch.setattr(arrival, "open_stamped", cancelled_on_completion)
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", create_cancelled)
+    outer: list[asyncio.Task[object]] = []
+
+    async def main() -> None:
+        server, url, release = await _silent_server()
+        async with server:
+            pool = StreamPool(url, limit=2, connect_timeout_s=10)  # a load point's: a timeout around the connect
+            task = asyncio.get_running_loop().create_task(_post(pool))
+            outer.append(task)
+            done, _ = await asyncio.wait({task}, timeout=5)
+            release.set()
+            assert done, "the cancelled request still waits for a reply"
+            assert task.cancelled()
+            pool.close()
+
+    _run(main())
+
+
+def test_close_ends_a_request_that_still_waits_for_its_reply() -> None:
+    async def main() -> None:
+        server, url, release = await _silent_server()
+        async with server:
+            pool = StreamPool(url, limit=2)
+            task = asyncio.get_running_loop().create_task(_post(pool))
+            await asyncio.sleep(0.3)  # sent, waiting
+            assert not task.done()
+            pool.close()
+            done, _ = await asyncio.wait({task}, timeout=5)
+            release.set()
+            assert done and isinstance(task.exception(), HttpError)
+
+    _run(main())
+
+
+def test_a_load_point_ends_a_request_that_outlives_its_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defence in depth: whatever loses a cancel, the teardown aborts the connections after
+    ``_END_S`` and the request ends with its connection, so the load point's end never hangs."""
+    from autotune.load import engine
+    from autotune.load.spec import LoadSpec
+
+    monkeypatch.setattr(engine, "_END_S", 0.2)
+
+    async def main() -> None:
+        server, url, release = await _silent_server()
+        async with server:
+            pool = StreamPool(url, limit=2)
+            runner = engine.LoadRunner(url, LoadSpec(base_url=url, num_prompts=1), None, pool)
+
+            async def stubborn() -> object:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    pass  # a lost cancel: the request goes on and waits for a reply that never comes
+                return await _post(pool)
+
+            task = asyncio.get_running_loop().create_task(stubborn())
+            await asyncio.sleep(0.05)
+            t0 = time.perf_counter()
+            await asyncio.wait_for(runner._end_tasks([task]), 5)
+            release.set()
+            assert task.done() and isinstance(task.exception(), HttpError)
+            assert time.perf_counter() - t0 < 2
+
+    _run(main())

@@ -231,6 +231,38 @@ def test_runtime_prefill_oom_kills_server_under_load(sims: Any) -> None:
     assert "Prefill out of memory. Try to lower your batch size." in sim.text()
 
 
+def test_a_load_point_ends_when_its_server_dies_of_runtime_oom_under_load(sims: Any) -> None:
+    """The demo's trial 10 (2026-12-02): 256 streams, the server hits its prefill OOM and exits
+    while requests connect; the load point must fail with the OOM, in seconds, never wait. (The race
+    that hung it, a cancel lost as a connect completed, is pinned deterministically in
+    test_load_http.py; this is the end-to-end case.)"""
+    import threading
+
+    from autotune.load import LoadPointFailed, LoadSpec, run_load
+
+    sim = sims([*SEED, "--mem-fraction-static", "0.91", "--cuda-graph-max-bs-decode", "256",
+                "--moe-runner-backend", "flashinfer_cutlass"], version="0.5.23",
+               time_scale=20.0)
+    assert sim.wait_for(READY, 60), sim.text()
+    spec = LoadSpec(backend="openai", input_len=512, output_len=256, num_prompts=384, concurrency=256,
+                    warmup_requests=8, snapshot_interval_s=1.0)
+    out: list[BaseException | object] = []
+
+    def load() -> None:
+        try:
+            out.append(run_load(sim.url, spec, on_snapshot=lambda _s: True))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            out.append(exc)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the load point outlived its server by 60 s"
+    assert isinstance(out[0], LoadPointFailed), out
+    assert "Prefill out of memory" in str(out[0]) or "ServerDisconnected" in str(out[0]) or "refused" in str(out[0])
+    assert sim.wait_exit(20) != 0
+
+
 def test_fault_memory_imbalance(sims: Any) -> None:
     sim = sims([*SEED, "--sim-fault", "memory_imbalance"])
     assert sim.wait_exit() != 0

@@ -61,6 +61,7 @@ _SCALE_DRIFT_WARN = 0.02
 _LAG_PROBE_S = 0.05
 _DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body
 _DRAINED = "drained"
+_END_S = 5.0  # how long a cancelled task of a load point may take to end before its connection is aborted
 _MAX_PREOPEN = 1024
 _OPEN_LOOP_PREOPEN = 256  # connections opened ahead for an open loop without a concurrency cap
 # A scheduled send sleeps until this long before its time and spins the rest: the loop's timers
@@ -322,6 +323,25 @@ class LoadRunner:
                 self._wake.set()
                 return
 
+    async def _end_tasks(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Cancel ``tasks`` and wait for them, boundedly: a request that outlives its cancel (a
+        lost cancel, a reply that never comes) has its connection aborted, which ends it."""
+        for task in tasks:
+            task.cancel()
+        left = {t for t in tasks if not t.done()}
+        if left:
+            _, left = await asyncio.wait(left, timeout=_END_S)
+        if left:
+            log.warning("%d task(s) of the load point still ran %g s after their cancel: aborting the "
+                        "connections", len(left), _END_S)
+            self.stream_pool.close()  # a request waiting for its reply ends with HttpError
+            _, left = await asyncio.wait(left, timeout=_END_S)
+        if left:
+            log.error("%d task(s) of the load point did not end; left to the event loop's close", len(left))
+        for task in tasks:  # retrieved here: the caller reads the dispatcher's, the others are ended runs
+            if task.done() and not task.cancelled():
+                task.exception()
+
     # ---- phases --------------------------------------------------------------------
     async def warmup(self) -> None:
         """Send the warm-up requests (excluded from metrics); fail clearly if all of them fail."""
@@ -401,10 +421,7 @@ class LoadRunner:
             cpu = time.thread_time() - cpu0
             if gc_on:
                 gc.enable()
-            pending = [dispatcher, *helpers, *self.inflight]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await self._end_tasks([dispatcher, *helpers, *self.inflight])
         if dispatcher.done() and not dispatcher.cancelled() and dispatcher.exception() is not None:
             raise dispatcher.exception()  # type: ignore[misc]
         ends = [tr.end for tr in self.traces if tr.ok]

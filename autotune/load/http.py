@@ -270,20 +270,29 @@ class StreamPool:
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.tls else None
         self.stamped = arrival.SUPPORTED and not self.tls  # reads carry their kernel arrival times
         self.read_lags: list[float] = []  # per stamped read: how long its bytes waited for the loop (s)
+        self._live: set[_Conn] = set()  # every connection opened and not yet known closed
 
     async def _connect(self) -> _Conn:
+        # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for returns the result when
+        # the connect completes in the same loop turn as a cancel of the awaiting task, so the
+        # cancel is lost and the request goes on to wait for a reply (a load point's teardown
+        # then waited for it: 600 s, until the first-token timeout, against a dying server).
         loop = asyncio.get_running_loop()
         try:
-            if self.stamped:
-                conn = _Conn()
-                await asyncio.wait_for(arrival.open_stamped(self.host, self.port, conn, self.read_lags),
-                                       self.connect_timeout_s)
-            else:
-                conn_coro = loop.create_connection(_Conn, self.host, self.port, ssl=self._ssl,
-                                                   server_hostname=self.host if self.tls else None)
-                _, conn = await asyncio.wait_for(conn_coro, self.connect_timeout_s)
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            async with asyncio.timeout(self.connect_timeout_s):
+                if self.stamped:
+                    conn = _Conn()
+                    await arrival.open_stamped(self.host, self.port, conn, self.read_lags)
+                else:
+                    _, conn = await loop.create_connection(_Conn, self.host, self.port, ssl=self._ssl,
+                                                           server_hostname=self.host if self.tls else None)
+        except TimeoutError:
+            raise HttpError(f"connect timed out after {self.connect_timeout_s:g} s", connect=True) from None
+        except (OSError, ssl.SSLError) as exc:
             raise HttpError(f"{exc or type(exc).__name__}", connect=True) from None
+        if len(self._live) >= 2 * max(self.limit, 64):  # connections closed per request (HTTP/1.0)
+            self._live = {c for c in self._live if not c.closed}
+        self._live.add(conn)
         return conn
 
     def _take_idle(self) -> _Conn | None:
@@ -402,7 +411,11 @@ class StreamPool:
             self._release()
 
     def close(self) -> None:
-        for conn in self._idle:
-            conn.abort()
+        """Abort every connection, idle or carrying a request: a request still waiting for its
+        reply then ends with :class:`HttpError`, so nothing outlives the pool."""
+        for conn in [*self._live, *self._idle]:
+            if not conn.closed:
+                conn.abort()
+        self._live.clear()
         self._idle.clear()
         self._open = 0
