@@ -12,6 +12,11 @@ those launches where they say the most:
    CUDA-graph size. The highest ``fits`` f (largest KV pool that keeps the slack the
    model asks for) is launched for the graph size that covers the workload's decode batch
    (:func:`graph_size_for`), the smallest and the largest ``cuda_graph_max_bs``, and for every other ``kv_cache_dtype`` of the space.
+   A searched flag or variable the knob catalogue gives a memory effect gets a boundary per
+   other value where its window is not the baseline's own (DP attention: at the graph size that
+   covers a rank's decode batch). On the demo, the optimum lies in DP attention 8's narrow window
+   (f 0.91-0.93 at graph bs 64); sampling alone found it in 6 of 10 seeds, with this boundary in
+   20 of 20 (``benchmarks/warm_start.py``'s demo check).
 2. **One speculative probe per algorithm**, first of all: the baseline's boundary point
    with that algorithm at the settings SGLang picks for the architecture, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
@@ -84,6 +89,18 @@ def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
     for named in (sp.flags, sp.env):
         out.update({name: list(dom.choices) for name, dom in named.items()})
     return out
+
+
+def _memory_field(name: str) -> str | None:
+    """The catalogue's field of the searched flag or variable ``name`` when it has a memory effect."""
+    from autotune.sglang import knobs
+
+    knob = knobs.lookup(name)
+    return (knob.field or knob.name) if knob is not None and knob.reads_memory else None
+
+
+def _order(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
 
 
 def _feasible(pred: dict[str, Any], strict: bool) -> bool:
@@ -318,6 +335,32 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
                       **({"cuda_graph_max_bs": graph_size_for(spec, bs_vals, base.get("max_running_requests"), lay)}
                          if "cuda_graph_max_bs" in axes else {})}
                      for lay in layouts]
+    # A searched flag or variable whose value moves the memory regime (DP attention: weights kept whole
+    # per attention-TP group, a KV pool per rank, SGLang's padding reserve) has a feasible window of its
+    # own, often narrow and at another graph size: each such value gets its boundary too, at the first
+    # graph size where it has one: for DP attention the size that covers a rank's decode batch
+    # (concurrency / attention-DP size: graphs are captured per rank), then the baseline's, then
+    # ascending. A value whose window is the baseline's own (a small buffer) adds nothing a sampler
+    # would not find.
+    base_iv = interval({**base, **variants[0], **spec_none}) if fs else None
+    for name in (*spec.search_space.flags, *spec.search_space.env):
+        field = _memory_field(name)
+        if field is None:
+            continue
+        for value in axes.get(name, []):
+            if value == base.get(name):
+                continue
+            sizes: list[Any] = [variants[0].get("cuda_graph_max_bs"), *sorted(bs_vals, key=_order)]
+            if field == "attn_dp_size" and isinstance(value, int) and value > 1 and "cuda_graph_max_bs" in axes:
+                per_rank = math.ceil(max(spec.workload.concurrency) / value)
+                sizes.insert(0, next((b for b in sorted(bs_vals) if b >= per_rank), max(bs_vals)))
+            for bs in dict.fromkeys(sizes):
+                moved = {**variants[0], name: value, **({"cuda_graph_max_bs": bs} if bs is not None else {})}
+                iv = interval({**base, **moved, **spec_none})
+                if iv is not None:
+                    if iv != base_iv or bs != variants[0].get("cuda_graph_max_bs"):
+                        variants.insert(1 + len(layouts), moved)
+                    break
     boundaries: list[dict[str, Any]] = []
     for variant in variants:
         others = {**base, **variant, **spec_none}
