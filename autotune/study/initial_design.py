@@ -201,15 +201,16 @@ def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> 
     return out
 
 
-def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None, layout: str | None = None) -> Any:
-    """The design's ``cuda_graph_max_bs``: the smallest size of the space that covers a replica's
-    decode batch at the workload's concurrency (ceil(concurrency / dp_size), with the dp of
-    ``layout`` when given, capped by the running-request limit when the design sets one), else the
-    largest. SGLang replays a captured graph only for batches up to the size; a smaller size runs
-    the larger batches eagerly, a larger one captures graphs (time at every launch, and memory)
-    that are never replayed."""
+def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None, layout: str | None = None,
+                   attn_dp: int = 1) -> Any:
+    """The design's ``cuda_graph_max_bs``: the smallest size of the space that covers a rank's
+    decode batch at the workload's concurrency (ceil(concurrency / (dp_size x attn_dp)), with the dp
+    of ``layout`` when given; DP attention's ranks capture their graphs for their own batch; capped by
+    the running-request limit when the design sets one), else the largest. SGLang replays a captured
+    graph only for batches up to the size; a smaller size runs the larger batches eagerly, a larger
+    one captures graphs (time at every launch, and memory) that are never replayed."""
     dp = parse_layout(layout)[1] if layout else spec.server.dp_size
-    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp))
+    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp * attn_dp))
     if isinstance(max_running, int) and max_running > 0:
         batch = min(batch, max_running)
     ordered = sorted(sizes)
@@ -352,8 +353,8 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
                 continue
             sizes: list[Any] = [variants[0].get("cuda_graph_max_bs"), *sorted(bs_vals, key=_order)]
             if field == "attn_dp_size" and isinstance(value, int) and value > 1 and "cuda_graph_max_bs" in axes:
-                per_rank = math.ceil(max(spec.workload.concurrency) / value)
-                sizes.insert(0, next((b for b in sorted(bs_vals) if b >= per_rank), max(bs_vals)))
+                sizes.insert(0, graph_size_for(spec, bs_vals, base.get("max_running_requests"), base.get("layout"),
+                                               attn_dp=value))
             for bs in dict.fromkeys(sizes):
                 moved = {**variants[0], name: value, **({"cuda_graph_max_bs": bs} if bs is not None else {})}
                 iv = interval({**base, **moved, **spec_none})
