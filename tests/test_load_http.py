@@ -268,9 +268,10 @@ async def _silent_server() -> tuple[asyncio.Server, str, asyncio.Event]:
 
 
 def test_a_cancel_that_lands_as_the_connect_completes_ends_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The race of the demo's hang (2026-12-02): the task is cancelled in the loop turn in which its
+    """Half of the demo's hang (2026-12-02): the task is cancelled in the loop turn in which its
     connect completes. asyncio.wait_for (Python 3.11) then returned the connection, the cancel was
-    lost and the request waited for a reply from a dying server; it must end with the cancel."""
+    lost and the request waited for a reply (the other half: the dying server had closed that
+    connection, below); it must end with the cancel."""
     real_open = arrival.open_stamped
     real_create = asyncio.BaseEventLoop.create_connection
 
@@ -348,5 +349,34 @@ def test_a_load_point_ends_a_request_that_outlives_its_cancel(monkeypatch: pytes
             release.set()
             assert task.done() and isinstance(task.exception(), HttpError)
             assert time.perf_counter() - t0 < 2
+
+    _run(main())
+
+
+def test_a_request_on_a_connection_the_server_already_closed_fails_at_once() -> None:
+    """The server closes a fresh connection before the request is written (it is dying): the
+    transport's connection_lost has run with no request to fail and a closing transport drops
+    writes, so the request must fail when written, not wait for a reply that cannot come."""
+    async def main() -> None:
+        accepted: list[asyncio.StreamWriter] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(writer)
+            writer.close()  # at once, before any request
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with server:
+            pool = StreamPool(url, limit=2)
+            conn = await pool._connect()
+            for _ in range(50):  # until the loop has read the server's EOF
+                if conn.closed:
+                    break
+                await asyncio.sleep(0.01)
+            assert conn.closed
+            fut = StreamPool._write(conn, b"POST / HTTP/1.1\r\n\r\n", lambda data, now: False)
+            with pytest.raises(HttpError, match="closed before the request"):
+                await asyncio.wait_for(fut, 2)
+            pool.close()
 
     _run(main())

@@ -233,9 +233,9 @@ def test_runtime_prefill_oom_kills_server_under_load(sims: Any) -> None:
 
 def test_a_load_point_ends_when_its_server_dies_of_runtime_oom_under_load(sims: Any) -> None:
     """The demo's trial 10 (2026-12-02): 256 streams, the server hits its prefill OOM and exits
-    while requests connect; the load point must fail with the OOM, in seconds, never wait. (The race
-    that hung it, a cancel lost as a connect completed, is pinned deterministically in
-    test_load_http.py; this is the end-to-end case.)"""
+    while requests connect; the load point must fail with the OOM, in seconds, never wait. (What hung
+    it, a cancel lost as a connect completed and a request written on a connection the server had
+    closed, is pinned deterministically in test_load_http.py; this is the end-to-end case.)"""
     import threading
 
     from autotune.load import LoadPointFailed, LoadSpec, run_load

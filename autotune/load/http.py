@@ -273,10 +273,11 @@ class StreamPool:
         self._live: set[_Conn] = set()  # every connection opened and not yet known closed
 
     async def _connect(self) -> _Conn:
-        # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for returns the result when
-        # the connect completes in the same loop turn as a cancel of the awaiting task, so the
-        # cancel is lost and the request goes on to wait for a reply (a load point's teardown
-        # then waited for it: 600 s, until the first-token timeout, against a dying server).
+        # asyncio.timeout, not asyncio.wait_for. On Python 3.11 wait_for runs the connect as a task
+        # of its own and returns its result when the connect completes in the loop turn of a cancel
+        # of the awaiting task: the cancel is lost, and a loop turn passes before the request is
+        # written, in which a dying server can close the new connection (see _write). Both together
+        # hung the demo's load point for 600 s (the first-token timeout) on 2026-12-02.
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
@@ -349,6 +350,14 @@ class StreamPool:
         conn._reset(on_data, fut)
         conn.reused = conn.served > 0
         assert conn.transport is not None
+        if conn.closed or conn.transport.is_closing():
+            # The server closed it between the connect (or the last reply) and this request: a
+            # transport drops a write once closing, and its connection_lost has already run with
+            # no request to fail, so nothing would ever end this one (the demo's 600 s hang on a
+            # server dead of OOM, 2026-12-02).
+            fut.set_exception(HttpError("ServerDisconnectedError: the connection closed before the request was sent",
+                                        fresh_retry=conn.reused))
+            return fut
         conn.transport.write(payload)
         return fut
 
