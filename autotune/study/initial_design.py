@@ -99,10 +99,6 @@ def _memory_field(name: str) -> str | None:
     return (knob.field or knob.name) if knob is not None and knob.reads_memory else None
 
 
-def _order(value: Any) -> tuple[int, Any]:
-    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
-
-
 def _feasible(pred: dict[str, Any], strict: bool) -> bool:
     if strict:
         return pred.get("verdict") == "fits"
@@ -351,7 +347,7 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         for value in axes.get(name, []):
             if value == base.get(name):
                 continue
-            sizes: list[Any] = [variants[0].get("cuda_graph_max_bs"), *sorted(bs_vals, key=_order)]
+            sizes: list[Any] = [variants[0].get("cuda_graph_max_bs"), *sorted(b for b in bs_vals if b is not None)]
             if field == "attn_dp_size" and isinstance(value, int) and value > 1 and "cuda_graph_max_bs" in axes:
                 sizes.insert(0, graph_size_for(spec, bs_vals, base.get("max_running_requests"), base.get("layout"),
                                                attn_dp=value))
