@@ -95,3 +95,19 @@ def test_a_knob_whose_values_do_not_matter_cannot_carry_a_lucky_configuration():
     assert pooled[key_of(lucky)].model < 98.5  # about m2's 97, not lifted by its own luck
     best = best_trial(study)
     assert best is not None and best.params["m"] == "m1"
+
+
+def test_best_says_the_bound_it_ranked_by():
+    """``autotune best`` explains a noisy pick: the estimate, its spread and the bound it was ranked at."""
+    from autotune.results.summary import estimate_reason
+
+    study = _study(RUNS)
+    pooled = estimates(study)
+    assert pooled is not None
+    top = best_trial(study)
+    assert top is not None
+    est = pooled[key_of(top)]
+    text = estimate_reason(top.number, est, 1)
+    assert f"give {est.value:.2f} +/- {est.sd * 100:.2f} %" in text
+    assert f"ranked at its lower bound {est.bound(1):.2f}" in text and est.bound(1) < est.value
+    assert "upper bound" in estimate_reason(top.number, est, -1) and est.bound(-1) > est.value

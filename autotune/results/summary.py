@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
 from autotune.results import pareto
-from autotune.results.estimate import by_estimate, estimates, key_of
+from autotune.results.estimate import CONFIDENCE_Z, Estimate, by_estimate, estimates, key_of
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
@@ -39,6 +39,17 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
         if confirmed:
             return max(confirmed, key=lambda t: sign * conf[str(t.number)]["median"])
     return ranked[0]
+
+
+def estimate_reason(number: int, estimate: Estimate, sign: int) -> str:
+    """Why a configuration was handed over on a noisy node: its runs, the model, the estimate and
+    the pessimistic bound it was ranked by (``autotune.study.estimate``)."""
+    side = "lower" if sign > 0 else "upper"
+    return (f"ranked by the noise-aware estimate (run-to-run noise {estimate.noise_pct:.2f} %, measured by "
+            f"re-runs): trial {number}'s {estimate.runs} run(s), mean {estimate.mean:.2f}, pooled with the knobs' "
+            f"effects over every run (model {estimate.model:.2f}) give {estimate.value:.2f} "
+            f"+/- {estimate.sd * 100:.2f} %, ranked at its {side} bound {estimate.bound(sign):.2f} "
+            f"({CONFIDENCE_Z:g} standard errors: what its runs show, not what one lucky run might)")
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -160,9 +171,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
     pooled = estimates(study)
     estimate = pooled.get(key_of(top)) if pooled else None
     if estimate is not None:
-        note = (f"ranked by the noise-aware estimate (run-to-run noise {estimate.noise_pct:.2f} %, measured by "
-                f"re-runs): trial {top.number}'s {estimate.runs} run(s), mean {estimate.mean:.2f}, pooled with "
-                f"the knobs' effects over every run (model {estimate.model:.2f}) give {estimate.value:.2f}")
+        note = estimate_reason(top.number, estimate, sign)
         choice["reason"] = note + (f"; {choice['reason']}" if choice.get("reason") else "")
     cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     return {
