@@ -131,7 +131,8 @@ def _fit(x: np.ndarray, y: np.ndarray, s2: float, knob_of: list[int]) -> tuple[n
     xtx, xty = x.T @ x, x.T @ y
     coef, cov = np.zeros(x.shape[1]), np.eye(x.shape[1])
     for _ in range(EM_ROUNDS):
-        prior = np.array([0.0 if j < 0 else s2 / max(v[j], 1e-12) for j in knob_of])
+        # floored: on a quiet node (noise a millionth of a knob's effect) the system stays well conditioned
+        prior = np.array([0.0 if j < 0 else max(s2 / max(v[j], 1e-12), 1e-6) for j in knob_of])
         cov = np.linalg.inv(xtx + np.diag(prior)) * s2
         coef = cov @ xty / s2
         for j in v:
