@@ -97,15 +97,26 @@ def run_trial_body(req: TrialRequest, report: Reporter | None = None) -> TrialRe
     return result
 
 
+#: A load point failed while the server was still up: how long to wait for it to exit. A server
+#: that runs out of memory under load fails its clients' requests (errors, dropped connections) a
+#: moment before its process exits; on a loaded node that moment was long enough for the trial to
+#: be judged a plain load failure (a flaky runtime-OOM test in CI, 2026-12-02).
+DYING_GRACE_S = 5.0
+
+
 def _why_server_failed(server: ServerProcess, log_path: Path, result: TrialResult) -> None:
-    """A load point failed: when the server (or part of its tree) died, its reason replaces the load's."""
+    """A load point failed: when the server (or part of its tree) died, or a line of its log
+    proves why, that reason replaces the load's."""
+    deadline = time.monotonic() + DYING_GRACE_S
+    while server.failure is None and server.returncode is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     if server.failure is not None:  # autotune killed it: a scheduler or detokenizer died under load
         result.failure_kind, result.evidence = server.failure
         return
-    if server.returncode is None:
-        return
+    alive = server.returncode is None
     kind, line = classify(_tail(log_path), server.returncode)
-    if kind != FailureKind.CRASHED or line_failure(line) is not None:  # a line of the log says why
+    proven = line_failure(line) is not None  # a line of the log says why
+    if proven or (not alive and kind != FailureKind.CRASHED):
         result.failure_kind = FailureKind(kind)
         result.evidence = line or result.evidence
 
