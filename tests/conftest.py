@@ -10,7 +10,7 @@ pytest_plugins = (
     "leak_guard",  # fails the test that leaves a process, port, Ray instance, handler, env var or cwd behind
     "test_results_fixture",  # finished_spec: one finished study for the results tests
     "pg_server",  # pg: a throwaway PostgreSQL server (skips outside CI when it cannot start)
-    "real_sglang",  # real_server: one real SGLang server on CPU shared by the modules that only load it
+    "real_sglang",  # real_server: one real SGLang server on CPU shared by the tests that only load it
     "pytester",  # tests/test_leak_guard.py runs a leaky inner session
 )
 

@@ -29,6 +29,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ SHARED_ON_PURPOSE: dict[str, str] = {
     "server": "one server (real SGLang, or the fake load server) shared by a module's tests",
     "paced": "one paced fake load server for tests/test_load_accuracy.py",
     "sim": "one simulated SGLang server shared by a module's tests",
-    "real_server": "one real SGLang server on CPU shared by a module's tests",
+    "shared_real_server": "one real SGLang server on CPU shared by the session's real-engine tests",
 }
 
 # Processes a shared Ray instance starts later on its own (workers) or detached (the guards
@@ -329,6 +330,23 @@ _fixture_errors: list[str] = []
 
 def live_allowances() -> list[Allowance]:
     return [a for a, _ in _allowances.values()]
+
+
+@contextmanager
+def held_by(name: str) -> Iterator[None]:
+    """What the body starts belongs to the live shared fixture ``name``: a shared server that a test
+    stopped, started again for the next one. Outside a live fixture of that name (its own setup,
+    which the fixture hook records) it adds nothing."""
+    held = [a for a in live_allowances() if a.name == name]
+    before = snapshot()
+    yield
+    if not held:
+        return
+    started = compare(before, snapshot(), live_allowances())
+    for allowance in held:
+        allowance.procs |= set(started.procs)
+        allowance.cmds |= set(started.procs.values())
+        allowance.ports |= started.ports
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import yaml
+from leak_guard import held_by
 
 from autotune.sglang.cpu import CPU_ENV, cpu_flags
 from autotune.sglang_env.install import SglangEnv, check, default_prefix
@@ -72,24 +73,57 @@ def launch_env(env: SglangEnv) -> dict[str, str]:
     return {**os.environ, **CPU_ENV, **env.env}
 
 
-@pytest.fixture(scope="session")
-def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One real SGLang 0.5.23 server on CPU (the tiny Llama, cache report on) for every module that only
-    loads it: a real startup costs most of a minute on two cores. Stopped at the end of the session, or
-    by tests/test_real_sglang_server.py's teardown test, the last one to use it."""
-    from autotune.launch import ServerProcess
+class SharedRealServer:
+    """The session's one real server, started again (same argv, port and log) when a test stopped it.
 
-    env = need_real_sglang("0.5.23")
-    port = free_port()
-    server = ServerProcess(server_argv(env, TINY_LLAMA, port, "--enable-cache-report"), env=dict(CPU_ENV),
-                           log_path=tmp_path_factory.mktemp("real-server") / "server.log", host="127.0.0.1",
-                           port=port, startup_timeout_s=300)
-    server.start()
+    Its teardown test stops it on purpose; in the default order that test is the last to use it,
+    in any other order (``pytest-randomly``, ``-k``, a file named first) the next user gets a
+    fresh one instead of a dead one. Same argv, so the leak guard knows the restart as the
+    fixture's own server, not as something the test left."""
+
+    def __init__(self, env: SglangEnv, log_path: Path) -> None:
+        self.env = env
+        self.port = free_port()
+        self.log_path = log_path
+        self.server: ServerProcess | None = None
+
+    def running(self) -> ServerProcess:
+        from autotune.launch import ServerProcess
+
+        if self.server is None or self.server.returncode is not None:
+            if self.server is not None:
+                self.server.stop()  # a dead launcher's scheduler and detokenizer go with it
+            self.server = ServerProcess(server_argv(self.env, TINY_LLAMA, self.port, "--enable-cache-report"),
+                                        env=dict(CPU_ENV), log_path=self.log_path, host="127.0.0.1",
+                                        port=self.port, startup_timeout_s=300)
+            with held_by("shared_real_server"):  # a restart is the fixture's server, not the test's leftover
+                self.server.start()
+                self.server.wait_ready()
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedRealServer]:
+    """One real SGLang 0.5.23 server on CPU (the tiny Llama, cache report on) for every module that only
+    loads it: a real startup costs most of a minute on two cores. Started here, stopped at the end of
+    the session (or by tests/test_real_sglang_server.py's teardown test: then started again for the
+    next test that asks for it)."""
+    holder = SharedRealServer(need_real_sglang("0.5.23"), tmp_path_factory.mktemp("real-server") / "server.log")
     try:
-        server.wait_ready()
-        yield server
+        holder.running()
+        yield holder
     finally:
-        server.stop()
+        holder.stop()
+
+
+@pytest.fixture
+def real_server(shared_real_server: SharedRealServer) -> ServerProcess:
+    """The shared real server, up: whatever order the tests run in."""
+    return shared_real_server.running()
 
 
 def sglang_pids() -> list[str]:

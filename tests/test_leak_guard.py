@@ -189,3 +189,61 @@ def test_the_plugin_fails_the_leaky_test_and_the_next_one_starts_clean(pytester:
         sections["test_uses_an_unlisted_shared_fixture"]
     assert "shared fixture 'sim' left, once torn down:\n  a process: pid " in \
         sections["test_uses_a_forgetful_shared_fixture"]
+
+
+INNER_RESTART = '''
+import subprocess, sys
+import pytest
+from leak_guard import held_by
+
+
+class Holder:
+    """A shared server that a test may stop; the next user starts it again (other argv: as a watchdog's)."""
+
+    def __init__(self):
+        self.p = None
+
+    def running(self, tag):
+        if self.p is None or self.p.poll() is not None:
+            with held_by("sim"):
+                self.p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag])
+        return self.p
+
+
+@pytest.fixture(scope="module")
+def sim():  # listed
+    h = Holder()
+    h.running("first")
+    yield h
+    h.p.kill()
+    h.p.wait()
+
+def test_stops_the_shared_server(sim):
+    sim.p.kill()
+    sim.p.wait()
+
+def test_starts_it_again(sim):
+    sim.running("second")
+
+def test_starts_a_stray_one_beside_it(sim):
+    assert sim.running("third").poll() is None
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "stray"])
+'''
+
+
+def test_a_shared_server_started_again_by_a_test_stays_the_fixtures(pytester: pytest.Pytester,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """held_by: what a test starts again for a shared fixture is the fixture's (and torn down with it);
+    anything else that test starts is still its own leak."""
+    tests_dir = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv(SESSION_ENV)
+    pytester.makepyfile(test_inner_restart=INNER_RESTART)
+    result = pytester.runpytest_subprocess("-p", "leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                           "--timeout=120")
+    out = result.stdout.str()
+    sections = _sections(out)
+    assert result.parseoutcomes().get("passed") == 3, out
+    assert set(sections) == {"test_starts_a_stray_one_beside_it"}, out
+    leak = sections["test_starts_a_stray_one_beside_it"]
+    assert "this test left behind:\n  a process: pid " in leak and "stray" in leak and "second" not in leak, out

@@ -86,11 +86,12 @@ def test_flag_the_parser_accepts_and_the_server_refuses_is_invalid_args_with_sgl
     env = need_real_sglang(version)
     port = free_port()
     log = tmp_path / "s.log"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # the session's shared server, if up
     err = _launch_error(server_argv(env, TINY_LLAMA, port, "--context-length", "4096"), port, log)
     assert err.kind == "invalid_args", (err.kind, err.evidence)
     assert "context_length (4096) is greater than the derived context_length (2048)" in err.evidence
     assert err.evidence in log.read_text(errors="replace")  # the real log's line, verbatim
-    assert not [p for p in psutil.Process().children(recursive=True) if is_sglang(p)]
+    assert not [p for p in psutil.Process().children(recursive=True) if p.pid not in before and is_sglang(p)]
 
 
 def test_port_taken_by_another_process(tmp_path: Path) -> None:

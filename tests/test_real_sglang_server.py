@@ -71,7 +71,8 @@ def test_sglang_ids_stay_inside_a_tiny_vocabulary(server: ServerProcess) -> None
 
 
 def test_teardown_ends_the_whole_real_tree_gracefully(real_server: ServerProcess) -> None:
-    """The last test to use the shared server stops it: a second real startup just to stop it cost a minute."""
+    """The shared server's own teardown, checked here: a second real startup just to stop it costs a minute.
+    In the default order this is the last test to use it; in any other, the next one starts it again."""
     proc = real_server
     assert proc.returncode is None, "the shared real server was already stopped"
     try:
