@@ -78,8 +78,8 @@ class SharedRealServer:
 
     Its teardown test stops it on purpose; in the default order that test is the last to use it,
     in any other order (``pytest-randomly``, ``-k``, a file named first) the next user gets a
-    fresh one instead of a dead one. Same argv, so the leak guard knows the restart as the
-    fixture's own server, not as something the test left."""
+    fresh one instead of a dead one. The restart runs under the leak guard's ``held_by``, so the
+    guard counts it (launcher, its tree and its watchdog) as the fixture's, not the test's leftover."""
 
     def __init__(self, env: SglangEnv, log_path: Path) -> None:
         self.env = env
