@@ -77,7 +77,12 @@ def test_points_are_unique_and_measured(sid: str) -> None:
         assert all(isinstance(v, (int, float)) and v > 0 for v in figures), f"{sid}/{p['id']}: {p['measured']}"
 
 
-@pytest.mark.parametrize("profile", sorted({s["model"]["profile"] for s in SETS.values()}))
+def test_every_set_names_a_profile_directory() -> None:
+    for sid, s in SETS.items():
+        assert (ROOT / "models" / s["model"]["profile"] / "config.json").is_file(), f"{sid}: {s['model']['profile']}"
+
+
+@pytest.mark.parametrize("profile", sorted(p.name for p in (ROOT / "models").iterdir() if p.is_dir()))
 def test_model_profiles_load(profile: str) -> None:
     prof = load_model_profile(ROOT / "models" / profile)
     assert not prof.is_unknown, f"{profile}: {prof.unknown_reason}"
