@@ -60,6 +60,8 @@ def test_set_file_matches_the_schema(path: Path) -> None:
     assert s["source"]["kind"] in KINDS, f"{path.name}: source.kind {s['source']['kind']!r}"
     assert s["source"]["where"], f"{path.name}: source.where is empty"
     assert isinstance(s["independent_of"], list)
+    others = {q.stem for q in SET_FILES} - {path.stem}
+    assert set(s["independent_of"]) <= others, f"{path.name}: independent_of names no set: {s['independent_of']}"
     _missing(MODEL, s["model"], f"{path.name}: model")
     _missing(HARDWARE, s["hardware"], f"{path.name}: hardware")
     _missing(LAYOUT, s["layout"], f"{path.name}: layout")
@@ -78,7 +80,8 @@ def test_set_file_matches_the_schema(path: Path) -> None:
         assert set(p) <= POINT | POINT_OPTIONAL, f"{path.name}: point {p['id']}: unknown keys {set(p) - POINT - POINT_OPTIONAL}"
         figures = [v for v in (p["measured"] or {}).values() if v is not None]
         assert figures, f"{path.name}: point {p['id']} has no measured figure"
-        assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in figures), f"{path.name}: {p['id']}"
+        assert all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in figures), \
+            f"{path.name}: {p['id']}: {p['measured']}"
         assert set(p.get("workload") or {}) <= WORKLOAD, f"{path.name}: point {p['id']}: unknown workload keys"
 
 
@@ -96,6 +99,7 @@ def test_every_profile_loads() -> None:
     for name in sorted(_profiles_used()):
         profile = load_model_profile(ROOT / "models" / name)
         assert not profile.is_unknown, f"models/{name}: {profile.unknown_reason}"
+        assert profile.num_layers > 0 and profile.weight_bytes > 0, name
 
 
 def test_every_profile_directory_is_used() -> None:
