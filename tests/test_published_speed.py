@@ -106,3 +106,11 @@ def test_every_profile_directory_is_used() -> None:
     used = _profiles_used()
     on_disk = {p.name for p in (ROOT / "models").iterdir() if p.is_dir()}
     assert on_disk <= used, f"profiles no set uses: {sorted(on_disk - used)}"
+
+
+def test_the_holdout_names_whole_sets_and_at_least_a_quarter_of_the_points() -> None:
+    held = [h["id"] for h in yaml.safe_load((ROOT / "holdout.yaml").read_text())["holdout"]]
+    stems = {p.stem for p in SET_FILES}
+    assert len(set(held)) == len(held) and set(held) <= stems, sorted(set(held) - stems)
+    points = {p.stem: len(_load(p)["points"]) for p in SET_FILES}
+    assert sum(points[h] for h in held) >= sum(points.values()) / 4
