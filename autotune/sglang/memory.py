@@ -35,8 +35,9 @@ from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
 from autotune.sglang.profiles.dsv4 import DSV4_PAGE
 from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO
+from autotune.sglang.profiles.mamba import MambaKnobs, knobs_from_args
 from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
-from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved_bytes, weight_bytes_per_gpu
+from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
@@ -354,21 +355,30 @@ def predict(
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
-    reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
-                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio"),
-                                 max_mamba_cache=_mamba_slots(cfg)) if rest > 0 else 0.0
-    if reserved > 0:
-        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
-    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
-    if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
-        tokens = cfg.max_total_tokens
-    page = _page_size(cfg, model)
-    tokens = tokens // page * page
-    context = cfg.context_length or model.context_len
     speculative = spec.enabled
     draft_tokens = _resolved_draft_tokens(spec, model, v, notes) if speculative else 0
+    page = _page_size(cfg, model)
+    res = kv_reserved(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
+                      mamba=mamba_knobs(cfg, model, v, draft_tokens, page)) if rest > 0 else None
+    reserved = res.bytes if res is not None else 0.0
+    pool = res.mamba if res is not None else None
+    if reserved > 0:
+        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
+        head += (f": {pool.slots} state slots x {pool.per_request_bytes / 2**20:.1f} MiB by {pool.rule})"
+                 if pool is not None else ")")
+    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
+    if pool is not None and pool.max_running_cap <= 0:  # SGLang: "Not enough GPU memory for hybrid ... state cache"
+        tokens = 0
+    if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
+        tokens = cfg.max_total_tokens
+    tokens = tokens // page * page
+    context = cfg.context_length or model.context_len
     mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests,
                                        dp_size=attn_dp) if tokens else 0
+    if pool is not None and mrr > pool.max_running_cap:
+        notes.append(f"max_running_requests capped at {pool.max_running_cap} by the state pool "
+                     f"({pool.slots} slots // {pool.ratio} a request)")
+        mrr = pool.max_running_cap
 
     common: dict[str, Any] = dict(
         p_gib=round(p, 4),
@@ -409,6 +419,8 @@ def predict(
         )
 
     rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
+    if pool is not None:
+        rows = min(rows, max(pool.max_running_cap, 1))
     tpr = draft_tokens if speculative and draft_tokens else 1
     prefill_on = not cfg.disable_cuda_graph and not g.rocm and _prefill_graphs_on(cfg, v, speculative=speculative,
                                                                    dp_attention=attn_dp > 1)
@@ -514,18 +526,34 @@ def _swa_ratio(cfg: ServerConfig, model: ModelProfile | None = None, gpu: GpuKin
     return _float_flag(cfg, "--swa-full-tokens-ratio")
 
 
-def _mamba_slots(cfg: ServerConfig) -> int | None:
-    """``--max-mamba-cache-size`` per attention-DP rank (None when not given)."""
-    size = _float_flag(cfg, "--max-mamba-cache-size")
-    return None if size is None else max(int(size) // max(cfg.attn_dp_size, 1), 1)
+def mamba_knobs(cfg: ServerConfig, model: ModelProfile, v: SglangVersion, draft_tokens: int, page: int) -> MambaKnobs:
+    """What ``cfg`` sets that sizes a hybrid model's state pool (:mod:`autotune.sglang.profiles.mamba`):
+    searched flags and extra_args, by their ``server_args`` names."""
+    def arg(dest: str) -> Any:
+        flag = "--" + dest.replace("_", "-")
+        return _bool_flag(cfg, flag) if dest.startswith("disable_") else _str_flag(cfg, flag)
+
+    return knobs_from_args(arg, version=v, architecture=model.architecture, attn_dp=cfg.attn_dp_size,
+                           max_running_requests=cfg.max_running_requests, draft_tokens=draft_tokens, page_size=page)
 
 
-def _float_flag(cfg: ServerConfig, name: str) -> float | None:
-    """A numeric SGLang flag given as a searched flag or in extra_args (None when absent)."""
+def _bool_flag(cfg: ServerConfig, name: str) -> bool:
+    """A bare SGLang flag given as a searched flag (True) or in extra_args."""
+    return bool(cfg.flag(name)) or name in cfg.extra_args
+
+
+def _str_flag(cfg: ServerConfig, name: str) -> str | None:
+    """A flag's value given as a searched flag or in extra_args (None when absent)."""
     value = cfg.flag(name)
     args = list(cfg.extra_args)
     if value is None and name in args and args.index(name) + 1 < len(args):
         value = args[args.index(name) + 1]
+    return None if value is None else str(value)
+
+
+def _float_flag(cfg: ServerConfig, name: str) -> float | None:
+    """A numeric SGLang flag given as a searched flag or in extra_args (None when absent)."""
+    value = _str_flag(cfg, name)
     try:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
