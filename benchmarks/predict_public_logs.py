@@ -204,8 +204,12 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     if gpu is None:
         return {**row, "status": f"gpu {entry.get('gpu')!r} unknown (no memory figure): weights only"
                 + (f"; unknown ({model.unknown_reason})" if model.is_unknown else "")}
+    # The catalogue's NVLink / xGMI parts (SXM, OAM) sit on their fabric in every multi-GPU log of the set;
+    # an entry's own "interconnect" says otherwise where a post does.
+    interconnect = entry.get("interconnect") or ("nvlink" if gpu.has_nvlink and cfg.tp_size > 1 else "pcie")
+    row["interconnect"] = interconnect
     try:
-        cold = predict(model, gpu, cfg, version=version)
+        cold = predict(model, gpu, cfg, version=version, interconnect=interconnect)
     except ConfigError as e:
         return {**row, "status": f"refused: {e}"}
     row.update(cold_verdict=cold.verdict, cold_prunes=cold.should_prune, cell=cold.cell_bytes)
@@ -223,7 +227,7 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
         cal = Calibration(p_gib=float(p), a_gib=float(a), tp_size=cfg.tp_size, attn_dp_size=cfg.attn_dp_size,
                           mem_fraction_static=cfg.mem_fraction_static, f_is_auto=cfg.mem_fraction_static is None,
                           source="public log")
-        calibrated = predict(model, gpu, cfg, version=version, calibration=cal)
+        calibrated = predict(model, gpu, cfg, version=version, calibration=cal, interconnect=interconnect)
         row["cal_kv"] = calibrated.kv_tokens
     return {"status": "supported", **row}
 

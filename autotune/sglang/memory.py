@@ -283,15 +283,15 @@ def predict(
         if cal_tp == tp:
             p = cal_p - (comm - cal_comm)
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
-        else:  # learn the overheads at the calibration TP, apply them at this one
-            base = cap_gib - cal_p - cal_comm
+        else:  # learn the overheads at the calibration TP, apply them at this one (NCCL's buffers move with TP)
             residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / S.GIB - cal_draft
-            p = cap_gib - base - comm
+            moved = S.base_overhead_gib(g, tp, interconnect) - S.base_overhead_gib(g, cal_tp, interconnect)
+            p = cal_p - moved - (comm - cal_comm)
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
             notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
     else:
-        p = cap_gib - S.base_overhead_gib(tp) - comm
+        p = cap_gib - S.base_overhead_gib(g, tp, interconnect) - comm
         a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
         notes.append("P and A estimated from capacity and weight size (no calibration)")
     dp_attn = cfg.attn_dp_size

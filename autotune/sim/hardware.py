@@ -37,12 +37,10 @@ from autotune.sim.args import Launch
 GIB = float(2**30)
 MIB = float(2**20)
 
-#: CUDA context plus the cuBLAS / NCCL library workspaces torch creates on first use.
-#: Calibrated (with NCCL_PER_RANK_GIB) so the seed case (rtx-pro-6000, 97,887 MiB, TP8,
-#: PCIe, custom allreduce auto-disabled) has P = 94.00 GiB, as its log showed.
-CUDA_CONTEXT_GIB = 0.5528
-#: NCCL communicator buffers (channels x peers) per rank of the TP group; 0 at TP1.
-NCCL_PER_RANK_GIB = 0.13
+#: The CUDA context and NCCL's communicator buffers before the weights load: the predictor's own figures
+#: (:func:`autotune.sglang._slack.base_overhead_gib`, by GPU, fabric and TP size, each read from a public
+#: log), so the simulated node and the memory model agree where a calibration launch has not measured it.
+#: The seed case (rtx-pro-6000, 97,887 MiB, TP 8, PCIe, custom allreduce auto-disabled) keeps P = 94.00 GiB.
 #: Legacy custom allreduce per rank: 8 MiB meta + 8 MiB IPC buffer + 8 MiB rank data.
 CUSTOM_AR_GIB = 24 * MIB / GIB
 #: ROCm: the buffer is 16 MiB instead of 8 (autotune.sglang.rocm.CUSTOM_AR_MAX_MIB), so 16 + 16 + 8 MiB.
@@ -211,7 +209,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         else:
             torch_symm = True
     ar_gib = CUSTOM_AR_ROCM_GIB if gpu.rocm else CUSTOM_AR_GIB
-    dist = (CUDA_CONTEXT_GIB + (NCCL_PER_RANK_GIB * tp if tp > 1 else 0.0) + (ar_gib if custom_ar else 0.0)
+    dist = (_slack.base_overhead_gib(gpu, tp, interconnect) + (ar_gib if custom_ar else 0.0)
             + (TORCH_SYMM_MEM_MIB.get(tp, 0) * MIB / GIB if torch_symm else 0.0))
     p = capacity - dist
 
