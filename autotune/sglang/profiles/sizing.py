@@ -23,12 +23,14 @@ def layout_of(model: Any) -> KvLayout:
 
 
 def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: str = "auto", gpu_sm: int = 0,
-                  swa_ratio: float = SWA_FULL_TOKENS_RATIO) -> float:
-    """KV bytes one full-attention token costs on one GPU, every pool of the family included."""
+                  swa_ratio: float | None = None) -> float:
+    """KV bytes one full-attention token costs on one GPU, every pool of the family included.
+    ``swa_ratio``: ``--swa-full-tokens-ratio`` when given, else the family's default (hybrid SWA 0.8,
+    DeepSeek V4 0.1)."""
     lay = layout_of(model)
     layers = lay.full_layers or model.num_layers
     if lay.family == "dsv4":
-        return dsv4_coef(lay.compress_ratios)
+        return dsv4_coef(lay.compress_ratios) if swa_ratio is None else dsv4_coef(lay.compress_ratios, swa_ratio)
     if lay.family == "dsa":
         fp8 = dsa_kv_is_fp8(kv_cache_dtype, gpu_sm, bool(getattr(model, "kv_cache_quant_fp8", False)))
         return dsa_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, lay.index_head_dim, lay.index_layers, fp8)
@@ -37,7 +39,7 @@ def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: 
     if lay.family == "swa":
         swa_heads = (lay.swa_kv_heads, lay.swa_head_dim, lay.swa_v_head_dim) if lay.swa_kv_heads else None
         return swa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, lay.full_layers, lay.swa_layers,
-                        attn_tp, kv_bytes, swa_ratio, swa_heads)
+                        attn_tp, kv_bytes, SWA_FULL_TOKENS_RATIO if swa_ratio is None else swa_ratio, swa_heads)
     return gqa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, layers, attn_tp, kv_bytes)
 
 
