@@ -10,8 +10,8 @@ Each expected figure is written out from SGLang's own code, not from autotune's:
   under speculation ``int((budget - s (1 + D)) // (s (1 + D / ratio)))`` with the draft's intermediate
   states ``s x (min(max(1, mrr // dp), slots // ratio) + 1) x D``;
 * :3405-3409  ``rest - (slots + 1) x s`` is left for the KV pool; ``KV tokens = floor(that / cell)``;
-* :3122-3160  running requests capped at ``slots // ratio`` (ratio 1 with the radix cache off, else 3 +
-  the extra buffer's 2 tracking slots with the overlap scheduler: ``_calculate_mamba_ratio`` :3063-3088,
+* :3119-3172  running requests capped at ``slots // ratio`` (ratio 1 with the radix cache off, else 3 +
+  the extra buffer's 2 tracking slots with the overlap scheduler: ``_calculate_mamba_ratio`` :3062-3088,
   ``mem_cache/allocation_sizing.py:11-19``).
 
 0.5.9 ``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py:151-207``: the same branches

@@ -132,7 +132,7 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
        speed="no prefix reuse: every prompt prefilled whole (the simulator's radix cache off)"),
     _k("--max-mamba-cache-size", "flag", flags=("--max-mamba-cache-size",), value="int", hardware=_HYBRID,
        memory="hybrid models: the state pool's slots (/ attention-DP ranks); the rest of the budget to the KV pool; "
-              "running requests capped at slots / 3-5 (0.5.23 kv_cache_configurator.py:3303-3322, 3122-3160)"),
+              "running requests capped at slots / 3-5 (0.5.23 kv_cache_configurator.py:3303-3322, 3119-3172)"),
     _k("--mamba-full-memory-ratio", "flag", flags=("--mamba-full-memory-ratio",), value="float", values=(0.9,),
        hardware=_HYBRID, memory="hybrid models: the state pool takes r / (1 + r) of the KV budget (default 0.9) "
        "when neither --max-mamba-cache-size nor the radix-off rule sizes it (kv_cache_configurator.py:3348-3389)"),

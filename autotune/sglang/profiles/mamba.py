@@ -23,14 +23,14 @@ what it takes out of ``rest`` before the KV pool is sized: :func:`mamba_pool`, b
   ``int((budget - per_req) / per_req)``, with speculation ``int((budget - per_req (1 + D)) /
   (per_req (1 + D / ratio)))``); the radix-off branch is ``max(1, max_running // dp)``.
 
-``ratio`` (state slots a running request may hold, ``_calculate_mamba_ratio``: 0.5.23 KVC:3063-3088,
+``ratio`` (state slots a running request may hold, ``_calculate_mamba_ratio``: 0.5.23 KVC:3062-3088,
 0.5.12 ``model_runner_kv_cache_mixin.py:186-198``) is 1 with the radix cache off, else 3 plus the
 extra buffer's tracking slots (2 with the overlap scheduler, 1 without: 0.5.23
 ``mem_cache/allocation_sizing.py:11-19``). From 0.5.14 SGLang picks the ``extra_buffer`` strategy
 itself for the architectures that support it when the overlap scheduler or paging is on (0.5.23
-``arg_groups/overrides.py:471-487``, architectures ``:402-435``; 0.5.14 ``server_args.py:4385``);
+``arg_groups/overrides.py:453-487``, architectures ``:403-435``; 0.5.14 ``server_args.py:4385``);
 before, ``auto`` meant ``no_buffer`` (0.5.9 ``server_args.py:873-877``). The running requests are
-capped at ``slots // ratio`` (0.5.23 KVC:3122-3160; 0.5.9 ``model_runner_kv_cache_mixin.py:362-368``),
+capped at ``slots // ratio`` (0.5.23 KVC:3119-3172; 0.5.9 ``model_runner_kv_cache_mixin.py:355-368``),
 which also sizes the request table. Only the full-attention layers hold KV
 (0.5.23 ``srt/model_executor/pool_configurator.py:228-236``).
 """
@@ -56,7 +56,7 @@ MAMBA_FULL_MEMORY_RATIO = 0.9
 #: 0.5.9 ``model_runner_kv_cache_mixin.py:37``, 0.5.23 KVC:227).
 SLOTS_PER_REQUEST = 3
 #: Architectures whose radix cache keeps the extra state buffer by default (0.5.23 ``arg_groups/
-#: overrides.py:402-435``, ``_MAMBA_EXTRA_BUFFER_ARCHS``, the ones :mod:`.families` profiles).
+#: overrides.py:403-435``, ``_MAMBA_EXTRA_BUFFER_ARCHS``, the ones :mod:`.families` profiles).
 EXTRA_BUFFER_ARCHITECTURES = frozenset({
     "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
     "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "FalconH1ForCausalLM", "NemotronHForCausalLM",
