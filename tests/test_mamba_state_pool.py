@@ -178,3 +178,23 @@ def test_plan_set_max_running_requests_moves_the_prediction(tmp_path: Path, caps
     s = state_bytes_per_request(load_model_profile(model_dir).kv_layout.mamba, 1)  # type: ignore[union-attr]
     cell = 4 * 8 * 128 * 2 * 2  # 4 attention layers x 8 KV heads x 128 x (K + V) x bf16
     assert by[8] - by[256] == pytest.approx(248 * s / cell, abs=2)
+
+
+def test_the_benchmark_prints_predicted_against_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/hybrid_state_pool.py: every launch of both classes within 5 % of SGLang's rule, the
+    simulated server's pool the predictor's, and the radix-off pool growing as --max-running-requests falls."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "hybrid_state_pool", Path(__file__).resolve().parents[1] / "benchmarks" / "hybrid_state_pool.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"nemotron-h-8b-class", "qwen3-next-80b-class"}
+    for rows in out.values():
+        assert all(abs(r["err_pct"]) < 5 and r["predicted"] == r["simulated"] for r in rows)
+        off = {r["mrr"]: r["predicted"] for r in rows if not r["radix"]}
+        assert off[8] > off[32] > off[256]
+        assert len({r["predicted"] for r in rows if r["radix"]}) == 1
