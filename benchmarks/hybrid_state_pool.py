@@ -38,18 +38,20 @@ from autotune.sim.args import parse_args
 from autotune.sim.hardware import plan_memory
 
 GIB = 2**30
+#: Nemotron-H-8B's layout (nvidia/Nemotron-H-8B-Base-8K config.json): 52 single-block layers, 24 Mamba2.
 NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
               "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 52,
               "hybrid_override_pattern": "M-M-M-M*-" * 4 + "M-M-M-M-", "mamba_num_heads": 128,
               "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
               "intermediate_size": 21504, "vocab_size": 131072, "max_position_embeddings": 8192}
+#: Qwen3-Next-80B-A3B's layout (Qwen/Qwen3-Next-80B-A3B-Instruct config.json): 12 attention, 36 gated-delta-net.
 QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
               "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "num_hidden_layers": 48,
               "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
               "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
               "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
               "shared_expert_intermediate_size": 512, "intermediate_size": 5120, "vocab_size": 151936,
-              "max_position_embeddings": 262144}
+              "num_nextn_predict_layers": 1, "max_position_embeddings": 262144}
 CASES = (("nemotron-h-8b-class", NEMOTRON_H, 1), ("qwen3-next-80b-class", QWEN3_NEXT, 4))
 LAUNCHES: tuple[tuple[bool, int | None], ...] = ((True, None), (True, 8), (True, 256), (False, 8), (False, 32),
                                                  (False, 256))

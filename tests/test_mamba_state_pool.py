@@ -21,6 +21,7 @@ without the padding slot (``slots x s``), ``slots = int(budget // s)``, speculat
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -34,20 +35,12 @@ from autotune.sglang.models import ModelProfile, load_model_profile, profile_fro
 from autotune.sglang.profiles.mamba import state_bytes_per_request
 
 GIB = 2**30
-# Nemotron-H-8B's layout (nvidia/Nemotron-H-8B-Base-8K config.json): 52 single-block layers, 24 Mamba2
-NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 52,
-              "hybrid_override_pattern": "M-M-M-M*-" * 4 + "M-M-M-M-", "mamba_num_heads": 128,
-              "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
-              "intermediate_size": 21504, "vocab_size": 131072, "max_position_embeddings": 8192}
-# Qwen3-Next-80B-A3B's layout (Qwen/Qwen3-Next-80B-A3B-Instruct config.json): 12 attention, 36 gated-delta-net
-QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
-              "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "num_hidden_layers": 48,
-              "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
-              "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
-              "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
-              "shared_expert_intermediate_size": 512, "intermediate_size": 5120, "vocab_size": 151936,
-              "num_nextn_predict_layers": 1, "max_position_embeddings": 262144}
+BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "hybrid_state_pool.py"
+_spec = importlib.util.spec_from_file_location("hybrid_state_pool", BENCH_PATH)
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+NEMOTRON_H, QWEN3_NEXT = bench.NEMOTRON_H, bench.QWEN3_NEXT  # the two classes' published layouts
 # P and A as a launch measured them: rest = A - P (1 - f) is then exact, so the only thing tested is the pool
 P, A, F = 78.0, 60.0, 0.9
 REST = (A - P * (1 - F)) * GIB
@@ -183,13 +176,6 @@ def test_plan_set_max_running_requests_moves_the_prediction(tmp_path: Path, caps
 def test_the_benchmark_prints_predicted_against_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
     """benchmarks/hybrid_state_pool.py: every launch of both classes within 5 % of SGLang's rule, the
     simulated server's pool the predictor's, and the radix-off pool growing as --max-running-requests falls."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "hybrid_state_pool", Path(__file__).resolve().parents[1] / "benchmarks" / "hybrid_state_pool.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     assert bench.main(["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"nemotron-h-8b-class", "qwen3-next-80b-class"}
