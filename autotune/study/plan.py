@@ -16,7 +16,7 @@ from autotune.study.prediction import Predictor
 from autotune.study.storage import open_study
 
 ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
-            "server_kv_tokens")
+            "server_kv_tokens", "kv_tokens_low", "kv_tokens_high", "kv_range")
 
 
 def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
