@@ -100,10 +100,14 @@ class Candidates:
     """Builds and checks the study's candidates (the study is only read here).
 
     Knobs that cannot matter on this node and release leave the space here
-    (:func:`without_dead_knobs`); ``removed`` says which and why."""
+    (:func:`without_dead_knobs`), unless ``removed`` says the spec was pruned already (the
+    driver prunes once, before its sampler is chosen); ``removed`` says which and why."""
 
-    def __init__(self, spec: StudySpec, study: optuna.Study, predictor: Predictor) -> None:
-        self.spec, self.removed = without_dead_knobs(spec, predictor)
+    def __init__(self, spec: StudySpec, study: optuna.Study, predictor: Predictor,
+                 removed: Sequence[Removed] | None = None) -> None:
+        if removed is None:
+            spec, removed = without_dead_knobs(spec, predictor)
+        self.spec, self.removed = spec, list(removed)
         for r in self.removed:
             log.debug("%s", r.line())
         self.study = study

@@ -39,7 +39,7 @@ from autotune.launch.cleanup import note_interrupt, raise_if_interrupted
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import attrs, race
-from autotune.study.candidates import Candidates
+from autotune.study.candidates import Candidates, without_dead_knobs
 from autotune.study.disk_fault import as_disk_fault
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
@@ -99,13 +99,18 @@ class _LoopState:
 
 class StudyDriver:
     def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None):
+        predictor = Predictor(spec, self._stored_calibration)
+        # The space after pruning (a value or knob that cannot run or matter on this node and
+        # release is out), once: the sampler, the designed start, the warm start's configurations,
+        # the references and every check below draw from it, never from the study file's lists.
+        spec, removed = without_dead_knobs(spec, predictor)
         self.spec = spec
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
         self.study = open_study(spec, storage=self.storage, say_sampler=True)  # the one "sampler: ..." line
         self.store = artifact_store(spec)
-        self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
+        self.candidates = Candidates(spec, self.study, predictor, removed)
         self.recorder = Recorder(spec, self.study, self.candidates)
         self.phases = Phases(spec, self.study)
         self.phases.policy = SearchPolicy.for_study(spec, self.study, self.candidates)
