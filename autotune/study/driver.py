@@ -131,7 +131,7 @@ class StudyDriver:
         if not self.warm:
             return
         widened = self.candidates.widened_spec()
-        self.warm.decide(widened)
+        self.warm.decide(widened, self.candidates.outside)
         for line in self.warm.lines():
             log.info("%s", line)
         if new:
@@ -178,13 +178,16 @@ class StudyDriver:
     def _requeue_interrupted(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any],
                              reason: str) -> None:
         """FAIL (interrupted) trial ``number`` and enqueue its parameters again (outside the budget)."""
-        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-            self.storage.get_study_id_from_name(self.spec.name), number)
+        trial_id = self._trial_id(number)
         for key, value in ((attrs.FAILURE_KIND, FailureKind.INTERRUPTED.value), (attrs.REASON, reason),
                            (attrs.RETRIED, True)):
             self.storage.set_trial_user_attr(trial_id, key, value)
         self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
         self._enqueue_retry(number, params, user_attrs)
+
+    def _trial_id(self, number: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(
+            self.storage.get_study_id_from_name(self.spec.name), number)
 
     def recover_interrupted(self) -> list[int]:
         """RUNNING trials of a dead run: FAIL (interrupted), parameters enqueued again."""
@@ -365,6 +368,7 @@ class StudyDriver:
     def _next_launch(self, *, confirming: bool) -> TrialRequest | None:
         """Ask for a trial; prune it before launch, reuse a stored result of the same launch, or
         return the request to run it."""
+        self._drop_outside()
         trial = self.study.ask()
         cand = self.candidates.candidate(trial)
         trial.set_user_attr(attrs.PREDICTION, cand.prediction.to_dict())
@@ -401,6 +405,26 @@ class StudyDriver:
             self.progress.on_launch(trial.number, shown)
         log.info("trial %d launching %s", trial.number, _fmt_params(shown))
         return req
+
+    def _drop_outside(self) -> None:
+        """Take every queued configuration the space after pruning does not hold out of the queue,
+        whatever queued it (a reference, a warm start, an earlier run of a resumed study), with one
+        line saying which value of which knob and why; optuna's ask would raise on it. Optuna cannot
+        delete a queued trial, and a finished one without parameters breaks the grid sampler, so the
+        queued trial loses its fixed parameters and the marks of what queued it: the sampler picks
+        its configuration (the slot a reference or a warm start would have taken goes to the search; a
+        re-run's slot, left in the queue of a study whose space changed since, is one search trial more)."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            why = self.candidates.outside(t.system_attrs.get(_FIXED_PARAMS) or {})
+            if why is None:
+                continue
+            line = f"queued {_queued_by(t.user_attrs)} dropped: {why}"
+            trial_id = self._trial_id(t.number)
+            self.storage.set_trial_system_attr(trial_id, _FIXED_PARAMS, {})
+            for key in t.user_attrs:
+                self.storage.set_trial_user_attr(trial_id, key, None)
+            self.storage.set_trial_user_attr(trial_id, attrs.DROPPED, line)
+            log.warning("trial %d: %s; the sampler picks this trial's configuration instead", t.number, line)
 
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
         """Tell ``trial`` what ``source`` measured for the same launch argv (no launch)."""
@@ -467,6 +491,25 @@ def count_states(study: optuna.Study) -> dict[str, int]:
     for t in study.get_trials(deepcopy=False):
         out[t.state.name] = out.get(t.state.name, 0) + 1
     return out
+
+
+#: Where optuna keeps an enqueued trial's parameters (``Study.enqueue_trial``'s system attribute).
+_FIXED_PARAMS = "fixed_params"
+
+
+def _queued_by(user_attrs: dict[str, Any]) -> str:
+    """What queued a trial, from the marks its enqueue left (for the line that drops it)."""
+    if user_attrs.get(attrs.REFERENCE):
+        return f"reference {user_attrs[attrs.REFERENCE]!r}"
+    if user_attrs.get(attrs.WARM_FROM):
+        return f"warm start configuration ({user_attrs[attrs.WARM_FROM]})"
+    if user_attrs.get(attrs.STAGE) == "design":
+        return f"designed start point ({user_attrs.get('design') or 'design'})"
+    if user_attrs.get(attrs.CONFIRM_OF) is not None:
+        return f"re-run of trial {user_attrs[attrs.CONFIRM_OF]}"
+    if user_attrs.get(attrs.RETRY_OF) is not None:
+        return f"re-run of interrupted trial {user_attrs[attrs.RETRY_OF]}"
+    return "configuration"
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
