@@ -57,14 +57,14 @@ class Refusal:
     reason: str
 
 
-def without_dead_knobs(spec: StudySpec, predictor: Predictor) -> tuple[StudySpec, list[Removed]]:
+def without_dead_knobs(spec: StudySpec, predictor: Predictor | None = None) -> tuple[StudySpec, list[Removed]]:
     """The space without the knobs and values that cannot matter or run on this node and release
     (autotune.space_prune), and what went: the one space after pruning. The driver (its sampler,
-    designed start, warm start, references) and ``autotune plan`` draw from it."""
+    designed start, warm start, references), ``autotune plan`` and the benchmarks all draw from it."""
     sp = spec.search_space
     if not (sp.flags or sp.env or sp.custom_allreduce or sp.flashinfer_allreduce_fusion or sp.enable_torch_symm_mem):
         return spec, []
-    model, gpu, _ = predictor.profiles()
+    model, gpu, _ = (predictor or Predictor(spec, lambda: None)).profiles()
     return prune_space(spec, model, gpu)
 
 
