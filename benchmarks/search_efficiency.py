@@ -7,11 +7,14 @@ Usage::
 
 Per study (scenario):
 
-1. **Truth.** Every candidate of the study's grid (``autotune.space.iter_grid``) is
-   evaluated once, offline (:func:`autotune.trial.offline.evaluate`: the simulated server's
-   memory truth, startup and engine in modelled time, no processes), and so are SGLang's
-   defaults. The optimum is the best objective value among them that completes (and meets
-   the SLO, if any); the
+1. **Truth.** Every candidate of the study's grid (``autotune.space.iter_grid``) over the
+   space after pruning (what ``autotune plan`` keeps and the driver searches: a value that
+   cannot run on the node, such as ``--attn-dp-size 8`` at TP 2, or a knob that cannot
+   matter there, is out for every strategy, the sweeps included; the scenario's
+   ``removed`` lists them) is evaluated once, offline
+   (:func:`autotune.trial.offline.evaluate`: the simulated server's memory truth, startup
+   and engine in modelled time, no processes), and so are SGLang's defaults. The optimum
+   is the best objective value among them that completes (and meets the SLO, if any); the
    target is every candidate within ``--tolerance`` (2 %) of it.
    **Cache**: ``benchmarks/out/search_efficiency_<study name>.json``, keyed by a SHA-256 of
    the study file's bytes, the sources under ``autotune/sim``, ``autotune/sglang`` and
@@ -410,9 +413,10 @@ def _in_memory_storage() -> Iterator[list[optuna.Study]]:
 @dataclass
 class Scenario:
     path: Path
-    spec: StudySpec
+    spec: StudySpec  # the space after pruning (autotune.study.candidates.without_dead_knobs)
     hard: str
     noise_pct: float
+    removed: list[str] = field(default_factory=list)  # what pruning took out, and why (``autotune plan``'s lines)
 
 
 def evaluate_scenario(sc: Scenario, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -459,7 +463,7 @@ def evaluate_scenario(sc: Scenario, args: argparse.Namespace, out: Path) -> dict
         for name, fn in strategies.items():
             runs[name].append(fn(seed))
         table.save()
-    res: dict[str, Any] = {"hard": sc.hard, "grid_size": len(grid), "feasible": len(feasible),
+    res: dict[str, Any] = {"hard": sc.hard, "removed": sc.removed, "grid_size": len(grid), "feasible": len(feasible),
                            "defaults_regret_pct": None if base_truth is None
                            else round(max(0.0, sign * (best - base_truth) / abs(best) * 100), 2),
                            "on_target_candidates": n_hit, "best_value": round(best, 2), "budget": budget,
@@ -578,9 +582,11 @@ def _versions_line(env: dict[str, str]) -> str:
 
 
 def load_scenario(path: Path, noise_pct: float) -> Scenario:
-    spec = load_study_spec(path)
+    from autotune.study.candidates import without_dead_knobs
+
+    spec, removed = without_dead_knobs(load_study_spec(path))
     h = header(path)
-    return Scenario(path, spec, h.get("hard", ""), float(h.get("noise_pct", noise_pct)))
+    return Scenario(path, spec, h.get("hard", ""), float(h.get("noise_pct", noise_pct)), [r.line() for r in removed])
 
 
 def main(argv: list[str] | None = None) -> int:

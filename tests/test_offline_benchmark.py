@@ -146,3 +146,26 @@ def test_the_drivers_pick_is_what_best_would_hand_over_after_each_launch(monkeyp
     assert picks[5] == 97.0  # the lucky single run leads: no noise measured yet, the best run is the pick
     assert picks[6] == 97.0  # noise measured; only the lucky configuration has two runs: its bound leads
     assert picks[7] == 100.0  # (a1, b1) run twice: the estimate hands it over, not the best single run (104)
+
+
+
+def test_study_whose_node_removes_a_searched_value_draws_every_strategy_from_the_pruned_space(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--study`` with ``--attn-dp-size: [1, 8]`` at TP 2 (issue 35): the grid, the sweeps and the driver
+    all search the space ``autotune plan`` keeps (the old code's exhaustive pass raised on DP 8, its
+    driver on the designed start's DP-8 point), and the scenario says what pruning took out."""
+    from autotune.spec import load_study_spec
+
+    mod = _load_script(monkeypatch)
+    path = _tiny_study(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["server"].update(model_path=str(ROOT / "studies" / "models" / "qwen3-32b-class"), tp_size=2)
+    data["search_space"].update(mem_fraction_static={"low": 0.80, "high": 0.90, "step": 0.05},
+                                flags={"--attn-dp-size": {"choices": [1, 8]}})
+    path.write_text(yaml.safe_dump(data))
+    assert len(list(mod.space.iter_grid(load_study_spec(path)))) == 12  # the study file's lists: DP 8 doubles it
+    assert mod.main(["--study", str(path), "--seeds", "1", "--budget", "4", "--out", str(tmp_path / "out")]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["scenarios"]["tiny"]
+    assert r["grid_size"] == 6 and len(r["removed"]) == 1
+    assert r["removed"][0].startswith("removed --attn-dp-size=8: 8 divides no TP size of the space (2)")
+    assert all(t.params["--attn-dp-size"] == 1 for t in mod.LAST_STUDY[0].trials)  # grid+prune's, the last driver run

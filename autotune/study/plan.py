@@ -78,7 +78,7 @@ def warm_start(spec: StudySpec) -> WarmPlan:
         return WarmPlan()
     scratch = optuna.create_study(storage=optuna.storages.InMemoryStorage())  # the space, widened, without storage
     cands = Candidates(spec, scratch, Predictor(spec, lambda: stored_calibration(spec) or warm.calibration()))
-    warm.decide(cands.widened_spec())
+    warm.decide(cands.widened_spec(), cands.outside)
     return WarmPlan(warm.lines(), [src.to_dict() for src in warm.sources], warm.calibration())
 
 
