@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from autotune.errors import ConfigError
+from autotune.redact import redact_url
 from autotune.spec import StudySpec
 
 # Storage URL dialects and the module each needs (sqlalchemy's defaults).
@@ -75,17 +76,21 @@ def check_storage_url(spec: StudySpec) -> None:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"storage: not a database URL (got {spec.storage!r})") from None
+        raise ConfigError(f"storage: not a database URL (got {redact_url(spec.storage or url)!r})") from None
     module = _DRIVERS.get(parsed.drivername)
     if module is None:
         try:
             parsed.get_dialect()
         except Exception:  # noqa: BLE001 - sqlalchemy raises NoSuchModuleError and others
-            raise ConfigError(f"storage: unknown database kind {parsed.drivername!r} (got {spec.storage!r})") \
+            raise ConfigError(f"storage: unknown database kind {parsed.drivername!r} "
+                              f"(got {redact_url(spec.storage or url)!r})") \
                 from None
     elif importlib.util.find_spec(module) is None:
         hint = " (pip install -e '.[postgres]')" if parsed.drivername.startswith("postgresql") else ""
         raise ConfigError(f"storage: {parsed.drivername} needs the {module} driver, not installed{hint}")
+    from autotune.study.storage_check import check_writable
+
+    check_writable(url)  # a database in memory, another application's file, a read-only file
     if parsed.drivername == "sqlite" and parsed.database:
         where = Path(parsed.database).parent
         while not where.exists() and where != where.parent:

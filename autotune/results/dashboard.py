@@ -42,6 +42,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
+from autotune.redact import redact_text
 from autotune.results import trials as _trials
 from autotune.spec import StudySpec
 from autotune.study import attrs
@@ -111,7 +112,7 @@ def trial_note(t: FrozenTrial) -> str:
         lines += ["", "Launched with:", "", "```", str(ua[attrs.SHELL]), "```"]
     if any(k.startswith(_ARTIFACT_PREFIX) for k in t.system_attrs):
         lines += ["", "Server log, launch command, load summary and per-request records: see Artifacts below."]
-    body = "\n".join(lines).strip()
+    body = redact_text("\n".join(lines).strip())  # a study recorded before its writes were redacted
     return body if len(body) <= 4 * _NOTE_MAX else body[: 4 * _NOTE_MAX - 3] + "..."
 
 
