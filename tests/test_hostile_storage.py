@@ -291,3 +291,22 @@ def test_the_dashboard_beyond_loopback_needs_expose(tmp_path: Path, capsys: pyte
     line = _fails(capsys, ["dashboard", str(_study(tmp_path)), "--host", "0.0.0.0", "--port", "0"])
     assert line.startswith("error: --host: '0.0.0.0' listens beyond loopback") and "--expose" in line, line
     assert not (tmp_path / "guard.db").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("cmd", READERS[:4], ids=lambda c: c[0])
+def test_a_server_database_without_the_study_gets_no_table(
+        pg: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], cmd: list[str]) -> None:
+    """On PostgreSQL too, a command that only reads creates nothing: optuna's tables are not
+    created in a database that lacks them (the study is just not there)."""
+    import sqlalchemy as sa
+
+    url = pg.createdb("no_study_here")
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, storage=url), tmp_path))
+    assert line.startswith("error: name: no study 'guard' in postgresql"), line
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert sa.inspect(conn).get_table_names() == []
+    finally:
+        engine.dispose()

@@ -127,8 +127,16 @@ def open_storage(spec: StudySpec, *, read_only: bool = False) -> optuna.storages
 
 
 def _no_tables(exc: BaseException) -> bool:
-    text = str(exc)
-    return "no such table" in text or "does not exist" in text or "doesn't exist" in text
+    """Whether ``exc`` (or what it wraps: optuna's StorageInternalError) says optuna's tables are missing."""
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            return False
+        text = str(cur)
+        if "no such table" in text or "does not exist" in text or "doesn't exist" in text:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def open_study(spec: StudySpec, *, create: bool = True,
