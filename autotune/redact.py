@@ -124,11 +124,18 @@ def redact_text(text: str) -> str:
         if is_secret_name(m.group("flag")) and not m.group("val").startswith("-") else m.group(0),
         out,
     )
-    return _NAME_VALUE.sub(
-        lambda m: m.group("name") + m.group("sep") + _hidden(m.group("val"))
-        if not m.group("name").startswith("-") and is_secret_name(m.group("name")) else m.group(0),
-        out,
-    )
+    return _NAME_VALUE.sub(_name_value, out)
+
+
+def _name_value(m: re.Match[str]) -> str:
+    """``name=value`` of a secret name, hidden; ``name: value`` only when quoted (JSON, a repr):
+    ``server.env.HF_TOKEN: must not ...`` is an error line about the field, not its value."""
+    name, sep, val = m.group("name"), m.group("sep"), m.group("val")
+    if name.startswith("-") or not is_secret_name(name):
+        return m.group(0)
+    if ":" in sep and not (sep[0] in "'\"" or val[:1] in ("'", '"')):
+        return m.group(0)
+    return name + sep + _hidden(val)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -39,6 +39,7 @@ from autotune.errors import ConfigError
 from autotune.load.spec import LoadTimeouts
 from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
+from autotune.redact import REDACTED, is_secret_name
 
 _W = TypeVar("_W", bound="WorkloadSpec")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -651,6 +652,8 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     value = first.get("input")
+    if any(is_secret_name(str(p)) for p in first["loc"]) and not isinstance(value, (bool, int, float, type(None))):
+        value = REDACTED  # server.env.HF_TOKEN: a text (or a list of them) is not shown; a number is
     shown = "" if first["type"] == "missing" else f" (got {_short(value)})"
     more = f" [and {len(errors) - 1} more]" if len(errors) > 1 else ""
     return f"{loc or '<study>'}: {msg}{shown}{more}"
