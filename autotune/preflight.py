@@ -12,10 +12,12 @@ tables and SGLang's argparse, as rebuilt for that version: no SGLang import).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
 from autotune.errors import ConfigError
+from autotune.redact import redact_url
 from autotune.spec import StudySpec
 
 # Storage URL dialects and the module each needs (sqlalchemy's defaults).
@@ -32,6 +34,21 @@ def check_study(spec: StudySpec) -> None:
     check_dataset(spec)
     check_storage_url(spec)
     check_flags(spec)
+    check_executor(spec)
+
+
+def warn_exposed(spec: StudySpec) -> str | None:
+    """The warning ``run`` prints first when the study lets its servers listen beyond loopback
+    (``server.expose: true`` with another ``server.host``); None when they listen on loopback."""
+    from autotune.spec import is_loopback
+
+    if is_loopback(spec.server.host):
+        return None
+    line = (f"server.host {spec.server.host!r} (server.expose: true): every SGLang server of this study "
+            "listens beyond loopback; anyone who can reach this node can send it requests"
+            + ("" if "--api-key" in " ".join(spec.server.extra_args) else " (no --api-key in server.extra_args)"))
+    logging.getLogger("autotune.run").warning(line)
+    return line
 
 
 def check_models(spec: StudySpec) -> None:
@@ -75,23 +92,38 @@ def check_storage_url(spec: StudySpec) -> None:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"storage: not a database URL (got {spec.storage!r})") from None
+        raise ConfigError(f"storage: not a database URL (got {redact_url(spec.storage or url)!r})") from None
     module = _DRIVERS.get(parsed.drivername)
     if module is None:
         try:
             parsed.get_dialect()
         except Exception:  # noqa: BLE001 - sqlalchemy raises NoSuchModuleError and others
-            raise ConfigError(f"storage: unknown database kind {parsed.drivername!r} (got {spec.storage!r})") \
+            raise ConfigError(f"storage: unknown database kind {parsed.drivername!r} "
+                              f"(got {redact_url(spec.storage or url)!r})") \
                 from None
     elif importlib.util.find_spec(module) is None:
         hint = " (pip install -e '.[postgres]')" if parsed.drivername.startswith("postgresql") else ""
         raise ConfigError(f"storage: {parsed.drivername} needs the {module} driver, not installed{hint}")
+    from autotune.study.storage_check import check_writable
+
+    check_writable(url)  # a database in memory, another application's file, a read-only file
     if parsed.drivername == "sqlite" and parsed.database:
         where = Path(parsed.database).parent
         while not where.exists() and where != where.parent:
             where = where.parent
         if not os.access(where, os.W_OK):
             raise ConfigError(f"storage: cannot create {parsed.database} ({where} is not writable)")
+
+
+def check_executor(spec: StudySpec) -> None:
+    """A Ray cluster address (``executor.address`` or ``RAY_ADDRESS``) that is malformed or does
+    not resolve: one line now (exit 2), instead of ray.init's minutes of retries; one where no
+    head answers: exit 1 (:func:`autotune.study.ray_cluster.check_address`)."""
+    if spec.executor.kind != "ray":
+        return
+    from autotune.study.ray_cluster import check_address
+
+    check_address(spec.executor.address)
 
 
 def check_flags(spec: StudySpec) -> None:

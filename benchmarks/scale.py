@@ -96,7 +96,7 @@ def top_up(path: Path, total: int) -> int:
     from autotune.spec import load_study_spec
     from autotune.study.storage import open_study
 
-    study = open_study(load_study_spec(path), create=False)
+    study = open_study(load_study_spec(path))  # opened to write (create=False opens read-only)
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     added = 0
     while len(done) + added < total:

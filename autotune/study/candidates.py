@@ -21,6 +21,7 @@ import optuna
 from autotune import space
 from autotune.errors import ConfigError
 from autotune.outcome import FailureKind
+from autotune.redact import redact_value
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.flags import render_argv
 from autotune.sglang.installed import InstalledSglang, check_version, probe
@@ -182,7 +183,8 @@ class Candidates:
             return
         if self.baseline_first():
             self.enqueue_baseline()
-        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
+        # Secrets of server.env / extra_args stay in the study file, not in its records.
+        self.study.set_user_attr(attrs.SPEC, redact_value(self.spec.model_dump(mode="json", exclude={"source_path"})))
 
     def baseline_first(self) -> bool:
         """``search.baseline: first``, and where "last" does not apply: a grid launches every point,

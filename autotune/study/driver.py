@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
@@ -50,7 +49,7 @@ from autotune.study.record import Recorder
 from autotune.study.rerun import run_once_more
 from autotune.study.reuse import copy_result, launch_key, stored_result
 from autotune.study.search_policy import SearchPolicy
-from autotune.study.storage import artifact_store, open_storage, open_study
+from autotune.study.storage import artifact_store, open_storage, open_study, store_artifact
 from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
@@ -222,17 +221,11 @@ class StudyDriver:
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
         with DriverLock(spec.run_path / "driver.lock"):
-            self.candidates.preflight()
-            summary.reaped = self.reap_leftovers()
-            if summary.reaped:
-                log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
-            summary.interrupted = self.recover_interrupted()
-            if summary.interrupted:
-                log.warning("trials %s were interrupted by an earlier run; their parameters run again",
-                            summary.interrupted)
-            new = not self.study.get_trials(deepcopy=False)
-            self.candidates.ensure_baseline()
-            self._start_warm(new)
+            try:
+                self._prepare(summary)
+            except BaseException:  # a damaged study, a refused warm start: no Ray instance left behind
+                self.executor.shutdown(cancel=True)
+                raise
             if self.progress.on_start:
                 self.progress.on_start(self.study, spec.n_trials)
             old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
@@ -264,6 +257,21 @@ class StudyDriver:
         summary.finished = budget_used(self.study)
         summary.states = count_states(self.study)
         return summary
+
+    def _prepare(self, summary: RunSummary) -> None:
+        """Before the loop: the study's own checks, what an earlier run left (servers, trials
+        it was running), the baseline and the warm start."""
+        self.candidates.preflight()
+        summary.reaped = self.reap_leftovers()
+        if summary.reaped:
+            log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
+        summary.interrupted = self.recover_interrupted()
+        if summary.interrupted:
+            log.warning("trials %s were interrupted by an earlier run; their parameters run again",
+                        summary.interrupted)
+        new = not self.study.get_trials(deepcopy=False)
+        self.candidates.ensure_baseline()
+        self._start_warm(new)
 
     # ---- the loop, as named phases ----------------------------------------
     def _loop(self) -> None:
@@ -474,8 +482,7 @@ class StudyDriver:
             if os.path.isfile(path):
                 try:
                     mimetype = "text/plain" if path.endswith((".log", ".sh", ".jsonl")) else None
-                    upload_artifact(artifact_store=self.store, file_path=path, study_or_trial=trial,
-                                    mimetype=mimetype)
+                    store_artifact(self.store, trial, path, mimetype)
                 except Exception as exc:  # an artifact must never lose the trial
                     log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
 

@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
 from autotune.errors import ConfigError
+from autotune.redact import redact_url
 from autotune.sglang.flag_tables import table_for
 from autotune.sglang.knobs import exists_in, lookup
 from autotune.sglang.models import ModelProfile, load_model_profile
@@ -237,12 +238,15 @@ class Source:
 def _open(spec: StudySpec, path: str) -> optuna.Study:
     """The earlier study, loaded (optuna's load_study: no trial or attribute is written)."""
     from autotune.study.storage import open_study
+    from autotune.study.storage_check import NoStudy
 
     try:
         return open_study(spec, create=False)
-    except ConfigError:
-        raise ConfigError(f"warm_start: no study {spec.name!r} in {spec.storage_url} (from {path!r}); "
+    except NoStudy:
+        raise ConfigError(f"warm_start: no study {spec.name!r} in {redact_url(spec.storage_url)} (from {path!r}); "
                           "run it first or remove it from warm_start") from None
+    except ConfigError as exc:
+        raise ConfigError(f"warm_start {path!r}: {exc}") from None
 
 
 #: The opener of earlier studies (the benchmark swaps in its in-memory ones).
