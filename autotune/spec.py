@@ -72,7 +72,7 @@ class _Model(BaseModel):
 
 
 class SamplerSpec(_Model):
-    # "auto": chosen by the space (autotune.study.samplers.choose_sampler says which and why).
+    # "auto": chosen by the space (autotune.study.search.samplers.choose_sampler says which and why).
     kind: Literal["auto", "tpe", "random", "grid", "gp"] = "auto"
     seed: int | None = 0
     n_startup_trials: int = Field(default=8, ge=0)
@@ -450,8 +450,8 @@ class ObjectiveSpec(_Model):
 class SearchSpec(_Model):
     """How the budget is spent (see docs: staged search, confirmation of the winner)."""
 
-    # "auto": a designed start (autotune.study.initial_design), then stages that end when they
-    # stop improving and whose order the data may overturn (autotune.study.search_policy);
+    # "auto": a designed start (autotune.study.search.initial_design), then stages that end when they
+    # stop improving and whose order the data may overturn (autotune.study.search.policy);
     # "fixed": base knobs for stage1_fraction of the budget, then speculative on the best base;
     # "off": the sampler alone.
     stages: Literal["auto", "fixed", "off"] = "auto"

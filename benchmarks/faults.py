@@ -193,7 +193,7 @@ def snapshot(study_path: Path) -> dict[int, str]:
     import optuna
 
     from autotune.spec import load_study_spec
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
@@ -208,7 +208,7 @@ def measure(row: Row, study_path: Path, victim: int, before: dict[int, str], t_f
 
     from autotune.spec import load_study_spec
     from autotune.study.driver import budget_used
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     st = open_study(load_study_spec(study_path), create=False)
     trials = st.get_trials(deepcopy=False)
@@ -323,7 +323,7 @@ def fault_raylet(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str]
 def _budget(study: Path) -> int:
     from autotune.spec import load_study_spec
     from autotune.study.driver import budget_used
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     return budget_used(open_study(load_study_spec(study), create=False))
 
@@ -369,7 +369,7 @@ def fault_runtime_oom(root: Path, study: Path, row: Row) -> tuple[int, dict[int,
     before = snapshot(study)
     _run_to_end(root, row, proc)
     from autotune.spec import load_study_spec
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     st = open_study(load_study_spec(study), create=False)
     hit = next((x for x in st.get_trials(deepcopy=False) if x.number == victim), None)

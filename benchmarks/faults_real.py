@@ -257,7 +257,7 @@ def fault_ray_worker(ctx: Ctx) -> tuple[int, float]:
 
 def _first_failed(study: Path) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     st = open_study(load_study_spec(study), create=False)
     failed = [t.number for t in st.get_trials(deepcopy=False) if t.state.name == "FAIL"]
@@ -281,7 +281,7 @@ FAULTS: dict[str, tuple[str, Callable[[Ctx], tuple[int, float]], str]] = {
 def _evidence(root: Path, study: Path, victim: int, rx: str) -> tuple[str, str, str]:
     """(kind, recorded evidence, the proof line found in the hit trial's real server.log)."""
     from autotune.spec import load_study_spec
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     st = open_study(load_study_spec(study), create=False)
     t = next((t for t in st.get_trials(deepcopy=False) if t.number == victim), None)

@@ -36,7 +36,7 @@ from typing import Any
 from autotune.objective import Objective
 from autotune.sglang.config import ServerConfig
 from autotune.spec import SimSpec, StudySpec, WorkloadSpec
-from autotune.study.ray_executor import RayExecutor
+from autotune.study.execution.ray.executor import RayExecutor
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -65,7 +65,7 @@ def build(path: Path) -> list[float]:
     """Run the study offline; return the driver's own seconds per trial (wall less evaluator)."""
     from autotune.spec import load_study_spec
     from autotune.study.driver import Progress, run_study
-    from autotune.study.offline_executor import OfflineExecutor
+    from autotune.study.execution.offline import OfflineExecutor
     from autotune.trial.offline import evaluate
 
     spent = {"eval": 0.0}
@@ -94,7 +94,7 @@ def top_up(path: Path, total: int) -> int:
     import optuna
 
     from autotune.spec import load_study_spec
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     study = open_study(load_study_spec(path))  # opened to write (create=False opens read-only)
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]

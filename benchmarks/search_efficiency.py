@@ -322,7 +322,7 @@ def run_driver(table: Table, budget: int, noise: Noise, sign: float, *, sampler:
     """The real study driver with offline trial bodies; the timeline rebuilt from its storage."""
     from autotune.results.summary import best_trial
     from autotune.study.driver import run_study
-    from autotune.study.offline_executor import OfflineExecutor
+    from autotune.study.execution.offline import OfflineExecutor
 
     run = Run()
     truth_of: dict[int, float | None] = {}

@@ -57,7 +57,7 @@ SHARED_ON_PURPOSE: dict[str, str] = {
 
 # Processes a shared Ray instance starts later on its own (workers) or detached (the guards
 # of trials and of a local instance): allowed while the Ray fixture lives.
-_RAY_PARTS = ("ray::", "/ray/", "raylet", "gcs_server", "autotune.study.ray_guard")
+_RAY_PARTS = ("ray::", "/ray/", "raylet", "gcs_server", "autotune.study.execution.ray.guard")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from autotune.results.summary import best
 from autotune.spec import load_study_spec
 from autotune.study.candidates import Candidates
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parents[1]

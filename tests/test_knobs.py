@@ -19,7 +19,7 @@ from autotune.sglang.models import load_model_profile
 from autotune.space_prune import prune_space
 from autotune.spec import load_study_spec, parse_study
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = ROOT / "studies" / "models" / "kimi-k2-class"

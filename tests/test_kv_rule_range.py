@@ -94,7 +94,7 @@ def test_plan_shows_the_range_and_the_design_counts_its_low_end(tmp_path: Path,
     import yaml
 
     from autotune.cli import main
-    from autotune.study.initial_design import _tokens
+    from autotune.study.search.initial_design import _tokens
 
     model_dir = tmp_path / "v4"
     model_dir.mkdir()

@@ -12,8 +12,8 @@ from autotune.objective import Objective
 from autotune.spec import SimSpec, load_study_spec
 from autotune.study import attrs
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
-from autotune.study.storage import open_study
+from autotune.study.execution.offline import OfflineExecutor
+from autotune.study.storage.opening import open_study
 from autotune.trial import offline
 from autotune.trial.contract import TrialRequest
 from autotune.trial.offline import evaluate

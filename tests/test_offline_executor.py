@@ -13,8 +13,8 @@ from autotune.sim.args import parse_args
 from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative
 from autotune.spec import SimSpec, load_study_spec
-from autotune.study.executor import InlineExecutor
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.executor import InlineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 from autotune.trial.argv import build_argv
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState
 

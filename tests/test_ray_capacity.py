@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.study.ray_capacity import describe, fits_anywhere, how_many_more, place, trial_need
+from autotune.study.execution.ray.capacity import describe, fits_anywhere, how_many_more, place, trial_need
 
 EIGHT = [{"GPU": 8.0, "CPU": 2.0}]
 

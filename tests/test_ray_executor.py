@@ -28,7 +28,7 @@ from autotune.spec import (  # noqa: E402
     StudySpec,  # noqa: E402
     WorkloadSpec,
 )
-from autotune.study.ray_executor import RayExecutor  # noqa: E402
+from autotune.study.execution.ray.executor import RayExecutor  # noqa: E402
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -400,8 +400,8 @@ def test_worker_death_when_the_local_instance_itself_died_stops_the_study(
         ray_owner: RayExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead raylet makes every trial die the same way: the executor raises instead of
     reporting worker_died trial after trial (benchmarks/faults.py, "raylet killed")."""
-    from autotune.study import ray_cluster
-    from autotune.study.ray_executor import RayInstanceLost
+    from autotune.study.execution.ray import cluster as ray_cluster
+    from autotune.study.execution.ray.executor import RayInstanceLost
 
     ex = RayExecutor(_spec(), body=_server_body)
     monkeypatch.setattr(ex, "_owned", True)

@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.study import ray_cluster, ray_guard
+from autotune.study.execution.ray import cluster as ray_cluster
+from autotune.study.execution.ray import guard as ray_guard
 
 # A "worker" that starts a server tree in its own session (like ServerProcess) and then idles.
 _WORKER = """
@@ -21,7 +22,7 @@ import os, subprocess, sys, time
 tree = ("import subprocess, sys, time; "
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
 server = subprocess.Popen([sys.executable, '-c', tree], start_new_session=True)
-from autotune.study import ray_guard
+from autotune.study.execution.ray import guard as ray_guard
 ray_guard.spawn(os.environ[ray_guard.MARKER_ENV], poll_s=0.2, grace_s=1.0)
 print(server.pid, flush=True)
 time.sleep(60)
@@ -137,7 +138,7 @@ def test_explicit_address_turns_token_mode_on_when_a_token_exists(monkeypatch: p
 
 def test_artifacts_written_on_another_host_are_shipped_back(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    from autotune.study.ray_task import MAX_SHIPPED_BYTES, _ship_artifacts, write_shipped
+    from autotune.study.execution.ray.task import MAX_SHIPPED_BYTES, _ship_artifacts, write_shipped
     from autotune.trial.contract import TrialResult, TrialState
 
     log = tmp_path / "trial-3" / "server.log"

@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 from autotune.objective import Objective  # noqa: E402
 from autotune.sglang.config import ServerConfig  # noqa: E402
 from autotune.spec import StudySpec, WorkloadSpec  # noqa: E402
-from autotune.study.ray_executor import RayExecutor  # noqa: E402
+from autotune.study.execution.ray.executor import RayExecutor  # noqa: E402
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -36,7 +36,7 @@ def cluster_address() -> Iterator[str]:
     teardown the environment and the SIGINT/SIGTERM handlers Ray set are put back."""
     from ray.cluster_utils import Cluster
 
-    from autotune.study import ray_cluster
+    from autotune.study.execution.ray import cluster as ray_cluster
 
     env = dict(os.environ)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}

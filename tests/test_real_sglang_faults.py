@@ -30,7 +30,7 @@ from autotune.cli import main
 from autotune.launch import ProcessRegistry
 from autotune.launch.tree import command_line, is_sglang
 from autotune.spec import load_study_spec
-from autotune.study.storage import open_study
+from autotune.study.storage.opening import open_study
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -181,7 +181,7 @@ def test_a_measured_launch_is_found_again_in_a_study_recorded_before_redaction()
 
 def test_the_storage_hides_secrets_whichever_writer_hands_them(tmp_path: Path) -> None:
     from autotune.spec import parse_study
-    from autotune.study.storage import open_storage
+    from autotune.study.storage.opening import open_storage
 
     models = Path(__file__).resolve().parents[1] / "studies" / "models"
     spec = parse_study({"name": "s", "storage": str(tmp_path / "s.db"),

@@ -18,7 +18,7 @@ from test_results_browser_util import artifacts_dir, chromium, console_errors, n
 from test_results_fixture import make_finished_study
 
 from autotune.results.dashboard import serve_in_thread, url_of
-from autotune.study.storage import open_study
+from autotune.study.storage.opening import open_study
 
 
 @contextmanager

@@ -18,7 +18,7 @@ README = Path(__file__).resolve().parents[1] / "dashboards" / "README.md"
 
 
 def test_one_row_per_trial_with_documented_columns(finished_spec):
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     study = open_study(finished_spec, create=False)
     frame = trials_frame(finished_spec)

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from autotune.results.progress import Tracker, fmt_duration, make_progress
-from autotune.study.storage import open_study
+from autotune.study.storage.opening import open_study
 
 
 def _replay(progress, study, n_trials):
@@ -78,7 +78,7 @@ def test_stdout_and_stderr_pipes_do_not_break(finished_spec):
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         logging.basicConfig(level=logging.INFO)
         from autotune.spec import load_study_spec
-        from autotune.study.storage import open_study
+        from autotune.study.storage.opening import open_study
         from autotune.results.progress import make_progress
         from test_results_progress import _replay
         study = open_study(load_study_spec({finished_spec.source_path!r}), create=False)

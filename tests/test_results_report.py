@@ -42,7 +42,7 @@ def test_top_table_has_gain_and_sglang_commands(report):
     assert "sglang.launch_server" in table and "--mem-fraction-static" in table
     assert "autotune.sim" not in table  # the command a person runs, not the simulated one
     from autotune.results.summary import baseline_trial, best_trial
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     study = open_study(spec, create=False)
     best, base = best_trial(study), baseline_trial(study)
@@ -52,7 +52,7 @@ def test_top_table_has_gain_and_sglang_commands(report):
 
 
 def test_memory_plot_draws_outcomes_and_predicted_boundary(finished_spec):
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     fig = report_plots.memory(open_study(finished_spec, create=False))
     names = {tr.name for tr in fig.data}

@@ -1,4 +1,4 @@
-"""The designed start and the adaptive stages (autotune.study.initial_design, search_policy)."""
+"""The designed start and the adaptive stages (autotune.study.search.initial_design, policy)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import optuna
 import yaml
 
 from autotune.spec import load_study_spec
-from autotune.study import initial_design
 from autotune.study.driver import budget_used, run_study
-from autotune.study.offline_executor import OfflineExecutor
-from autotune.study.samplers import choose_sampler
+from autotune.study.execution.offline import OfflineExecutor
+from autotune.study.search import initial_design
+from autotune.study.search.samplers import choose_sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -204,7 +204,7 @@ def test_a_speculative_launch_does_not_calibrate_the_memory_model(tmp_path: Path
 
 
 def test_boundaries_put_the_largest_kv_pool_first_and_slack_failures_condemn_only_larger_graphs(tmp_path: Path):
-    from autotune.study.search_policy import _needs_as_much_slack
+    from autotune.study.search.policy import _needs_as_much_slack
 
     spec = _spec(tmp_path)  # demo workload: 256 x (512 + 32) live tokens
 

@@ -107,7 +107,7 @@ def test_a_knob_the_installed_parser_lacks_is_pruned_before_launch(fake_sglang: 
     from autotune.spec import load_study_spec
     from autotune.study.candidates import Candidates
     from autotune.study.prediction import Predictor
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     spec = load_study_spec(_study(tmp_path, "0.5.23", {"custom_allreduce": {"choices": [False]}}))
     # TP 2 on NVLink: custom allreduce matters there (at TP 1 the space would drop it before the study)

@@ -27,8 +27,8 @@ from pg_server import PgServer
 
 from autotune.spec import load_study_spec
 from autotune.study.driver import budget_used, run_study
-from autotune.study.offline_executor import OfflineExecutor
-from autotune.study.storage_retry import StorageUnavailable
+from autotune.study.execution.offline import OfflineExecutor
+from autotune.study.storage.retry import StorageUnavailable
 
 pytestmark = pytest.mark.postgres
 

@@ -9,7 +9,7 @@ import yaml
 
 from autotune.spec import load_study_spec
 from autotune.study.driver import budget_used, run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def test_one_driver_per_study(tmp_path: Path):
     import pytest
 
     from autotune.errors import ConfigError
-    from autotune.study.lock import DriverLock
+    from autotune.study.storage.lock import DriverLock
 
     lock = tmp_path / "driver.lock"
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -151,7 +151,7 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
     confirmation repeats."""
     from autotune.study import attrs
     from autotune.study.phases import Phases
-    from autotune.study.race import enqueue_race
+    from autotune.study.search.race import enqueue_race
 
     spec = _spec(tmp_path, search={"confirm_top": 1, "repeats": 3, "stages": "off"})
     study = optuna.create_study(direction="maximize")
@@ -181,7 +181,7 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
 
 
 def test_a_quiet_study_re_runs_nothing_during_the_search(tmp_path: Path):
-    from autotune.study.race import enqueue_race
+    from autotune.study.search.race import enqueue_race
 
     spec = _spec(tmp_path, search={"confirm_top": 2, "repeats": 1})
     study = optuna.create_study(direction="maximize")

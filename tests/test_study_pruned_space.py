@@ -17,7 +17,7 @@ import yaml
 from autotune.spec import load_study_spec
 from autotune.study import attrs
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_the_issues_study_runs_to_its_budget_with_the_inline_executor(
     """``autotune run`` (inline executor; trial bodies by the offline evaluator), exit 0, 12 trials;
     the designed start holds only values of the space after pruning, so nothing is dropped."""
     from autotune.cli import main
-    from autotune.study import executor
+    from autotune.study.execution import executor
 
     monkeypatch.setattr(executor, "run_trial_body", _offline_body)
     path = issue_study(tmp_path)

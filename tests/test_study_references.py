@@ -11,7 +11,7 @@ import yaml
 from autotune.results.report import build_report
 from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 

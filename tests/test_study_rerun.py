@@ -11,7 +11,7 @@ import yaml
 from autotune.outcome import FailureKind
 from autotune.spec import load_study_spec
 from autotune.study.driver import budget_used, run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 from autotune.study.rerun import run_once_more
 from autotune.trial.contract import TrialResult, TrialState
 
@@ -73,7 +73,7 @@ def test_a_full_disk_stops_the_study_cleanly_and_the_trial_runs_again(tmp_path: 
 
     import pytest
 
-    from autotune.study.disk_fault import DiskUnwritable
+    from autotune.study.execution.disk_fault import DiskUnwritable
     from autotune.trial.offline import evaluate
 
     calls: list[int] = []

@@ -9,7 +9,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from autotune.study.storage_read import read_trials
+from autotune.study.storage.read import read_trials
 
 
 def test_same_trials_as_optunas_reader(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from autotune.errors import ConfigError
 from autotune.results.export import trials_frame
 from autotune.spec import load_study_spec, parse_study, resolve_workload
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ from autotune.sglang.unknown_flags import verdict
 from autotune.sim.args import parse_args
 from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = ROOT / "studies" / "models" / "kimi-k2-class"

@@ -18,7 +18,7 @@ from autotune.sglang.memory import predict
 from autotune.sglang.models import load_model_profile
 from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
-from autotune.study.offline_executor import OfflineExecutor
+from autotune.study.execution.offline import OfflineExecutor
 from autotune.study.prediction import UNKNOWN_REASON, Predictor
 
 # A made-up 7B-class dense model: GQA-shaped fields, an architecture no profile family holds.

@@ -196,7 +196,7 @@ def test_a_missing_earlier_study_is_one_line_naming_the_field(tmp_path: Path) ->
 
 def _run(path: Path) -> optuna.Study:
     from autotune.study.driver import run_study
-    from autotune.study.offline_executor import OfflineExecutor
+    from autotune.study.execution.offline import OfflineExecutor
 
     spec = load_study_spec(path)
     run_study(spec, executor=OfflineExecutor())

@@ -152,7 +152,7 @@ def _storage(spec: StudySpec) -> Check:
         where = _existing(Path(url.removeprefix("sqlite:///")))
         ok = os.access(where if where.is_dir() else where.parent, os.W_OK) if where.exists() else False
         return Check("storage", ok, f"{url} ({'writable' if ok else 'not writable'})")
-    from autotune.study.storage_retry import probe_storage
+    from autotune.study.storage.retry import probe_storage
 
     err = probe_storage(url)
     return Check("storage", err is None, f"{redact_url(url)} " + ("answers" if err is None else f"unreachable: {err}"))

@@ -158,8 +158,8 @@ class DashboardStorage(RDBStorage):
 
     def _get_trials(self, study_id: int, states: Any, included_trial_ids: set[int],
                     trial_id_greater_than: int) -> list[FrozenTrial]:
-        # Plain SELECTs instead of optuna's ORM load (autotune.study.storage_read): 7x faster.
-        from autotune.study.storage_read import read_trials
+        # Plain SELECTs instead of optuna's ORM load (autotune.study.storage.read): 7x faster.
+        from autotune.study.storage.read import read_trials
 
         return read_trials(self.engine, study_id, states, included_trial_ids, trial_id_greater_than)
 
@@ -172,7 +172,7 @@ class DashboardStorage(RDBStorage):
 
     def study_note(self, study_id: int) -> str:
         """The generated study note ("" for a study without trials)."""
-        from autotune.study.storage_read import count_trials
+        from autotune.study.storage.read import count_trials
 
         if not count_trials(self.engine, study_id):
             return ""
@@ -224,7 +224,7 @@ def with_notes(app: Callable[..., Any], storage: DashboardStorage) -> Callable[.
 
 def open_dashboard_storage(spec: StudySpec) -> DashboardStorage:
     """The study's storage through the dashboard view; ConfigError when the study does not exist."""
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     open_study(spec, create=False)  # a clear error for a study that was never run
     url = spec.storage_url
@@ -236,7 +236,7 @@ def make_app(spec: StudySpec) -> Callable[..., Any]:
     """The optuna-dashboard WSGI app over the study's storage view and its artifact store."""
     from optuna_dashboard import wsgi
 
-    from autotune.study.storage import artifact_store
+    from autotune.study.storage.opening import artifact_store
 
     storage = open_dashboard_storage(spec)
     return with_notes(wsgi(storage, artifact_store=artifact_store(spec)), storage)

@@ -36,7 +36,7 @@ import pandas as pd
 from autotune.errors import ConfigError, ExportError
 from autotune.results import trials as _trials
 from autotune.spec import StudySpec
-from autotune.study.storage import open_study
+from autotune.study.storage.opening import open_study
 
 log = logging.getLogger(__name__)
 

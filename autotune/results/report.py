@@ -27,7 +27,7 @@ from autotune.results.summary import lineage, lineage_lines
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs
-from autotune.study.storage import open_study
+from autotune.study.storage.opening import open_study
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
 from autotune.study.driver import budget_used, count_states
-from autotune.study.storage import open_study
+from autotune.study.storage.opening import open_study
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -44,7 +44,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 
 def estimate_reason(number: int, estimate: Estimate, sign: int) -> str:
     """Why a configuration was handed over on a noisy node: its runs, the model, the estimate and
-    the pessimistic bound it was ranked by (``autotune.study.estimate``)."""
+    the pessimistic bound it was ranked by (``autotune.study.search.estimate``)."""
     side = "lower" if sign > 0 else "upper"
     return (f"ranked by the noise-aware estimate (run-to-run noise {estimate.noise_pct:.2f} %, measured by "
             f"re-runs): trial {number}'s {estimate.runs} run(s), mean {estimate.mean:.2f}, pooled with the knobs' "

@@ -40,7 +40,7 @@ def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -
     """
     from autotune.sglang.logparse import parse_log, summarize
     from autotune.study.log_check import contradictions
-    from autotune.study.storage import open_study
+    from autotune.study.storage.opening import open_study
 
     path = Path(log_path)
     if not path.is_file():

@@ -34,7 +34,7 @@ from autotune.spec import StudySpec, resolve_workload
 from autotune.study import attrs
 from autotune.study.infeasible import Failure, implied_by, inert_knobs
 from autotune.study.prediction import Predictor
-from autotune.study.storage import trial_dir
+from autotune.study.storage.opening import trial_dir
 from autotune.trial.contract import TrialRequest
 
 log = logging.getLogger(__name__)

@@ -37,19 +37,20 @@ from autotune.launch import ProcessRegistry
 from autotune.launch.cleanup import note_interrupt, raise_if_interrupted
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
-from autotune.study import attrs, race
+from autotune.study import attrs
 from autotune.study.candidates import Candidates, without_dead_knobs
-from autotune.study.disk_fault import as_disk_fault
-from autotune.study.executor import Executor, InlineExecutor
+from autotune.study.execution.disk_fault import as_disk_fault
+from autotune.study.execution.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
-from autotune.study.lock import DriverLock
 from autotune.study.phases import Phases
 from autotune.study.prediction import Predictor
 from autotune.study.record import Recorder
 from autotune.study.rerun import run_once_more
 from autotune.study.reuse import copy_result, launch_key, stored_result
-from autotune.study.search_policy import SearchPolicy
-from autotune.study.storage import artifact_store, open_storage, open_study, store_artifact
+from autotune.study.search import race
+from autotune.study.search.policy import SearchPolicy
+from autotune.study.storage.lock import DriverLock
+from autotune.study.storage.opening import artifact_store, open_storage, open_study, store_artifact
 from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
@@ -145,7 +146,7 @@ class StudyDriver:
 
     def _default_executor(self) -> Executor:
         if self.spec.executor.kind == "ray":
-            from autotune.study.ray_executor import RayExecutor  # Ray is imported only when used
+            from autotune.study.execution.ray.executor import RayExecutor  # Ray is imported only when used
 
             return RayExecutor(self.spec, reporter_factory=self._reporter)
         return InlineExecutor(reporter_factory=self._reporter)

@@ -12,10 +12,10 @@ the top configurations and the baseline run again; the winner is reported with t
 median and spread of its runs. Config-only gains on one node are often single-digit
 percent, so one lucky measurement must not crown a winner. A study that asks for several
 repeats (``search.repeats >= 2``: a noisy node) also re-runs each new leader once during the
-search (:mod:`autotune.study.race`), so the noise-aware estimate ranks long before the end.
+search (:mod:`autotune.study.search.race`), so the noise-aware estimate ranks long before the end.
 
 ``search.stages: auto`` (the default) hands the stages to
-:class:`autotune.study.search_policy.SearchPolicy` (``Phases.policy``): a designed start
+:class:`autotune.study.search.policy.SearchPolicy` (``Phases.policy``): a designed start
 and stages that end when they stop improving.
 """
 
@@ -93,7 +93,7 @@ class Phases:
 
     # ---- confirmation ----------------------------------------------------
     def _extra_runs(self, t: FrozenTrial) -> int:
-        """Re-runs of ``t`` already made during the search (:mod:`autotune.study.race`): they count
+        """Re-runs of ``t`` already made during the search (:mod:`autotune.study.search.race`): they count
         towards its repeats."""
         return sum(1 for u in self.study.get_trials(deepcopy=False)
                    if u.user_attrs.get(attrs.CONFIRM_OF) == t.number and u.state != TrialState.FAIL)

@@ -5,7 +5,7 @@ A model whose profile is ``unknown`` (an architecture outside the families autot
 :attr:`ModelProfile.is_unknown`) is not judged by the formula before a launch has calibrated it:
 its verdict is ``unknown`` ("unknown: calibrated from the first launch"), never a prune. The study
 launches SGLang's own defaults first, learns P and A from their log, and judges by the calibrated
-formula from then on (:mod:`autotune.study.candidates`, :mod:`autotune.study.search_policy`).
+formula from then on (:mod:`autotune.study.candidates`, :mod:`autotune.study.search.policy`).
 """
 
 from __future__ import annotations

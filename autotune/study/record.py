@@ -20,7 +20,7 @@ from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.candidates import Candidates
 from autotune.study.infeasible import LEARNED_KINDS, Failure
-from autotune.study.storage import trial_dir
+from autotune.study.storage.opening import trial_dir
 from autotune.trial.contract import TrialResult
 from autotune.trial.contract import TrialState as BodyState
 

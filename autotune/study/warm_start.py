@@ -10,7 +10,7 @@ and compared with this one. What carries over, and only when it applies:
   calibrates again and replaces it.
 * **infeasible regions** (:mod:`autotune.study.infeasible`): same node, model, TP and memory regime;
   an out-of-memory under load only with the same workload (it depends on the requests).
-* **top configurations** (by the noise-aware estimate, :mod:`autotune.study.estimate`): related
+* **top configurations** (by the noise-aware estimate, :mod:`autotune.study.search.estimate`): related
   studies (same GPU kind and interconnect, same architecture and shape), translated to this
   release's flags (a renamed flag follows its new name; one the release removed is dropped and
   reported), enqueued before the search (right after the baseline when it runs first). From a
@@ -237,8 +237,8 @@ class Source:
 
 def _open(spec: StudySpec, path: str) -> optuna.Study:
     """The earlier study, loaded (optuna's load_study: no trial or attribute is written)."""
-    from autotune.study.storage import open_study
-    from autotune.study.storage_check import NoStudy
+    from autotune.study.storage.check import NoStudy
+    from autotune.study.storage.opening import open_study
 
     try:
         return open_study(spec, create=False)
@@ -313,8 +313,8 @@ Outside = Callable[[dict[str, Any]], str | None]
 
 def _top(src: Source, new: StudySpec, widened: StudySpec,
          outside: Outside | None = None) -> tuple[list[tuple[dict[str, Any], int]], Decision]:
-    from autotune.study.estimate import estimates, key_of
     from autotune.study.phases import ranked
+    from autotune.study.search.estimate import estimates, key_of
 
     if not src.relation.related:
         return [], Decision("top configurations", False, "unrelated study (another model or GPU kind, or objective)")

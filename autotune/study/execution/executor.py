@@ -45,7 +45,7 @@ class InlineExecutor(Executor):
     """One trial at a time, in this process: for debugging and the simplest setups.
 
     ``body(request, reporter)`` runs one trial (default :func:`run_trial_body`: a real
-    launch); :class:`~autotune.study.offline_executor.OfflineExecutor` passes an offline
+    launch); :class:`~autotune.study.execution.offline.OfflineExecutor` passes an offline
     evaluator. ``on_result(number, request, result)`` is called for every finished trial.
     """
 

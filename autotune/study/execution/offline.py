@@ -3,7 +3,7 @@
 ``run_study(spec, executor=OfflineExecutor())`` runs a whole study of the simulated
 backend with the real driver (suggestion, memory pruning before launch, calibration,
 failure learning, the sampler) in seconds: no server process, no HTTP, every figure
-in modelled time. It is an :class:`~autotune.study.executor.InlineExecutor` whose
+in modelled time. It is an :class:`~autotune.study.execution.executor.InlineExecutor` whose
 trial body is the offline evaluator (one trial at a time, synchronously). Used to
 measure search strategies (``benchmarks/search_efficiency.py``) and to try a study
 file before spending GPUs.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.study.executor import InlineExecutor
+from autotune.study.execution.executor import InlineExecutor
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult
 from autotune.trial.offline import evaluate as offline_evaluate
 

@@ -3,7 +3,7 @@ and stages that end when they stop paying (``search.stages: auto``).
 
 Priors are hypotheses the data can overturn:
 
-* **Design** (:mod:`autotune.study.initial_design`): after the baseline, the memory
+* **Design** (:mod:`autotune.study.search.initial_design`): after the baseline, the memory
   model's boundary points, one speculative probe per algorithm and a space-filling
   set replace the sampler's random start-up trials.
 * **Order from the data.** "Speculative decoding after the base knobs" (SGLang's
@@ -39,8 +39,8 @@ from autotune.outcome import FailureKind
 from autotune.spec import (
     StudySpec,
 )
-from autotune.study import initial_design
 from autotune.study.phases import SPEC_KEYS, is_extra, json_key, ranked
+from autotune.study.search import initial_design
 
 if TYPE_CHECKING:
     from autotune.study.candidates import Candidates
@@ -99,7 +99,7 @@ class SearchPolicy:
 
     @classmethod
     def for_study(cls, spec: StudySpec, study: optuna.Study, candidates: Candidates) -> SearchPolicy | None:
-        from autotune.study.samplers import GridSampler
+        from autotune.study.search.samplers import GridSampler
 
         # a grid tries every candidate anyway: nothing to design or stage
         if spec.search.stages != "auto" or isinstance(study.sampler, (GridSampler, optuna.samplers.BruteForceSampler)):

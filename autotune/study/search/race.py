@@ -4,7 +4,7 @@ A study that asks for several repeats (``search.repeats >= 2``) says its node is
 lucky single run takes the lead, and until the confirmation re-runs at the end it is what
 ``best`` hands over. Re-running each new leader once, at once (as successive halving and racing
 confirm a challenger before trusting it), measures the run-to-run noise early, so the
-noise-aware estimate (:mod:`autotune.study.estimate`) ranks from then on and a lucky leader
+noise-aware estimate (:mod:`autotune.study.search.estimate`) ranks from then on and a lucky leader
 loses the lead after one launch. The re-run is a confirmation re-run (``confirm_of``, outside
 the trial budget) and counts towards the leader's confirmation repeats
 (:meth:`autotune.study.phases.Phases.enqueue_confirmation`).
@@ -20,8 +20,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.spec import StudySpec
 from autotune.study import attrs
-from autotune.study.estimate import by_estimate, estimates, key_of
 from autotune.study.phases import ranked
+from autotune.study.search.estimate import by_estimate, estimates, key_of
 
 
 def races(spec: StudySpec) -> bool:

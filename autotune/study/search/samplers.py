@@ -10,7 +10,7 @@ from optuna.samplers import BruteForceSampler
 
 from autotune import space
 from autotune.spec import BoolChoices, FloatRange, IntChoices, IntRange, StrChoices, StudySpec
-from autotune.study import initial_design
+from autotune.study.search import initial_design
 
 
 class GridSampler(BruteForceSampler):

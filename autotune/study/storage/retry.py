@@ -192,7 +192,7 @@ class RetryingRDBStorage(RDBStorage):
 
     def _get_trials(self, study_id: int, states: Any, included_trial_ids: set[int],
                     trial_id_greater_than: int) -> list[optuna.trial.FrozenTrial]:
-        from autotune.study.storage_read import read_trials
+        from autotune.study.storage.read import read_trials
 
         return self.backoff.call("get trials", lambda: read_trials(
             self.engine, study_id, states, included_trial_ids, trial_id_greater_than))

@@ -207,11 +207,11 @@ def _guard_local_instance() -> str:
     """
     import uuid
 
-    from autotune.study import ray_guard
+    from autotune.study.execution.ray import guard
 
     marker = f"ray-local-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    os.environ[ray_guard.MARKER_ENV] = marker
-    ray_guard.spawn(marker)
+    os.environ[guard.MARKER_ENV] = marker
+    guard.spawn(marker)
     return marker
 
 
@@ -244,9 +244,9 @@ def disconnect(owned: bool) -> None:
         # Shut down cleanly: its guard has nothing left to watch for, and this process's
         # environment and signal handlers go back to what they were (a library call leaves
         # no marker and no handler of Ray's behind).
-        from autotune.study import ray_guard
+        from autotune.study.execution.ray import guard
 
-        ray_guard.stop_guards(_local["marker"])
+        guard.stop_guards(_local["marker"])
         if threading.current_thread() is threading.main_thread():
             for sig, handler in _local["handlers"].items():
                 signal.signal(sig, handler)

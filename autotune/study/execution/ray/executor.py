@@ -28,9 +28,9 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.outcome import FailureKind
-from autotune.study import ray_capacity, ray_cluster
-from autotune.study.disk_fault import as_disk_fault
-from autotune.study.executor import Executor, ReporterFactory
+from autotune.study.execution.disk_fault import as_disk_fault
+from autotune.study.execution.executor import Executor, ReporterFactory
+from autotune.study.execution.ray import capacity, cluster
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
 from autotune.trial.live import run_trial_body
 
@@ -61,7 +61,7 @@ class RayExecutor(Executor):
     ) -> None:
         import ray
 
-        from autotune.study.ray_task import ReportHub
+        from autotune.study.execution.ray.task import ReportHub
 
         ex = spec.executor
         self._max_parallel: int | None = ex.max_parallel
@@ -71,7 +71,7 @@ class RayExecutor(Executor):
         self._body = body or run_trial_body
         self._cancel_grace_s = cancel_grace_s
         declared = ex.num_gpus if ex.num_gpus is not None else spec.hardware.num_gpus
-        self._owned = ray_cluster.connect(ex.address, num_cpus=ex.num_cpus, num_gpus=int(declared))
+        self._owned = cluster.connect(ex.address, num_cpus=ex.num_cpus, num_gpus=int(declared))
         self._hub = ReportHub.options(num_cpus=0).remote()  # type: ignore[attr-defined]  # a Ray actor class
         self._driver_host = socket.gethostname()
         self._queued: deque[tuple[int, TrialRequest, dict[str, float]]] = deque()
@@ -82,13 +82,13 @@ class RayExecutor(Executor):
         self._nodes_at = -_NODES_TTL_S
         self._closed = False
         self._ray = ray
-        log.info("Ray executor: %s", ray_capacity.describe(self._cluster()))
+        log.info("Ray executor: %s", capacity.describe(self._cluster()))
 
     # ---- capacity --------------------------------------------------------------------
     def _cluster(self) -> list[dict[str, float]]:
         now = time.monotonic()
         if now - self._nodes_at >= _NODES_TTL_S:
-            self._nodes = ray_cluster.node_totals()
+            self._nodes = cluster.node_totals()
             self._nodes_at = now
         return self._nodes
 
@@ -96,7 +96,7 @@ class RayExecutor(Executor):
         gpus = self._default_gpus
         if request is not None:
             gpus = request.config.num_gpus
-        return ray_capacity.trial_need(gpus, self._resources)
+        return capacity.trial_need(gpus, self._resources)
 
     def _held(self) -> list[dict[str, float]]:
         return [need for _, need in self._running.values()]
@@ -106,7 +106,7 @@ class RayExecutor(Executor):
         if self._closed:
             return 0
         held = self._held() + [need for _, _, need in self._queued]
-        n = ray_capacity.how_many_more(self._cluster(), held, self._need(request))
+        n = capacity.how_many_more(self._cluster(), held, self._need(request))
         if self._max_parallel is not None:
             n = min(n, self._max_parallel - len(held))
         return max(0, n)
@@ -120,7 +120,7 @@ class RayExecutor(Executor):
         if self._reporter_factory is not None:
             self._reporters[number] = self._reporter_factory(number)
         nodes = self._cluster()
-        if not ray_capacity.fits_anywhere(nodes, need):
+        if not capacity.fits_anywhere(nodes, need):
             self._reporters.pop(number, None)
             self._done.append((number, _never_fits(need, nodes)))
             return
@@ -128,17 +128,17 @@ class RayExecutor(Executor):
         self._dispatch()
 
     def _dispatch(self) -> None:
-        from autotune.study.ray_task import trial_task
+        from autotune.study.execution.ray.task import trial_task
 
         while self._queued:
             number, request, need = self._queued[0]
             nodes = self._cluster()
-            if not ray_capacity.fits_anywhere(nodes, need):  # a node left since submit
+            if not capacity.fits_anywhere(nodes, need):  # a node left since submit
                 self._queued.popleft()
                 self._reporters.pop(number, None)
                 self._done.append((number, _never_fits(need, nodes)))
                 continue
-            room = ray_capacity.how_many_more(nodes, self._held(), need, limit=1)
+            room = capacity.how_many_more(nodes, self._held(), need, limit=1)
             if room < 1 or (self._max_parallel is not None and len(self._running) >= self._max_parallel):
                 return
             self._queued.popleft()
@@ -196,7 +196,7 @@ class RayExecutor(Executor):
                 self._hub.stop.remote(number)
 
     def _collect(self, number: int, ref: Any) -> TrialResult:
-        from autotune.study.ray_task import write_shipped
+        from autotune.study.execution.ray.task import write_shipped
 
         ray = self._ray
         self._reporters.pop(number, None)
@@ -212,7 +212,7 @@ class RayExecutor(Executor):
                                evidence=f"trial body raised {type(getattr(exc, 'cause', None) or exc).__name__}: "
                                         f"{_first_lines(exc)}")
         except ray.exceptions.RayError as exc:  # worker killed, node died, OOM kill, cancelled
-            lost = ray_cluster.local_instance_lost() if self._owned else None
+            lost = cluster.local_instance_lost() if self._owned else None
             if lost:  # the instance itself died: stop cleanly, the trial re-runs on resume
                 raise RayInstanceLost(f"ray: the local Ray instance lost its {lost} during trial {number}; "
                                       "run the study again to resume (the trial in flight runs again)") from None
@@ -253,7 +253,7 @@ class RayExecutor(Executor):
             except ray.exceptions.RayError:
                 pass
         finally:
-            ray_cluster.disconnect(self._owned)
+            cluster.disconnect(self._owned)
 
     def _cancel(self, refs: list[Any]) -> None:
         ray = self._ray
@@ -276,7 +276,7 @@ def _never_fits(need: dict[str, float], nodes: list[dict[str, float]]) -> TrialR
     return TrialResult(
         state=TrialState.FAILED,
         failure_kind=FailureKind.INVALID_ARGS,
-        evidence=f"needs {wanted} on one node, but the Ray cluster has {ray_capacity.describe(nodes)}: "
+        evidence=f"needs {wanted} on one node, but the Ray cluster has {capacity.describe(nodes)}: "
                  "it can never run",
     )
 

@@ -12,7 +12,7 @@ double fork, so it is neither the worker's child nor in its group. The guard pol
 the worker; once the worker has exited (normally after its one task, or killed), it
 sends TERM to every process carrying the marker, waits ``--grace-s``, then KILL.
 
-Run as ``python -m autotune.study.ray_guard --worker-pid P --worker-create-time T --marker M``.
+Run as ``python -m autotune.study.execution.ray.guard --worker-pid P --worker-create-time T --marker M``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 
 import psutil
 
-log = logging.getLogger("autotune.study.ray_guard")
+log = logging.getLogger("autotune.study.execution.ray.guard")
 
 MARKER_ENV = "AUTOTUNE_RAY_TRIAL"
 
@@ -78,7 +78,7 @@ def stop_guards(marker: str) -> list[int]:
     procs = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "autotune.study.ray_guard" in cmd and "--marker" in cmd and cmd[cmd.index("--marker") + 1:][:1] == [marker]:
+        if "autotune.study.execution.ray.guard" in cmd and "--marker" in cmd and cmd[cmd.index("--marker") + 1:][:1] == [marker]:
             try:
                 proc.terminate()
                 procs.append(proc)
@@ -110,7 +110,7 @@ def spawn(marker: str, *, poll_s: float = 0.5, grace_s: float = 3.0) -> None:
     """Start a detached guard for this process (the Ray worker); returns once it is detached."""
     me = psutil.Process()
     env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
-    argv = [sys.executable, "-m", "autotune.study.ray_guard", "--worker-pid", str(me.pid),
+    argv = [sys.executable, "-m", "autotune.study.execution.ray.guard", "--worker-pid", str(me.pid),
             "--worker-create-time", repr(me.create_time()), "--marker", marker,
             "--poll-s", str(poll_s), "--grace-s", str(grace_s), "--daemonize"]
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: S603
@@ -122,8 +122,8 @@ def spawn(marker: str, *, poll_s: float = 0.5, grace_s: float = 3.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m autotune.study.ray_guard``."""
-    parser = argparse.ArgumentParser(prog="python -m autotune.study.ray_guard", description=__doc__.splitlines()[0])
+    """Entry point of ``python -m autotune.study.execution.ray.guard``."""
+    parser = argparse.ArgumentParser(prog="python -m autotune.study.execution.ray.guard", description=__doc__.splitlines()[0])
     parser.add_argument("--worker-pid", type=int, required=True)
     parser.add_argument("--worker-create-time", type=float, required=True)
     parser.add_argument("--marker", required=True)

@@ -8,7 +8,7 @@
 * :class:`ReportHub` is a tiny actor: bodies push ``(number, step, value)`` and read
   the stop flag back; the driver drains the reports inside ``wait`` and sets the
   flag when its pruner says stop (optuna's report/should_prune live in the driver).
-* A detached guard (:mod:`autotune.study.ray_guard`) ends whatever the body started
+* A detached guard (:mod:`autotune.study.execution.ray.guard`) ends whatever the body started
   once the worker is gone, however it went (force-cancel, kill, crash).
 * Artifacts written on another host are read back and shipped with the result, so
   the driver can store them as optuna artifacts.
@@ -101,20 +101,20 @@ def _ship_artifacts(result: TrialResult) -> dict[str, bytes]:
 @ray.remote(num_gpus=1, num_cpus=0, max_calls=1, max_retries=0)
 def trial_task(body: Body, req: TrialRequest, hub: Any, driver_host: str) -> tuple[TrialResult, dict[str, bytes]]:
     """Run one trial body on the node Ray chose, with the GPUs Ray assigned."""
-    from autotune.study import ray_guard
+    from autotune.study.execution.ray import guard
 
     ids = _assigned_gpus(req)
     host = socket.gethostname()
     log.info("trial %d on %s, pid %d, GPUs %s", req.trial_number, host, os.getpid(), ids)
     # Every process the body starts inherits the marker; the guard ends them once this worker is gone.
     marker = f"{req.study_name}-{req.trial_number}-{uuid.uuid4().hex}"
-    os.environ[ray_guard.MARKER_ENV] = marker
-    ray_guard.spawn(marker)
+    os.environ[guard.MARKER_ENV] = marker
+    guard.spawn(marker)
     reporter = HubReporter(hub, req.trial_number) if hub is not None else None
     try:
         result = body(req, reporter)
     finally:
-        os.environ.pop(ray_guard.MARKER_ENV, None)
+        os.environ.pop(guard.MARKER_ENV, None)
     result.observed = {**result.observed, "ray_host": host, "gpu_ids": ids}
     files = _ship_artifacts(result) if host != driver_host else {}
     return result, files
