@@ -52,7 +52,7 @@ def warn_exposed(spec: StudySpec) -> str | None:
 
 
 def check_models(spec: StudySpec) -> None:
-    from autotune.sglang.models import load_model_profile
+    from autotune.sglang.models.profile import load_model_profile
 
     def load(field: str, raw: str) -> None:
         path = spec.resolve_path(raw)
@@ -130,7 +130,7 @@ def check_flags(spec: StudySpec) -> None:
     """The baseline and each searched value of each non-speculative knob, rendered in the
     study's dialect (a knob the version lacks, a value its parser refuses, bad extra_args)."""
     from autotune import space
-    from autotune.sglang.flags import render_argv
+    from autotune.sglang.flags.argv import render_argv
 
     version = spec.server.sglang_version
     trials: list[tuple[str, dict[str, object]]] = [("server.extra_args", {})]

@@ -1,5 +1,5 @@
 """The study's search space: optuna suggestions, the baseline trial, the grid, and
-params -> :class:`~autotune.sglang.config.ServerConfig`.
+params -> :class:`~autotune.sglang.knobs.config.ServerConfig`.
 
 Parameter names (what optuna stores, what tables and ``--set`` use):
 ``mem_fraction_static``, ``cuda_graph_max_bs``, ``custom_allreduce``,
@@ -26,8 +26,8 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.cpu import on_cpu
+from autotune.sglang.hardware.cpu import on_cpu
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 from autotune.spec import (
     AnyChoices,
     BoolChoices,
@@ -335,7 +335,7 @@ def _named_updates(spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:
     """Layout, flags and variables of ``params`` as ServerConfig updates (a known flag that the config
     models sets its field, so it renders version-correctly: ``--attn-dp-size`` is
     ``--enable-dp-attention --dp-size N`` before 0.5.22)."""
-    from autotune.sglang.knobs import lookup
+    from autotune.sglang.knobs.catalogue import lookup
 
     space = spec.search_space
     updates: dict[str, Any] = {}
@@ -364,8 +364,8 @@ def named_defaults(spec: StudySpec) -> dict[str, Any]:
     """SGLang's defaults for the layout, flags and variables of the space (trial 0): the server's own
     layout, each flag's default in the release's table (bools off), a catalogue variable's off value;
     ``None`` (not passed / not set) where there is none."""
-    from autotune.sglang.flag_tables import table_for
-    from autotune.sglang.knobs import lookup, spelling
+    from autotune.sglang.flags.release_tables import table_for
+    from autotune.sglang.knobs.catalogue import lookup, spelling
 
     space = spec.search_space
     out: dict[str, Any] = {}

@@ -5,11 +5,11 @@ at TP > 2 on PCIe, FlashInfer allreduce fusion off SM90/SM100, a catalogue
 flag or variable the release lacks, an MoE knob on a dense model) is removed;
 so is a value that cannot run (a DP-attention size that divides no TP size of
 the space, an all-to-all back-end that needs NVLink on a PCIe node; on an AMD
-Instinct node the CUDA-only knobs and back-ends, :mod:`autotune.sglang.rocm`). A knob
+Instinct node the CUDA-only knobs and back-ends, :mod:`autotune.sglang.hardware.rocm`). A knob
 autotune does not know stays: the release's parser judges each candidate
 (a flag none of autotune's release tables has is taken for a newer build's:
-:mod:`autotune.sglang.unknown_flags`).
-The rules live in :mod:`autotune.sglang.knob_rules`; this module applies them
+:mod:`autotune.sglang.flags.unknown`).
+The rules live in :mod:`autotune.sglang.knobs.rules`; this module applies them
 to a :class:`~autotune.spec.StudySpec`.
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.sglang.knob_rules import NodeContext, dead_reason, dead_value_reason
-from autotune.sglang.knobs import lookup
+from autotune.sglang.knobs.catalogue import lookup
+from autotune.sglang.knobs.rules import NodeContext, dead_reason, dead_value_reason
 from autotune.spec import StudySpec, parse_layout
 
 __all__ = ["Removed", "prune_space", "space_summary"]
@@ -105,8 +105,8 @@ def prune_space(spec: StudySpec, model: Any, gpu: Any) -> tuple[StudySpec, list[
 
 def space_summary(spec: StudySpec) -> list[str]:
     """One line per axis of the space that remains (``plan``)."""
-    from autotune.sglang.knobs import describe
-    from autotune.sglang.unknown_flags import plan_note
+    from autotune.sglang.flags.unknown import plan_note
+    from autotune.sglang.knobs.catalogue import describe
 
     space = spec.search_space
     lines = []

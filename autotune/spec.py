@@ -107,7 +107,7 @@ def is_loopback(host: str) -> bool:
 
 class ServerSpec(_Model):
     backend: Literal["sim", "sglang"] = "sim"
-    # cpu: real SGLang on CPU (autotune.sglang.cpu): its flags and env var are added to every
+    # cpu: real SGLang on CPU (autotune.sglang.hardware.cpu): its flags and env var are added to every
     # launch, and server.python defaults to `autotune sglang-env install --device cpu`'s venv.
     device: Literal["cuda", "cpu"] = "cuda"
     sglang_version: str = "0.5.9"
@@ -155,7 +155,7 @@ class ServerSpec(_Model):
 
 
 class HardwareSpec(_Model):
-    # A catalogue name, a custom description (autotune.sglang.gpus.custom_gpu_name), or
+    # A catalogue name, a custom description (autotune.sglang.hardware.gpus.custom_gpu_name), or
     # "auto" in the YAML: parse_study resolves it from the node (autotune.node.auto).
     gpu: str
     num_gpus: int = Field(default=1, ge=1, le=1024)
@@ -171,7 +171,7 @@ class HardwareSpec(_Model):
     @field_validator("gpu")
     @classmethod
     def _known(cls, v: str) -> str:
-        from autotune.sglang.gpus import get_gpu
+        from autotune.sglang.hardware.gpus import get_gpu
 
         try:
             get_gpu(v)
@@ -307,7 +307,7 @@ class SearchSpace(_Model):
     enable_torch_symm_mem: BoolChoices | None = None
     kv_cache_dtype: StrChoices | None = None
     attention_backend: StrChoices | None = None
-    # Any flag or environment variable by name (autotune.sglang.knobs says what it knows of each).
+    # Any flag or environment variable by name (autotune.sglang.knobs.catalogue says what it knows of each).
     flags: dict[str, AnyChoices] = Field(default_factory=dict)
     env: dict[str, AnyChoices] = Field(default_factory=dict)
     layout: LayoutChoices | None = None  # overrides server.tp_size / dp_size per trial

@@ -10,7 +10,7 @@ attention layers). For each launch:
   ``--max-running-requests M`` ``max(1, M // dp)`` (:3323-3347), else ``int((rest x 0.9/1.9 - s) // s)``
   (:3348-3389); the KV pool gets ``rest - (slots + 1) x s`` (:3405-3409)), applied to the predictor's own
   ``rest`` so only the pool is compared [source];
-* ``predicted``: ``autotune.sglang.memory.predict`` (what ``autotune plan`` shows) [modelled];
+* ``predicted``: ``autotune.sglang.memory.predictor.predict`` (what ``autotune plan`` shows) [modelled];
 * ``simulated``: the simulated server's memory truth (``autotune.sim.hardware.plan_memory``) [modelled].
 
 The column ``before`` is what the predictor gave before issue 36 (the ratio split whatever the flags):
@@ -30,10 +30,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.memory import predict
-from autotune.sglang.models import ModelProfile, load_model_profile
-from autotune.sglang.profiles.mamba import state_bytes_per_request
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import predict
+from autotune.sglang.models.mamba import state_bytes_per_request
+from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.hardware import plan_memory
 

@@ -27,7 +27,7 @@ simulated server's parser, memory plan and engine in modelled time (what
    ``memory_hook.py:376-378``, 0.5.9 ``server_args.py:1033-1041``) and the
    attention-TP-sharded attention weights, MLA's absorbed ``kv_b`` copies and
    the embedding that DP attention keeps whole per attention-TP group
-   (``autotune/sglang/dp_attention.py``, each term with its source lines).
+   (``autotune/sglang/models/dp_attention.py``, each term with its source lines).
    At SGLang's defaults that reserve alone leaves no KV cache (f 0.644), so
    the run also prints the smallest ``--mem-fraction-static`` that launches,
    the smallest that reaches x4 (which no longer fits the automatic graph max
@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.objective import Direction, Objective
-from autotune.sglang._slack import dp_padding_gib
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.memory import predict
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import predict
+from autotune.sglang.memory.slack import dp_padding_gib
+from autotune.sglang.models.profile import load_model_profile
 from autotune.spec import SimSpec, WorkloadSpec
 from autotune.trial import offline
 from autotune.trial.contract import TrialRequest, TrialState
@@ -198,10 +198,10 @@ def dp_section() -> None:
           + f"x4 needs f {f_4x}. What the user changes: "
           f"--mem-fraction-static and --cuda-graph-max-bs together: "
           + (", ".join(f"f {f} with bs {bs}" for f, bs in launchable) or "none"))
-    print(f"   modelled, not measured: {rep:.2f} GiB/GPU replicated weights (autotune/sglang/dp_attention.py: "
+    print(f"   modelled, not measured: {rep:.2f} GiB/GPU replicated weights (autotune/sglang/models/dp_attention.py: "
           "attn-TP-sharded q_b/kv_b/o projections bf16 in this checkpoint, MLA's absorbed bf16 kv_b copies, the "
           "embedding; lm_head over all TP without --enable-dp-lm-head), and the DP padding at graph capture, taken "
-          "to be what SGLang's reserve sets aside for it (autotune/sglang/_slack.py DP_PADDING_*)")
+          "to be what SGLang's reserve sets aside for it (autotune/sglang/memory/slack.py DP_PADDING_*)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sglang import _slack
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.dp_attention import replicated_weight_gib
-from autotune.sglang.gpus import GpuKind, custom_gpu_name, get_gpu
-from autotune.sglang.memory import LOADER_RESIDUE_GIB, Calibration, predict
-from autotune.sglang.models import ModelProfile, profile_from_config
-from autotune.sglang.profiles.sizing import weight_bytes_per_gpu
+from autotune.sglang.hardware.gpus import GpuKind, custom_gpu_name, get_gpu
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory import slack
+from autotune.sglang.memory.predictor import LOADER_RESIDUE_GIB, Calibration, predict
+from autotune.sglang.models.dp_attention import replicated_weight_gib
+from autotune.sglang.models.profile import ModelProfile, profile_from_config
+from autotune.sglang.models.sizing import weight_bytes_per_gpu
 from autotune.sglang.releases import mxfp4_pad_align
 from autotune.sglang.versions import parse_version
 
@@ -61,8 +61,8 @@ FIRST_MODELLED_DATE = "2026-02-01"
 MIMO_RATIO_FIX_DATE = "2025-12-25"
 
 
-#: Logs a pre-load overhead figure of the memory model is read from (:mod:`autotune.sglang._slack`).
-FITTED_LOGS = frozenset(m.group(0) for table in (_slack.CONTEXT_GIB, _slack.NVLINK_COMM_GIB)
+#: Logs a pre-load overhead figure of the memory model is read from (:mod:`autotune.sglang.memory.slack`).
+FITTED_LOGS = frozenset(m.group(0) for table in (slack.CONTEXT_GIB, slack.NVLINK_COMM_GIB)
                         for _, src in table.values() for m in re.finditer(r"[a-z]+-(?:pr)?\d+-[a-z0-9.-]+", src))
 
 

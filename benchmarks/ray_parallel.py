@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.objective import Objective
-from autotune.sglang.config import ServerConfig
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.spec import SimSpec, StudySpec, WorkloadSpec
 from autotune.study.execution.ray.executor import RayExecutor
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState

@@ -99,7 +99,7 @@ import optuna  # noqa: E402
 
 from autotune import space  # noqa: E402
 from autotune.outcome import FailureKind  # noqa: E402
-from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.sglang.knobs.config import ServerConfig  # noqa: E402
 from autotune.spec import StudySpec, load_study_spec  # noqa: E402
 from autotune.trial import offline  # noqa: E402
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.sglang._slack import PROVENANCE as MEMORY_PROVENANCE
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.memory.slack import PROVENANCE as MEMORY_PROVENANCE
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.engine import Engine
 from autotune.sim.perf import PerfInputs, PerfModel
 from autotune.sim.perf_comm import PROVENANCE
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     print("allreduce constants (autotune/sim/perf_comm.py):")
     for name, (kind, source) in PROVENANCE.items():
         print(f"  {kind:9s} {name}: {source}")
-    print("memory constants (autotune/sglang/_slack.py, shared by the simulator and the predictor):")
+    print("memory constants (autotune/sglang/memory/slack.py, shared by the simulator and the predictor):")
     for name, (kind, source) in MEMORY_PROVENANCE.items():
         print(f"  {kind:9s} {name}: {source}")
     print("weight-load constants (autotune/sim/weight_load.py):")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from leak_guard import held_by
 
-from autotune.sglang.cpu import CPU_ENV, cpu_flags
+from autotune.sglang.hardware.cpu import CPU_ENV, cpu_flags
 from autotune.sglang_env.install import SglangEnv, check, default_prefix
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from autotune.node.auto import catalogue_name
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.memory import predict
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import predict
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.hardware import GIB, MIB, load_draft, plan_memory, resolve_speculative
 from autotune.space_prune import prune_space

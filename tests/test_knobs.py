@@ -10,12 +10,12 @@ import yaml
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.flags import render_argv
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.knob_rules import resolve
-from autotune.sglang.knobs import CATALOGUE, describe, lookup, releases
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.flags.argv import render_argv
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.catalogue import CATALOGUE, describe, lookup, releases
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.knobs.rules import resolve
+from autotune.sglang.models.profile import load_model_profile
 from autotune.space_prune import prune_space
 from autotune.spec import load_study_spec, parse_study
 from autotune.study.driver import run_study

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.memory import Calibration, predict
-from autotune.sglang.models import ModelProfile, load_model_profile
-from autotune.sglang.profiles.dsv4 import dsv4_coef
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import Calibration, predict
+from autotune.sglang.models.dsv4 import dsv4_coef
+from autotune.sglang.models.profile import ModelProfile, load_model_profile
 
 V4_PRO = Path(__file__).resolve().parent / "data" / "public_logs" / "inferencex-2128-dsv4pro-fp8-h200-tp8"
 
@@ -82,7 +82,7 @@ def test_other_families_carry_no_range() -> None:
     qwen = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288,
             "vocab_size": 151936}
-    from autotune.sglang.models import profile_from_config
+    from autotune.sglang.models.profile import profile_from_config
 
     pred = predict(profile_from_config(qwen), "h100", ServerConfig(model_path="x", mem_fraction_static=0.9),
                    version="0.5.23")

@@ -27,7 +27,7 @@ from autotune.launch.failures import classify
 from autotune.launch.tree import tree_members, zombie_status
 from autotune.objective import Objective
 from autotune.outcome import FailureKind
-from autotune.sglang.config import ServerConfig
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.spec import SimSpec, WorkloadSpec
 from autotune.study.rerun import run_once_more
 from autotune.trial import TrialRequest

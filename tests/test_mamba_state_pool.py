@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.memory import Calibration, predict
-from autotune.sglang.models import ModelProfile, load_model_profile, profile_from_config
-from autotune.sglang.profiles.mamba import state_bytes_per_request
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.memory.predictor import Calibration, predict
+from autotune.sglang.models.mamba import state_bytes_per_request
+from autotune.sglang.models.profile import ModelProfile, load_model_profile, profile_from_config
 
 GIB = 2**30
 BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "hybrid_state_pool.py"

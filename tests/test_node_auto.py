@@ -12,7 +12,7 @@ from autotune.errors import ConfigError
 from autotune.node import auto
 from autotune.node.nvml import read_node
 from autotune.node.topology import parse_topo
-from autotune.sglang.gpus import get_gpu
+from autotune.sglang.hardware.gpus import get_gpu
 from autotune.spec import parse_study
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia_smi"

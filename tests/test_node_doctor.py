@@ -11,7 +11,7 @@ from fake_nvml import node_of
 
 from autotune.cli import main
 from autotune.node.doctor import run_checks
-from autotune.sglang.installed import InstalledSglang
+from autotune.sglang.flags.installed import InstalledSglang
 from autotune.spec import load_study_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from typing import Any
 from autotune import space
 from autotune.objective import Objective
 from autotune.outcome import FailureKind
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative

@@ -82,8 +82,8 @@ def test_the_launchs_own_server_args_line_is_read() -> None:
 def test_mimo_v2_builds_before_pr_15488_size_the_swa_pool_at_the_full_pools_size() -> None:
     """MiMo-V2-Flash at TP 4: full layers 9 x 1 head x (192 + 128) x 2 B = 5,760 B per token, SWA layers
     39 x 2 heads x 320 x 2 B = 49,920 B; a build that ignores the ratio pays both whole per token (55,680 B)."""
-    from autotune.sglang.memory import cell_size_bytes
-    from autotune.sglang.models import profile_from_config
+    from autotune.sglang.memory.predictor import cell_size_bytes
+    from autotune.sglang.models.profile import profile_from_config
 
     b = _bench()
     mimo = profile_from_config(json.loads((DATA / "sglang-pr15464-mimo-v2-flash-b200-tp4" / "config.json").read_text()))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang import _slack as S
-from autotune.sglang.gpus import get_gpu
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.memory import slack as S
 
 LOGS = Path(__file__).resolve().parent / "data" / "public_logs"
 # the GPU, TP size and fabric of each log a figure is fitted on (the manifest's own fields)
@@ -67,9 +67,9 @@ def test_every_source_says_fitted_or_modelled() -> None:
                                                  ("mi300x", 8, "nvlink"), ("l40s", 2, "pcie")])
 def test_simulator_and_predictor_agree_on_p(tmp_path: Path, gpu: str, tp: int, interconnect: str) -> None:
     """The simulated node's P (its memory truth) is the predictor's cold P, custom allreduce included."""
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.memory import predict
-    from autotune.sglang.models import load_model_profile
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import predict
+    from autotune.sglang.models.profile import load_model_profile
     from autotune.sim.args import parse_args
     from autotune.sim.hardware import plan_memory
 

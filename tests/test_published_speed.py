@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from autotune.errors import ConfigError
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.models.profile import load_model_profile
 
 ROOT = Path(__file__).parent / "data" / "published_speed"
 SET_FILES = sorted(p for p in ROOT.glob("*.yaml") if p.name != "holdout.yaml")

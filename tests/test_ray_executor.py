@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 
 from autotune.objective import Objective  # noqa: E402
 from autotune.outcome import FailureKind  # noqa: E402
-from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.sglang.knobs.config import ServerConfig  # noqa: E402
 from autotune.spec import (  # noqa: E402
     SimSpec,
     StudySpec,  # noqa: E402

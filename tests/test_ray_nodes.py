@@ -20,7 +20,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from autotune.objective import Objective  # noqa: E402
-from autotune.sglang.config import ServerConfig  # noqa: E402
+from autotune.sglang.knobs.config import ServerConfig  # noqa: E402
 from autotune.spec import StudySpec, WorkloadSpec  # noqa: E402
 from autotune.study.execution.ray.executor import RayExecutor  # noqa: E402
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState  # noqa: E402

@@ -26,10 +26,10 @@ from autotune.errors import LaunchError
 from autotune.launch import ServerProcess
 from autotune.launch.tree import is_sglang
 from autotune.objective import Objective
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.cpu import CPU_ENV, on_cpu
-from autotune.sglang.flags import render_argv
-from autotune.sglang.installed import probe
+from autotune.sglang.flags.argv import render_argv
+from autotune.sglang.flags.installed import probe
+from autotune.sglang.hardware.cpu import CPU_ENV, on_cpu
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.spec import WorkloadSpec
 from autotune.trial import TrialRequest
 from autotune.trial.live import run_trial_body

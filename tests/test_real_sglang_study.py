@@ -26,7 +26,7 @@ from leak_guard import SESSION_ENV
 from real_sglang import REPO, need_real_sglang
 
 from autotune.cli import main
-from autotune.sglang.installed import probe
+from autotune.sglang.flags.installed import probe
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.usefixtures("cli_signal_handlers")]

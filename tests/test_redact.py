@@ -45,7 +45,7 @@ def test_names_that_are_not_secret(name: str) -> None:
 
 
 def test_of_every_sglang_flag_only_the_keys_and_the_ssl_password_are_secret() -> None:
-    tables = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "flag_tables"
+    tables = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "flags" / "release_tables"
     flags = {n for f in tables.glob("*.json") for flag in json.loads(f.read_text())["flags"] for n in flag["names"]}
     assert len(flags) > 300
     assert {f for f in flags if is_secret_name(f)} == {"--api-key", "--admin-api-key", "--ssl-keyfile-password"}
@@ -135,7 +135,7 @@ def test_the_log_filter_hides_what_a_library_logged(caplog: pytest.LogCaptureFix
 # ---- the launch key: equal launches stay equal, a study recorded in clear still matches ---------
 
 def _config(f: float, extra: tuple[str, ...] = ()) -> object:
-    from autotune.sglang.config import ServerConfig
+    from autotune.sglang.knobs.config import ServerConfig
 
     return ServerConfig(model_path="/m", tp_size=1, mem_fraction_static=f, extra_args=extra)
 
@@ -160,7 +160,7 @@ def _told(study: optuna.Study, key: str, value: float) -> None:
 def test_a_measured_launch_is_found_again_in_a_study_recorded_before_redaction() -> None:
     """Resume and reuse key on the launch key: a study whose keys were stored in clear (autotune
     before this rule) must still answer a new trial of the same launch, and only of that launch."""
-    from autotune.sglang.flags import render_argv
+    from autotune.sglang.flags.argv import render_argv
     from autotune.study.reuse import launch_key, stored_result
 
     secret = ("--api-key", "sk-launchKeySecret000001")

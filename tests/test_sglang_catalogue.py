@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.sglang.gpus import GPUS, get_gpu
-from autotune.sglang.models import load_model_profile
-from autotune.sglang.profiles.sizing import weight_bytes_per_gpu
+from autotune.sglang.hardware.gpus import GPUS, get_gpu
+from autotune.sglang.models.profile import load_model_profile
+from autotune.sglang.models.sizing import weight_bytes_per_gpu
 from autotune.sglang.versions import parse_version
 
 MODELS = Path(__file__).resolve().parent.parent / "studies" / "models"

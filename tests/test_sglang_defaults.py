@@ -13,7 +13,7 @@ from autotune.sglang.defaults import (
     default_max_running_requests,
     prefill_graph_token_sizes,
 )
-from autotune.sglang.gpus import get_gpu
+from autotune.sglang.hardware.gpus import get_gpu
 
 
 def _f(gpu: str, tp: int, version: str, **kw: object) -> float:

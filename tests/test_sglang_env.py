@@ -15,9 +15,9 @@ from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.load.prompts import synthetic_prompts, token_id_range
 from autotune.load.spec import LoadSpec
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.cpu import CPU_ENV, on_cpu
-from autotune.sglang.flags import render_argv
+from autotune.sglang.flags.argv import render_argv
+from autotune.sglang.hardware.cpu import CPU_ENV, on_cpu
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.sglang_env import install
 from autotune.sglang_env.packages import install_steps
 from autotune.sglang_env.resolve import launch_env, launch_python

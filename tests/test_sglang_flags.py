@@ -8,8 +8,7 @@ import sys
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.flags import (
+from autotune.sglang.flags.argv import (
     build_parser,
     config_from_namespace,
     flag_names,
@@ -17,6 +16,7 @@ from autotune.sglang.flags import (
     shell_line,
     validate_speculative,
 )
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 
 KIMI = "studies/models/kimi-k2-class"
 
@@ -135,7 +135,7 @@ def test_extra_args_appended_verbatim_and_checked() -> None:
     assert render_argv(cfg, "0.5.9")[-3:] == ["--page-size", "64", "--enable-metrics"]
     with pytest.raises(ConfigError, match="argv: SGLang's parser refuses it: unrecognized arguments: --enable-metrcs"):
         render_argv(ServerConfig(model_path="m", extra_args=("--enable-metrcs",)), "0.5.9")  # a typo
-    # near no flag of any release: a newer build's flag (autotune/sglang/unknown_flags.py), passed on
+    # near no flag of any release: a newer build's flag (autotune/sglang/flags/unknown.py), passed on
     assert render_argv(ServerConfig(model_path="m", extra_args=("--bogus",)), "0.5.9")[-1] == "--bogus"
     with pytest.raises(ConfigError, match="ambiguous option: --cuda-graph-max-bs"):
         render_argv(ServerConfig(model_path="m", extra_args=("--cuda-graph-max-bs", "8")), "0.5.23")

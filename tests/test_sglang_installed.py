@@ -15,7 +15,7 @@ import yaml
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.sglang.installed import check_version, probe
+from autotune.sglang.flags.installed import check_version, probe
 
 pytestmark = pytest.mark.usefixtures("cli_signal_handlers")  # `autotune run` in this process sets handlers
 
@@ -57,7 +57,7 @@ def test_probe_and_refusals(fake_sglang: Path):
 
 
 def test_check_version_reads_the_releases_spelling() -> None:
-    from autotune.sglang.installed import InstalledSglang
+    from autotune.sglang.flags.installed import InstalledSglang
 
     with pytest.raises(ConfigError, match="server.sglang_version: the study says '0.5.21'"):
         check_version(InstalledSglang(python="python", version="0.5.22"), "0.5.21")  # --attn-dp-size from 0.5.22

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.memory import Calibration, cell_size_bytes, predict
-from autotune.sglang.models import ModelProfile, load_model_profile, profile_from_config
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.memory.predictor import Calibration, cell_size_bytes, predict
+from autotune.sglang.models.profile import ModelProfile, load_model_profile, profile_from_config
 
 MODELS = Path(__file__).resolve().parent.parent / "studies" / "models"
 KIMI = load_model_profile(MODELS / "kimi-k2-class")

@@ -1,5 +1,5 @@
 """Per-family memory profiles against SGLang 0.5.23's arithmetic (each rule's SGLang file and lines are
-cited in autotune/sglang/profiles/)."""
+cited in autotune/sglang/models/)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.sglang.memory import cell_size_bytes
-from autotune.sglang.models import load_model_profile, profile_from_config
-from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
-from autotune.sglang.profiles.mamba import MambaKnobs, mamba_pool, state_bytes_per_request
-from autotune.sglang.profiles.quant import MXFP4, NVFP4, detect_quant
-from autotune.sglang.profiles.safetensors import read_header
-from autotune.sglang.profiles.sizing import kv_reserved_bytes, weight_bytes_per_gpu
+from autotune.sglang.memory.predictor import cell_size_bytes
+from autotune.sglang.models.dsv4 import dsv4_coef, dsv4_fixed_bytes
+from autotune.sglang.models.mamba import MambaKnobs, mamba_pool, state_bytes_per_request
+from autotune.sglang.models.profile import load_model_profile, profile_from_config
+from autotune.sglang.models.quant import MXFP4, NVFP4, detect_quant
+from autotune.sglang.models.safetensors import read_header
+from autotune.sglang.models.sizing import kv_reserved_bytes, weight_bytes_per_gpu
 
 DATA = Path(__file__).resolve().parent / "data" / "models"
 GIB = 2**30
@@ -324,9 +324,9 @@ def test_mxfp4_experts_padded_to_128_per_rank() -> None:
 def test_mxfp4_padding_by_release_and_gpu() -> None:
     """0.5.9 mxfp4.py:324-355 pads to 256 on SM100's FlashInfer path (GPT-OSS's default on Blackwell) and
     on aiter, each rank's intermediate to 32 only on triton_kernels; 0.5.23 pads to 128 (aiter 256)."""
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.gpus import get_gpu
-    from autotune.sglang.memory import predict
+    from autotune.sglang.hardware.gpus import get_gpu
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import predict
     from autotune.sglang.releases import mxfp4_pad_align
 
     assert mxfp4_pad_align("0.5.9", sm_family=100) == (256, 256)
@@ -355,9 +355,9 @@ def test_mxfp4_padding_by_release_and_gpu() -> None:
 def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str, flags: str) -> None:
     """The simulated server (autotune.sim.hardware) sizes every family's pool as the predictor does, so a
     simulated launch calibrates the predictor to its own figures (Mamba state and indexer included)."""
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.gpus import get_gpu
-    from autotune.sglang.memory import Calibration, predict
+    from autotune.sglang.hardware.gpus import get_gpu
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import Calibration, predict
     from autotune.sim.args import parse_args
     from autotune.sim.hardware import plan_memory
 
@@ -383,9 +383,9 @@ def test_gpt_oss_on_trtllm_mha_has_no_hybrid_swa_pool_before_0_5_23(tmp_path: Pa
     """0.5.9 server_args.py:1354-1362: GPT-OSS on trtllm_mha (SM100's default) disables hybrid SWA memory, so
     all 36 layers sit in the full pool (2 x 36,864 B at TP 1); on H200 (fa3) the SWA pool stays at 0.8. The
     simulator sizes the pool alike."""
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.gpus import get_gpu
-    from autotune.sglang.memory import Calibration, predict
+    from autotune.sglang.hardware.gpus import get_gpu
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import Calibration, predict
     from autotune.sglang.releases import gpt_oss_disables_hybrid_swa
     from autotune.sim.args import parse_args
     from autotune.sim.hardware import plan_memory
@@ -414,8 +414,8 @@ def test_gpt_oss_on_trtllm_mha_has_no_hybrid_swa_pool_before_0_5_23(tmp_path: Pa
 
 
 def test_vlm_auto_fraction_factor_and_cache_reserve() -> None:
-    from autotune.sglang.models import vlm_mem_fraction_factor
-    from autotune.sglang.profiles.sizing import VLM_CACHE_BYTES
+    from autotune.sglang.models.profile import vlm_mem_fraction_factor
+    from autotune.sglang.models.sizing import VLM_CACHE_BYTES
 
     assert vlm_mem_fraction_factor(None) == 1.0
     assert vlm_mem_fraction_factor({"vt_hidden_size": 1152}) == pytest.approx(0.95)  # Kimi K2.5: vt_* keys unread
@@ -426,8 +426,8 @@ def test_vlm_auto_fraction_factor_and_cache_reserve() -> None:
 
 
 def test_swa_and_mamba_ratio_flags_and_family_page_sizes() -> None:
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.memory import predict
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import predict
 
     gpt = profile_from_config(GPT_OSS_120B)
     half = predict(gpt, "h200", ServerConfig(model_path="x", mem_fraction_static=0.9,
@@ -473,8 +473,8 @@ def test_kv_projections_whole_per_rank_past_the_kv_heads() -> None:
 
 
 def test_unknown_architecture_is_never_condemned_cold_and_learns_its_cell_from_a_launch() -> None:
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.memory import Calibration, predict
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import Calibration, predict
 
     made_up = profile_from_config({"architectures": ["MadeUpForCausalLM"], "hidden_size": 8192, "num_attention_heads": 64,
                                    "num_hidden_layers": 200, "vocab_size": 32000, "intermediate_size": 28672})

@@ -4,7 +4,7 @@ Every argv the demo study can launch (the baseline and every candidate of its
 grid, at the study's SGLang version and again at 0.5.9), plus a few knobs the
 demo does not search, is fed to the parser of a real SGLang install
 (``ServerArgs.add_cli_args`` on a plain ``argparse.ArgumentParser``, then
-``parse_args``; see autotune/sglang/_real_parser_script.py). Every one must be accepted.
+``parse_args``; see autotune/sglang/flags/_real_parser_script.py). Every one must be accepted.
 The flag table autotune models is compared with the real one (names, bool or
 value, type, choices, nargs), and autotune's own dialect parser must refuse
 exactly what the real one refuses in a handful of known cases.
@@ -47,8 +47,8 @@ from typing import Any
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.flags import build_parser, flags_for, render_argv, shell_line
+from autotune.sglang.flags.argv import build_parser, flags_for, render_argv, shell_line
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.versions import as_version
 from autotune.space import iter_grid, to_config
 from autotune.spec import StudySpec, load_study_spec
@@ -56,7 +56,7 @@ from autotune.spec import StudySpec, load_study_spec
 pytestmark = [pytest.mark.sglang, pytest.mark.real_sglang]
 
 REPO = Path(__file__).resolve().parent.parent
-HELPER = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "_real_parser_script.py"
+HELPER = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "flags" / "_real_parser_script.py"
 DEMO = REPO / "studies" / "demo.yaml"
 MODULE = "sglang.launch_server"
 STUDY_VERSIONS = ("demo", "0.5.9")  # "demo": the version the demo study names (0.5.23)
@@ -262,7 +262,7 @@ KNOWN_CASES: list[tuple[str, list[str], bool]] = [
     ("0.5.23", ["--speculative-algorithm", "DFLASH"], True),
     ("0.5.23", ["--cuda-graph-max-bz", "64"], False),  # a typo: "unrecognized arguments", the words sim and plan use
     # the real release refuses a flag it lacks: with a real parser it decides (the simulator's table parser
-    # takes this one for a newer build's only on top of build_parser, autotune/sglang/unknown_flags.py)
+    # takes this one for a newer build's only on top of build_parser, autotune/sglang/flags/unknown.py)
     ("0.5.23", ["--some-new-flag", "fast"], False),
     ("0.5.9", ["--cuda-graph-max-bs-decode", "128"], False),  # unrecognized
     ("0.5.9", ["--cuda-graph-max-bs", "128"], True),

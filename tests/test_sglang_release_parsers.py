@@ -6,7 +6,7 @@ is rendered and parsed
 
 * by the dialect parser built from the release's table (always), and
 * by the release's REAL parser in a parser-only environment
-  (:mod:`autotune.sglang.parser_env`, cached under ~/.cache/autotune/parsers):
+  (:mod:`autotune.sglang.flags.parser_env`, cached under ~/.cache/autotune/parsers):
   ``AUTOTUNE_REAL_PARSERS=all`` or ``=0.5.9,0.5.23`` builds what is missing;
   in CI (CI=true) the releases of :data:`CI_RELEASES` are built and a failure
   to build FAILS; otherwise releases whose environment is already cached are
@@ -28,17 +28,17 @@ from typing import Any
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.sglang import parser_env
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.flag_tables import known_versions, table_for
-from autotune.sglang.flags import (
+from autotune.sglang.flags import parser_env
+from autotune.sglang.flags.argv import (
     build_parser,
     config_from_namespace,
     render_argv,
     shell_line,
 )
+from autotune.sglang.flags.release_tables import known_versions, table_for
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 
-SCRIPT = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "_real_parser_script.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "autotune" / "sglang" / "flags" / "_real_parser_script.py"
 CI_RELEASES = ("0.5.9", "0.5.14", "0.5.22", "0.5.23")
 DRAFT = "/models/draft"
 
@@ -225,7 +225,7 @@ def test_attn_dp_is_spelled_per_release() -> None:
 
 
 def test_extract_flags_reads_the_version_of_a_wheel_or_a_version() -> None:
-    from autotune.sglang import extract_flags
+    from autotune.sglang.flags import extract
 
-    assert extract_flags._version_of("/x/sglang-0.5.24-cp311-cp311-manylinux_2_34_x86_64.whl")[0] == "0.5.24"
-    assert extract_flags._version_of("0.5.24")[1] is None
+    assert extract._version_of("/x/sglang-0.5.24-cp311-cp311-manylinux_2_34_x86_64.whl")[0] == "0.5.24"
+    assert extract._version_of("0.5.24")[1] is None

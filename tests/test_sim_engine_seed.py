@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang.config import SpeculativeConfig
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.config import SpeculativeConfig
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.engine import Engine
 from autotune.sim.perf import PerfInputs, PerfModel
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang.config import SpeculativeConfig
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.config import SpeculativeConfig
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.perf import PerfInputs, PerfModel, graph_ladder
 
 MODELS = Path(__file__).resolve().parents[1] / "studies" / "models"

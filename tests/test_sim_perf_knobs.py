@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.gpus import get_gpu
-from autotune.sglang.memory import predict
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import predict
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sglang.versions import parse_version
 from autotune.sim.args import parse_args
 from autotune.sim.perf import PerfInputs, PerfModel
@@ -58,7 +58,7 @@ def test_ipc_allreduce_speeds_up_decode_steps() -> None:
 
 
 def test_dp_attention_reads_less_kv_and_more_attention_weights() -> None:
-    from autotune.sglang.dp_attention import attn_tp_weight_bytes
+    from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
 
     base, dp = KnobSpeed(), KnobSpeed(attn_dp=8)
 

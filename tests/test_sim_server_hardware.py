@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.hardware import GIB, MIB, MemoryPlan, load_draft, plan_memory, resolve_speculative
 
@@ -113,8 +113,8 @@ def test_decode_graph_memory_grows_with_max_bs_sizes_and_model_size() -> None:
 
 
 def test_predictor_estimates_the_simulators_decode_graphs() -> None:
-    from autotune.sglang.config import ServerConfig
-    from autotune.sglang.memory import predict
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import predict
 
     model = load_model_profile(MODELS / "kimi-k2-class")
     for bs in (128, 512):

@@ -11,7 +11,7 @@ import pytest
 
 from autotune import space
 from autotune.objective import Objective
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.args import parse_args
 from autotune.sim.hardware import GIB, load_draft, plan_memory, resolve_speculative
 from autotune.sim.weight_load import (

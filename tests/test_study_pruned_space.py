@@ -22,7 +22,7 @@ from autotune.trial.contract import Reporter, TrialRequest, TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
 DP8 = "--attn-dp-size"
-#: Why the value cannot run at TP 2 (autotune.sglang.knob_rules), as ``autotune plan`` says it.
+#: Why the value cannot run at TP 2 (autotune.sglang.knobs.rules), as ``autotune plan`` says it.
 REASON = "8 divides no TP size of the space (2): SGLang asserts tp_size % dp_size == 0 under DP attention"
 #: The start of the line that drops it.
 GONE = f"--attn-dp-size=8 left the space before the study started: {REASON}"

@@ -13,9 +13,9 @@ import yaml
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.flags import effective_config, render_argv
-from autotune.sglang.unknown_flags import verdict
+from autotune.sglang.flags.argv import effective_config, render_argv
+from autotune.sglang.flags.unknown import verdict
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.sim.args import parse_args
 from autotune.spec import load_study_spec
 from autotune.study.driver import run_study

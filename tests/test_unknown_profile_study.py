@@ -13,9 +13,9 @@ import optuna
 import yaml
 
 from autotune.cli import main
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.memory import predict
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import predict
+from autotune.sglang.models.profile import load_model_profile
 from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor

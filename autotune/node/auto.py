@@ -1,6 +1,6 @@
 """``hardware: auto``: the study's hardware block filled in from the node itself.
 
-NVML's device name is mapped to the GPU catalogue (:mod:`autotune.sglang.gpus`); a
+NVML's device name is mapped to the GPU catalogue (:mod:`autotune.sglang.hardware.gpus`); a
 name the catalogue does not hold becomes a custom GPU with NVML's memory and compute
 capability, plus whatever the study says of its bandwidth and compute, and one line
 saying what is then unknown.
@@ -17,7 +17,7 @@ from autotune.errors import ConfigError
 from autotune.node.amd import read_amd_node
 from autotune.node.nvml import NvmlNode, read_node
 from autotune.node.topology import Topology, read_topology
-from autotune.sglang.gpus import GPUS, custom_gpu_name, get_gpu, unknown_figures
+from autotune.sglang.hardware.gpus import GPUS, custom_gpu_name, get_gpu, unknown_figures
 
 log = logging.getLogger(__name__)
 

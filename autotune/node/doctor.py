@@ -37,7 +37,7 @@ class Check:
 def _gpus(spec: StudySpec, nvml: Any) -> list[Check]:
     from autotune.node.auto import catalogue_name
     from autotune.node.nvml import read_node
-    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.hardware.gpus import get_gpu
 
     if spec.server.backend == "sim":
         return [Check("gpus", None, "simulated backend: no GPU needed"),
@@ -80,8 +80,8 @@ def _sglang(spec: StudySpec, probe: Callable[[str], Any]) -> Check:
 
 
 def _model(spec: StudySpec) -> Check:
-    from autotune.sglang.gpus import get_gpu
-    from autotune.sglang.models import load_model_profile
+    from autotune.sglang.hardware.gpus import get_gpu
+    from autotune.sglang.models.profile import load_model_profile
 
     path = spec.resolve_path(spec.server.model_path)
     try:
@@ -160,7 +160,7 @@ def _storage(spec: StudySpec) -> Check:
 
 def run_checks(spec: StudySpec, *, nvml: Any = None, probe: Callable[[str], Any] | None = None) -> list[Check]:
     """Every check, in order. ``nvml`` and ``probe`` are injectable for tests."""
-    from autotune.sglang.installed import probe as real_probe
+    from autotune.sglang.flags.installed import probe as real_probe
 
     checks = _gpus(spec, nvml)
     checks.append(_sglang(spec, probe or real_probe))

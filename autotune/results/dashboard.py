@@ -134,7 +134,7 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
         if spec is not None:
             try:
                 from autotune.results.summary import sglang_command
-                from autotune.sglang.flags import shell_line
+                from autotune.sglang.flags.argv import shell_line
 
                 lines += ["", "Launch the winner:", "", "```", shell_line(sglang_command(spec, best)), "```"]
             except Exception as exc:  # noqa: BLE001 - a note must never break the dashboard

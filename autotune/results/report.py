@@ -161,7 +161,7 @@ def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:
     """The plain SGLang launch line for this trial's settings; the launched line as a fallback."""
     try:
         from autotune.results.summary import sglang_command
-        from autotune.sglang.flags import shell_line
+        from autotune.sglang.flags.argv import shell_line
 
         return shell_line(sglang_command(spec, t))
     except Exception as exc:  # noqa: BLE001 - the report must still render; say what was used

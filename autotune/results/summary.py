@@ -109,7 +109,7 @@ def status(spec: StudySpec) -> dict[str, Any]:
 def sglang_command(spec: StudySpec, trial: FrozenTrial, *, python: str = "python3") -> list[str]:
     """The plain ``python -m sglang.launch_server ...`` argv for this trial's settings, as shown:
     the value of a secret flag (``--api-key``) hidden; the study file holds it."""
-    from autotune.sglang.flags import render_argv
+    from autotune.sglang.flags.argv import render_argv
 
     cfg = space.to_config(spec, dict(trial.params), baseline=bool(trial.user_attrs.get(attrs.BASELINE)))
     return redact_argv(render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server"))
@@ -161,7 +161,7 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
         gain = round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     from autotune.launch.artifacts import shell_command
-    from autotune.sglang.flags import shell_line
+    from autotune.sglang.flags.argv import shell_line
     from autotune.sglang_env.resolve import launch_env, launch_python
 
     # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
@@ -238,7 +238,7 @@ def _choice(spec: StudySpec, study: optuna.Study, top: FrozenTrial, others: list
     """What the winner's value rests on, ties within the measured noise, the recommendation
     among them (autotune.results.choice)."""
     from autotune.results.choice import explain
-    from autotune.sglang.gpus import get_gpu
+    from autotune.sglang.hardware.gpus import get_gpu
 
     def flags_of(t: FrozenTrial) -> int:
         return sum(1 for a in sglang_command(spec, t) if a.startswith("--"))

@@ -1,6 +1,6 @@
 """What changes release by release in SGLang's automatic values (read from each wheel; file names are inside it).
 
-The flags themselves are in ``flag_tables/`` (extracted from the wheels); this
+The flags themselves are in ``flags/release_tables/`` (extracted from the wheels); this
 module holds the behaviour boundaries the memory model and the simulator need.
 Each boundary names the first release that has it and where it was read.
 Adding a release: extract its flags, read its ``server_args.py`` /

@@ -5,7 +5,7 @@
   the speculative draft worker is built after the target's KV pool and lives in
   the slack; ``"B"`` from 0.5.14, where draft weights are loaded before the KV
   budget is measured and draft KV is folded into the per-token cell size.
-* **Dialect** (flag names, each release's ``server_args.py``; ``flag_tables/``): ``"classic"`` before 0.5.23
+* **Dialect** (flag names, each release's ``server_args.py``; ``flags/release_tables/``): ``"classic"`` before 0.5.23
   (``--cuda-graph-max-bs``), ``"modern"`` from 0.5.23
   (``--cuda-graph-max-bs-decode`` / ``-prefill``; 0.5.19 accepted both spellings).
 """

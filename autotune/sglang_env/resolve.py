@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from autotune.sglang.cpu import CPU_ENV
+from autotune.sglang.hardware.cpu import CPU_ENV
 from autotune.sglang_env.install import SglangEnv, default_prefix
 from autotune.spec import StudySpec
 

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sglang.models import ModelProfile, load_model_profile
+from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
 from autotune.sim.child import spawn_child
 from autotune.sim.engine import Engine

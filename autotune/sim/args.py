@@ -1,11 +1,11 @@
 """Command line of ``python -m autotune.sim``: SGLang's flags of one version, plus ``--sim-*``.
 
-SGLang's own flags come from :func:`autotune.sglang.flags.build_parser` for the dialect
+SGLang's own flags come from :func:`autotune.sglang.flags.argv.build_parser` for the dialect
 of ``--sim-sglang-version``, so a flag that version does not know is refused exactly as
 its argparse refuses it (exit code 2, "unrecognized arguments" / "ambiguous option"):
 a typo of one of its flags, or a flag of another release. A flag no release has and
 no flag of this one is near is taken for a newer build's: accepted, with no modelled
-effect (:mod:`autotune.sglang.unknown_flags`; ``Launch.newer_flags``).
+effect (:mod:`autotune.sglang.flags.unknown`; ``Launch.newer_flags``).
 The ``--sim-*`` flags describe the pretend machine; each has an ``AUTOTUNE_SIM_*``
 environment variable as its default (``--sim-fault`` takes a comma-separated list there).
 """
@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.sglang.gpus import GpuKind, get_gpu
-from autotune.sglang.unknown_flags import accept_newer_flags, newer_values
+from autotune.sglang.flags.unknown import accept_newer_flags, newer_values
+from autotune.sglang.hardware.gpus import GpuKind, get_gpu
 from autotune.sglang.versions import SglangVersion, parse_version
 from autotune.sim.faults import Faults, parse_faults
 from autotune.sim.weight_load import PAGE_CACHE_MODES
@@ -123,7 +123,7 @@ def _version_of(argv: list[str]) -> SglangVersion:
 
 def build_sim_parser(version: SglangVersion) -> argparse.ArgumentParser:
     """SGLang's parser for ``version`` with the ``--sim-*`` flags added."""
-    from autotune.sglang.flags import build_parser
+    from autotune.sglang.flags.argv import build_parser
 
     parser = build_parser(version)
     parser.prog = "python -m autotune.sim"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autotune.sglang.models import ModelProfile
+from autotune.sglang.models.profile import ModelProfile
 from autotune.sim.args import Launch, SimOptions
 from autotune.sim.engine import Engine
 from autotune.sim.hardware import MemoryPlan

@@ -1,6 +1,6 @@
 """The memory truth of the simulated server: what the GPUs would report at each step.
 
-This is the *simulated reality* that the memory model (:mod:`autotune.sglang.memory`)
+This is the *simulated reality* that the memory model (:mod:`autotune.sglang.memory.predictor`)
 tries to predict; it uses SGLang's own formulas (imported from :mod:`autotune.sglang`)
 and adds the physical quantities SGLang only measures. Every constant below says what
 it stands for. All sizes are GiB (2^30 bytes) per GPU unless the name says otherwise.
@@ -22,17 +22,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from autotune.sglang import _slack, defaults, releases, rocm
-from autotune.sglang.config import SpeculativeConfig
-from autotune.sglang.dp_attention import replicated_weight_gib
-from autotune.sglang.gpus import GpuKind
-from autotune.sglang.memory import cell_size_bytes
-from autotune.sglang.models import ModelProfile
-from autotune.sglang.profiles.dsv4 import DSV4_PAGE
-from autotune.sglang.profiles.mamba import MambaKnobs, knobs_from_args
-from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
-from autotune.sglang.profiles.sizing import Reserve, kv_reserved, weight_bytes_per_gpu
-from autotune.sglang.speculative import validate_speculative
+from autotune.sglang import defaults, releases
+from autotune.sglang.hardware import rocm
+from autotune.sglang.hardware.gpus import GpuKind
+from autotune.sglang.knobs.config import SpeculativeConfig
+from autotune.sglang.knobs.speculative import validate_speculative
+from autotune.sglang.memory import slack
+from autotune.sglang.memory.predictor import cell_size_bytes
+from autotune.sglang.models.dp_attention import replicated_weight_gib
+from autotune.sglang.models.dsv4 import DSV4_PAGE
+from autotune.sglang.models.mamba import MambaKnobs, knobs_from_args
+from autotune.sglang.models.mla import DSA_CUDA_PAGE
+from autotune.sglang.models.profile import ModelProfile
+from autotune.sglang.models.sizing import Reserve, kv_reserved, weight_bytes_per_gpu
 from autotune.sglang.versions import SglangVersion, parse_version
 from autotune.sim.args import Launch
 
@@ -40,12 +42,12 @@ GIB = float(2**30)
 MIB = float(2**20)
 
 #: The CUDA context and NCCL's communicator buffers before the weights load: the predictor's own figures
-#: (:func:`autotune.sglang._slack.base_overhead_gib`, by GPU, fabric and TP size, each read from a public
+#: (:func:`autotune.sglang.memory.slack.base_overhead_gib`, by GPU, fabric and TP size, each read from a public
 #: log), so the simulated node and the memory model agree where a calibration launch has not measured it.
 #: The seed case (rtx-pro-6000, 97,887 MiB, TP 8, PCIe, custom allreduce auto-disabled) keeps P = 94.00 GiB.
 #: Legacy custom allreduce per rank: 8 MiB meta + 8 MiB IPC buffer + 8 MiB rank data.
 CUSTOM_AR_GIB = 24 * MIB / GIB
-#: ROCm: the buffer is 16 MiB instead of 8 (autotune.sglang.rocm.CUSTOM_AR_MAX_MIB), so 16 + 16 + 8 MiB.
+#: ROCm: the buffer is 16 MiB instead of 8 (autotune.sglang.hardware.rocm.CUSTOM_AR_MAX_MIB), so 16 + 16 + 8 MiB.
 CUSTOM_AR_ROCM_GIB = (2 * rocm.CUSTOM_AR_MAX_MIB + 8) * MIB / GIB
 #: Torch symmetric-memory all-reduce buffer: world size 2/4 -> 64 MiB, 6/8 -> 128 MiB.
 TORCH_SYMM_MEM_MIB = {2: 64, 4: 64, 6: 128, 8: 128}
@@ -54,13 +56,13 @@ LOADER_RESIDUE_GIB = 0.25
 #: FlashInfer attention workspace (SGLANG_FLASHINFER_WORKSPACE_SIZE default; Qwen 512 MiB).
 ATTN_WORKSPACE_MIB = 384
 ATTN_WORKSPACE_QWEN_MIB = 512
-#: Decode CUDA graph memory: :func:`autotune.sglang._slack.decode_graph_gib`, the one model the memory
+#: Decode CUDA graph memory: :func:`autotune.sglang.memory.slack.decode_graph_gib`, the one model the memory
 #: predictor uses too (fitted to "DeepSeek uses 6GB" at bs 256, TP 8: SGLang PR #5893, issue #16143).
 #: 0.5.23 prefill CUDA graphs (on by default): MLA models 1 GiB, others 6 MiB per size.
 PREFILL_GRAPH_MLA_GIB = 1.0
 PREFILL_GRAPH_PER_SIZE_MIB = 6.0
 PREFILL_GRAPH_SIZES = 58
-#: Prefill activations per token of a chunk: :func:`autotune.sglang._slack.prefill_bytes_per_token`
+#: Prefill activations per token of a chunk: :func:`autotune.sglang.memory.slack.prefill_bytes_per_token`
 #: (hidden x bf16 x 12 live tensors + the active MLP; 1.81 GiB for an 8192-token chunk of kimi-k2-class),
 #: the predictor's own estimate. Refitted from 32 hidden-size tensors (3.5 GiB) when the decode graphs
 #: grew to the published ~6 GB: with both, the seed's working baseline (f 0.88, bs 512) would not serve.
@@ -149,7 +151,7 @@ class MemoryPlan:
 
 
 def resolve_speculative(launch: Launch, model: ModelProfile, version: SglangVersion) -> SpeculativeConfig:
-    """SGLang's speculative argument handling (``server_args.py``'s speculative checks), via :mod:`autotune.sglang.speculative`.
+    """SGLang's speculative argument handling (``server_args.py``'s speculative checks), via :mod:`autotune.sglang.knobs.speculative`.
 
     Raises ConfigError where SGLang refuses the combination.
     """
@@ -211,7 +213,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         else:
             torch_symm = True
     ar_gib = CUSTOM_AR_ROCM_GIB if gpu.rocm else CUSTOM_AR_GIB
-    dist = (_slack.base_overhead_gib(gpu, tp, interconnect) + (ar_gib if custom_ar else 0.0)
+    dist = (slack.base_overhead_gib(gpu, tp, interconnect) + (ar_gib if custom_ar else 0.0)
             + (TORCH_SYMM_MEM_MIB.get(tp, 0) * MIB / GIB if torch_symm else 0.0))
     p = capacity - dist
 
@@ -241,7 +243,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
                                               speculative_algorithm=spec.algorithm, is_mla=model.is_mla,
                                               dp_attention_size=launch.attn_dp_size,
                                               prefill_graph=False if gpu.rocm else None) * model.vlm_f_factor
-    if gpu.rocm:  # aiter over an 8192+ context: f x 0.85, a given f too (autotune.sglang.rocm)
+    if gpu.rocm:  # aiter over an 8192+ context: f x 0.85, a given f too (autotune.sglang.hardware.rocm)
         f *= rocm.aiter_f_factor(launch.raw.get("attention_backend"), model, tp,
                                  int(launch.context_length or model.context_len))
     if launch.attn_dp_size > 1:
@@ -296,7 +298,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     if graph_bs and max(graph_bs) > pool_rows:
         graph_bs = sorted({b for b in graph_bs if b <= pool_rows} | {pool_rows})
     tpr = spec.num_draft_tokens if spec.enabled else 1
-    graph = _slack.decode_graph_gib(model, graph_bs, tpr or 1, launch.attn_dp_size)
+    graph = slack.decode_graph_gib(model, graph_bs, tpr or 1, launch.attn_dp_size)
     prefill_graph = 0.0
     prefill_on = launch.prefill_graphs
     if prefill_on is None:
@@ -304,12 +306,12 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             v, speculative=spec.enabled, dp_attention=launch.attn_dp_size > 1) is None
     if prefill_on and not launch.disable_cuda_graph:
         prefill_graph = PREFILL_GRAPH_MLA_GIB if model.is_mla else PREFILL_GRAPH_SIZES * PREFILL_GRAPH_PER_SIZE_MIB * MIB / GIB
-        prefill_graph = _slack.prefill_graph_extra_gib(prefill_graph, graph, v)
+        prefill_graph = slack.prefill_graph_extra_gib(prefill_graph, graph, v)
     draft_graph = 0.0
     if draft is not None and graph_bs:
         draft_model = _mtp_layers(model) if draft.path == model.path else draft
-        draft_graph = (_slack.decode_graph_gib(draft_model, graph_bs, spec.eagle_topk or 1)
-                       + _slack.decode_graph_gib(draft_model, graph_bs, tpr or 1))
+        draft_graph = (slack.decode_graph_gib(draft_model, graph_bs, spec.eagle_topk or 1)
+                       + slack.decode_graph_gib(draft_model, graph_bs, tpr or 1))
 
     fi_auto = (model.architecture in FI_FUSION_AUTO_ARCHS and gpu.sm_family in (90, 100) and gpu.name != "h20")
     fi_active = tp > 1 and (launch.flashinfer_allreduce_fusion is True
@@ -328,7 +330,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             draft_cell = draft_cell * max(1, model.num_nextn_predict_layers) // model.num_layers
         draft_kv = (n_pos + launch.page_size) * draft_cell / GIB
 
-    per_token = _slack.prefill_bytes_per_token(model, tp)
+    per_token = slack.prefill_bytes_per_token(model, tp)
     plan = MemoryPlan(
         version=v, capacity_gib=capacity, dist_init_gib=dist, p_gib=p, w_gib=w, a_gib=a, f=float(f),
         f_is_auto=f_is_auto, rest_gib=rest, cell_bytes=int(cell), kv_tokens=n, profiled_tokens=profiled,
@@ -358,7 +360,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
 def _mamba_knobs(launch: Launch, model: ModelProfile, v: SglangVersion, spec: SpeculativeConfig,
                  page: int) -> MambaKnobs:
     """The launch's flags that size a hybrid model's state pool (the predictor reads the same ones:
-    :func:`autotune.sglang.memory.mamba_knobs`)."""
+    :func:`autotune.sglang.memory.predictor.mamba_knobs`)."""
     return knobs_from_args(launch.raw.get, version=v, architecture=model.architecture, attn_dp=launch.attn_dp_size,
                            max_running_requests=launch.max_running_requests,
                            draft_tokens=int(spec.num_draft_tokens or 0) if spec.enabled else 0, page_size=page)
@@ -368,7 +370,7 @@ def load_draft(spec: SpeculativeConfig, model: ModelProfile) -> ModelProfile | N
     """The draft model a resolved speculative config runs: its own checkpoint, the target's
     MTP layers (same profile; the layer count is taken from ``num_nextn_predict_layers``),
     or none (NGRAM, off)."""
-    from autotune.sglang.models import load_model_profile
+    from autotune.sglang.models.profile import load_model_profile
 
     if not spec.enabled or spec.algorithm == "NGRAM":
         return None

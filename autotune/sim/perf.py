@@ -89,8 +89,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.sglang.config import SpeculativeConfig
 from autotune.sglang.defaults import decode_graph_batch_sizes
+from autotune.sglang.knobs.config import SpeculativeConfig
 from autotune.sim.perf_comm import CommSetup
 from autotune.sim.perf_forward import (
     GEMM_EFFICIENCY,
@@ -126,8 +126,8 @@ def graph_ladder(max_bs: int, *, speculative: bool, version: str = "0.5.9") -> l
 class PerfInputs:
     """Everything the speed model needs about one launch (resolved by the server)."""
 
-    model: Any  # autotune.sglang.models.ModelProfile
-    gpu: Any  # autotune.sglang.gpus.GpuKind
+    model: Any  # autotune.sglang.models.profile.ModelProfile
+    gpu: Any  # autotune.sglang.hardware.gpus.GpuKind
     tp_size: int = 1
     dp_size: int = 1
     interconnect: str = "pcie"

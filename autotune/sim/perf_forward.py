@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
-from autotune.sglang.dp_attention import attn_tp_weight_bytes
-from autotune.sglang.gpus import GpuKind
-from autotune.sglang.profiles.sizing import layout_of
+from autotune.sglang.hardware.gpus import GpuKind
+from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
+from autotune.sglang.models.sizing import layout_of
 from autotune.sim.perf_comm import CommSetup, allreduce_s
 from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
 

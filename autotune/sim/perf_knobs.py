@@ -21,7 +21,7 @@ figure, not fitted to any expected answer).
   the MLA KV read is ``1/N`` of the context (GQA: unchanged, the heads were
   split already); the attention projections SGLang shards over the
   attention-TP group are whole on each of its ranks (read ``tp / attn_tp``
-  times more; ``autotune/sglang/dp_attention.py``); the attention-output
+  times more; ``autotune/sglang/models/dp_attention.py``); the attention-output
   allreduce runs over the ``attn_tp`` ranks only (none at ``attn_tp`` 1) and
   the MoE layer's gather/scatter costs one allreduce of the whole batch
   (SGLang ``dp_attention.py``: ``dp_gather`` / ``dp_scatter``) **[modelled]**.

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from autotune.outcome import FailureKind
-from autotune.sglang.models import ModelProfile
-from autotune.sglang.rocm import fp8_is_fnuz
+from autotune.sglang.hardware.rocm import fp8_is_fnuz
+from autotune.sglang.models.profile import ModelProfile
 from autotune.sim.args import Launch, SimOptions
 from autotune.sim.hardware import GIB, MemoryPlan
 from autotune.sim.weight_load import checkpoint_is_warm, checkpoint_read, weight_load_s

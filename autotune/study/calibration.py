@@ -19,8 +19,8 @@ def calibration_from_text(text: str) -> dict[str, Any]:
 
 def _study_profiles(spec: StudySpec) -> tuple[Any, Any]:
     """(model profile or None when its config cannot be read, GPU kind) of the study."""
-    from autotune.sglang.gpus import get_gpu
-    from autotune.sglang.models import load_model_profile
+    from autotune.sglang.hardware.gpus import get_gpu
+    from autotune.sglang.models.profile import load_model_profile
 
     try:
         model = load_model_profile(spec.resolve_path(spec.server.model_path))

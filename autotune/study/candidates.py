@@ -22,12 +22,12 @@ from autotune import space
 from autotune.errors import ConfigError
 from autotune.outcome import FailureKind
 from autotune.redact import redact_value
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.flags import render_argv
-from autotune.sglang.installed import InstalledSglang, check_version, probe
-from autotune.sglang.knob_rules import resolve
-from autotune.sglang.memory import Prediction
-from autotune.sglang.speculative import validate_speculative
+from autotune.sglang.flags.argv import render_argv
+from autotune.sglang.flags.installed import InstalledSglang, check_version, probe
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.knobs.rules import resolve
+from autotune.sglang.knobs.speculative import validate_speculative
+from autotune.sglang.memory.predictor import Prediction
 from autotune.sglang_env.resolve import install_hint, launch_env, launch_python
 from autotune.space_prune import Removed, prune_space
 from autotune.spec import StudySpec, resolve_workload
@@ -121,7 +121,7 @@ class Candidates:
     # ---- preflight -----------------------------------------------------------------------
     def preflight(self) -> None:
         """Before any launch of real SGLang: the installed version must speak the study's dialect,
-        and every candidate's argv is fed to its real parser (see autotune.sglang.installed)."""
+        and every candidate's argv is fed to its real parser (see autotune.sglang.flags.installed)."""
         spec = self.spec
         if spec.server.backend != "sglang":
             return

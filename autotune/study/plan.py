@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune import space
 from autotune.redact import redact_argv
-from autotune.sglang.flags import render_argv
+from autotune.sglang.flags.argv import render_argv
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.prediction import Predictor

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.gpus import GpuKind, get_gpu
-from autotune.sglang.memory import Calibration, Prediction, predict
-from autotune.sglang.models import ModelProfile, load_model_profile
+from autotune.sglang.hardware.gpus import GpuKind, get_gpu
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import Calibration, Prediction, predict
+from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.spec import StudySpec
 
 CalibrationSource = Callable[[], dict[str, Any] | None]

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 from autotune.outcome import FailureKind
 from autotune.redact import redact_argv, redact_text
-from autotune.sglang.flags import shell_line
-from autotune.sglang.memory import Calibration
+from autotune.sglang.flags.argv import shell_line
+from autotune.sglang.memory.predictor import Calibration
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.candidates import Candidates

@@ -11,8 +11,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.redact import REDACTED, redact_argv
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.flags import render_argv, shell_line
+from autotune.sglang.flags.argv import render_argv, shell_line
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.study import attrs
 from autotune.study.record import FLAT_METRICS
 

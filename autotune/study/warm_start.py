@@ -5,7 +5,7 @@ and compared with this one. What carries over, and only when it applies:
 
 * **calibration** (P, A, graph memory): same node (GPU kind, count, interconnect) and same model
   (architecture, shape and weight size). A different TP or memory regime re-derives it through the
-  memory model (:func:`autotune.sglang.memory.predict` rescales a calibration taken at another TP;
+  memory model (:func:`autotune.sglang.memory.predictor.predict` rescales a calibration taken at another TP;
   the draft weights inside A follow the regime it was measured under). A launch of this study
   calibrates again and replaces it.
 * **infeasible regions** (:mod:`autotune.study.infeasible`): same node, model, TP and memory regime;
@@ -44,9 +44,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.errors import ConfigError
 from autotune.redact import redact_url
-from autotune.sglang.flag_tables import table_for
-from autotune.sglang.knobs import exists_in, lookup
-from autotune.sglang.models import ModelProfile, load_model_profile
+from autotune.sglang.flags.release_tables import table_for
+from autotune.sglang.knobs.catalogue import exists_in, lookup
+from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sglang.versions import as_version
 from autotune.spec import StudySpec, load_study_spec
 from autotune.study import attrs

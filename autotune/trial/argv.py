@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.flags import render_argv
+from autotune.sglang.flags.argv import render_argv
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.trial.contract import TrialRequest
 
 __all__ = ["api_key", "build_argv"]

@@ -13,8 +13,8 @@ from typing import Any
 
 from autotune.objective import Objective
 from autotune.outcome import FailureKind
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.memory import Prediction
+from autotune.sglang.knobs.config import ServerConfig
+from autotune.sglang.memory.predictor import Prediction
 from autotune.spec import MixWorkloadSpec, SimSpec, WorkloadSpec
 
 __all__ = ["Reporter", "TrialRequest", "TrialResult", "TrialState"]

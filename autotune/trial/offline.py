@@ -55,7 +55,7 @@ from autotune.errors import ConfigError
 from autotune.launch.failures import classify
 from autotune.objective import Picked
 from autotune.outcome import FailureKind, load_failure_kind
-from autotune.sglang.models import ModelProfile, load_model_profile
+from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
 from autotune.sim.engine import Engine
 from autotune.sim.engine_factory import build_engine

@@ -23,7 +23,7 @@ from autotune.errors import AutotuneError
 from autotune.launch.failures import classify
 from autotune.outcome import FailureKind
 from autotune.sglang.logparse import summarize
-from autotune.sglang.models import ModelProfile
+from autotune.sglang.models.profile import ModelProfile
 from autotune.sim.args import Launch, SimOptions
 from autotune.sim.hardware import MemoryPlan
 from autotune.sim.startup import READY_LINE, LogWriter, StartupFailure, boot, runtime_oom_failure, warmup

@@ -14,7 +14,7 @@ compute from torch at import time (none of which the flags' shapes depend on)
 are placeholders. Modules that are installed are imported as usual.
 
 Minimal real dependencies per release were found by importing every release's
-parser from 0.5.9 to 0.5.23 (see ``autotune/sglang/parser_env.py``).
+parser from 0.5.9 to 0.5.23 (see ``autotune/sglang/flags/parser_env.py``).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ A standalone script (no autotune import): autotune runs it by path with the pyth
 that launches SGLang (``server.python``) to check argv before any launch, and
 ``tests/test_sglang_real_parser.py`` runs it with ``AUTOTUNE_SGLANG_PYTHON``.
 
-    python autotune/sglang/_real_parser_script.py < argvs.jsonl   # one JSON list of strings a line
+    python autotune/sglang/flags/_real_parser_script.py < argvs.jsonl   # one JSON list of strings a line
         -> one line a argv: {"ok": true|false, "error": null|"<argparse message>",
            "set": {dest: value, ...} (what the argv changed from the parser's defaults)}
-    python autotune/sglang/_real_parser_script.py --info
+    python autotune/sglang/flags/_real_parser_script.py --info
         -> one line: {"version": "0.5.9", "flags": [{"names": [...], "kind": "bool"|"value",
            "type": "int"|..., "choices": [...]|null, "nargs": ..., "default": ...}, ...]}
 

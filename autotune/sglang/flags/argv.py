@@ -20,11 +20,11 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from autotune.errors import ConfigError
-from autotune.sglang._flag_table import FLAGS, Flag, human_readable_int
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
-from autotune.sglang.flag_tables import table_for
-from autotune.sglang.speculative import validate_speculative
-from autotune.sglang.unknown_flags import accept_newer_flags, newer_flags
+from autotune.sglang.flags.modelled import FLAGS, Flag, human_readable_int
+from autotune.sglang.flags.release_tables import table_for
+from autotune.sglang.flags.unknown import accept_newer_flags, newer_flags
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.knobs.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
@@ -50,7 +50,7 @@ def _in_range(flag: Flag, v: SglangVersion) -> bool:
 
 
 def flags_for(version: str | SglangVersion) -> list[Flag]:
-    """The modelled flags (typed, see ``_flag_table``) that ``version`` of ``sglang.launch_server`` accepts.
+    """The modelled flags (typed, see ``modelled``) that ``version`` of ``sglang.launch_server`` accepts.
 
     A modelled flag counts only where the release's own table (read from its
     wheel) has it; its aliases are those that release declares.
@@ -101,7 +101,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """An ``argparse.ArgumentParser`` with every flag of ``version``'s real parser, ``allow_abbrev=True``.
 
-    Built from the release's table (``flag_tables/<version>.json``, read from
+    Built from the release's table (``release_tables/<version>.json``, read from
     its wheel), so unique prefixes, ambiguous prefixes, choices and types
     behave as on a real server. Callers may add their own flags (the simulated
     server adds ``--sim-*``). On a bad argv it prints ``<prog>: error: ...`` and
@@ -190,7 +190,7 @@ def render_argv(
     appended verbatim. Raises :class:`ConfigError` for a knob the version lacks
     and, with ``check``, when the version's parser would refuse the result (a
     flag no release has and no flag of this one is near is taken for a newer
-    build's: :mod:`autotune.sglang.unknown_flags`).
+    build's: :mod:`autotune.sglang.flags.unknown`).
     """
     v = as_version(version)
     _check_positive(cfg)
@@ -259,7 +259,7 @@ def render_flag(name: str, value: Any, version: str | SglangVersion) -> list[str
     across releases renders its release's name), a bool as the bare flag (False: not passed; a
     ``--x/--no-x`` flag: ``--no-x``), a value as ``--flag VALUE``. A flag the release lacks renders as
     written, so the release's parser refuses it with its own message."""
-    from autotune.sglang.knobs import lookup, spelling
+    from autotune.sglang.knobs.catalogue import lookup, spelling
 
     if value is None:
         return []
@@ -296,7 +296,7 @@ _PARSERS: dict[tuple[str, tuple[str, ...]], argparse.ArgumentParser] = {}
 
 
 def _parser(v: SglangVersion, newer: tuple[str, ...] = ()) -> argparse.ArgumentParser:
-    """The release's parser; ``newer``: flags taken for a newer build's (see autotune.sglang.unknown_flags)."""
+    """The release's parser; ``newer``: flags taken for a newer build's (see autotune.sglang.flags.unknown)."""
     key = (str(v), newer)
     if key not in _PARSERS:
         parser = build_parser(v, parser_class=_RaisingParser)

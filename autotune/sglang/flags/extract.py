@@ -1,11 +1,11 @@
 """Extract one SGLang release's launch_server flags from its wheel into autotune's per-release table.
 
-    python -m autotune.sglang.extract_flags sglang-0.5.24-...whl [more wheels or versions]
+    python -m autotune.sglang.flags.extract sglang-0.5.24-...whl [more wheels or versions]
 
 For each wheel (or a version, fetched from the registry), builds its
-parser-only environment (:mod:`autotune.sglang.parser_env`), asks SGLang's
+parser-only environment (:mod:`autotune.sglang.flags.parser_env`), asks SGLang's
 REAL parser for every flag it declares (``_real_parser_script.py --info``) and
-writes ``autotune/sglang/flag_tables/<version>.json``. It then prints what
+writes ``autotune/sglang/flags/release_tables/<version>.json``. It then prints what
 changed against the nearest older table (flags added, removed, choices and
 types changed) for the review. Adding a release is this command, a review of
 that summary, and a row in :mod:`autotune.sglang.releases` for its automatic values.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.sglang import parser_env
-from autotune.sglang.flag_tables import TABLE_DIR, known_versions, load_table
+from autotune.sglang.flags import parser_env
+from autotune.sglang.flags.release_tables import TABLE_DIR, known_versions, load_table
 from autotune.sglang.versions import as_version
 
 SCRIPT = Path(__file__).with_name("_real_parser_script.py")
@@ -80,7 +80,7 @@ def _summary(new: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m autotune.sglang.extract_flags", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m autotune.sglang.flags.extract", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sources", nargs="+", help="sglang wheel files, or versions to fetch from the registry")
     ap.add_argument("--out", type=Path, default=TABLE_DIR, help=f"folder of the tables (default {TABLE_DIR})")

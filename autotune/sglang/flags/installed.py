@@ -70,7 +70,7 @@ _SPELLING_FLAGS = (("--cuda-graph-max-bs", True), ("--disable-cuda-graph", True)
 
 
 def _spelling(version: str) -> tuple[bool, ...]:
-    from autotune.sglang.flags import has_flag
+    from autotune.sglang.flags.argv import has_flag
 
     return tuple(has_flag(version, name, current=current) for name, current in _SPELLING_FLAGS)
 

@@ -100,7 +100,7 @@ def ensure(version: str, *, wheel: Path | None = None) -> ParserEnv:
         tmp.rename(site)
     launcher.write_text(
         "#!/bin/sh\n"
-        "# autotune parser-only environment for SGLang " + v + " (autotune/sglang/parser_env.py)\n"
+        "# autotune parser-only environment for SGLang " + v + " (autotune/sglang/flags/parser_env.py)\n"
         f"PYTHONPATH='{site}' AUTOTUNE_PARSER_STUBS='{','.join(STUBS)}' exec '{python}' \"$@\"\n"
     )
     launcher.chmod(0o755)
@@ -108,7 +108,7 @@ def ensure(version: str, *, wheel: Path | None = None) -> ParserEnv:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autotune.sglang.parser_env 0.5.9 0.5.23``: build (or find) those environments, print each launcher."""
+    """``python -m autotune.sglang.flags.parser_env 0.5.9 0.5.23``: build (or find) those environments, print each launcher."""
     import time
 
     versions = sys.argv[1:] if argv is None else argv

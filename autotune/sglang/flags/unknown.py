@@ -1,7 +1,7 @@
 """Flags a release's parser does not declare: a typo, another release's flag, or a newer build's flag.
 
 autotune's parser for a release is built from that release's flag table
-(read from its wheel, :mod:`autotune.sglang.flag_tables`). A ``--flag`` the
+(read from its wheel, :mod:`autotune.sglang.flags.release_tables`). A ``--flag`` the
 table lacks is judged by one rule, the same before launch (``plan``, the
 driver's vetting) and in the simulated server, which plays a build of the
 study's release:
@@ -19,7 +19,7 @@ study's release:
   says it is not validated by a real parser.
 
 With a real SGLang venv of the study's version (``backend: sglang``) its own
-parser decides every candidate before launch instead (``autotune.sglang.installed``).
+parser decides every candidate before launch instead (``autotune.sglang.flags.installed``).
 
 The two ratios **[fitted]** on the tables: of 288 random one-edit typos of
 0.5.23's flags, 285 are near misses; of the 255 flags 0.5.23 added over 0.5.9,
@@ -34,7 +34,7 @@ import difflib
 import functools
 from collections.abc import Collection, Iterable
 
-from autotune.sglang.flag_tables import known_versions, load_table, table_for
+from autotune.sglang.flags.release_tables import known_versions, load_table, table_for
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["TYPO_RATIO", "ABBREV_TYPO_RATIO", "verdict", "newer_flags", "accept_newer_flags", "plan_note"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autotune.sglang.config import ServerConfig
+from autotune.sglang.knobs.config import ServerConfig
 
 CPU_ENV: dict[str, str] = {"SGLANG_USE_CPU_ENGINE": "1"}
 CPU_ATTENTION_BACKEND = "torch_native"

@@ -38,7 +38,7 @@ AITER_F_CONTEXT_ABOVE = 8192
 CUSTOM_AR_MAX_MIB = 16
 #: Attention back-ends built for CUDA only (no ROCm kernels in SGLang 0.5.23).
 CUDA_ONLY_ATTENTION = frozenset({"flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla", "trtllm_mha"})
-#: Knobs (and values) that exist for CUDA only, with the reason ``knob_rules`` prints.
+#: Knobs (and values) that exist for CUDA only, with the reason ``knobs.rules`` prints.
 CUDA_ONLY_KNOBS: dict[str, str] = {
     "flashinfer_allreduce_fusion": ("ROCm: FlashInfer allreduce fusion is CUDA-only (add_norm.py:53-54: "
                                     "_is_sm90_supported = _is_cuda and ...)"),
@@ -49,7 +49,7 @@ CUDA_ONLY_KNOBS: dict[str, str] = {
 
 
 def is_rocm(gpu: Any) -> bool:
-    """Whether ``gpu`` (a :class:`~autotune.sglang.gpus.GpuKind`, or anything with ``vendor``) is AMD."""
+    """Whether ``gpu`` (a :class:`~autotune.sglang.hardware.gpus.GpuKind`, or anything with ``vendor``) is AMD."""
     return getattr(gpu, "vendor", "nvidia") == "amd"
 
 

@@ -6,8 +6,8 @@ name: a typed knob of ``search_space`` (``mem_fraction_static``), a flag under
 under ``search_space.env`` (``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``). An entry
 says how the knob is spelled (flag spellings, newest first: a release renders
 the first its own flag table has; which releases have a flag is read from
-``flag_tables/``, never repeated here), its value type, the releases and
-hardware where it matters (:mod:`autotune.sglang.knob_rules` holds the rules),
+``flags/release_tables/``, never repeated here), its value type, the releases and
+hardware where it matters (:mod:`autotune.sglang.knobs.rules` holds the rules),
 what it needs and excludes, and how the memory model and the simulator read it
 (``memory`` / ``speed``; an empty ``memory`` means no memory effect).
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.sglang.flag_tables import known_versions, table_for
+from autotune.sglang.flags.release_tables import known_versions, table_for
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["CATALOGUE", "Knob", "describe", "exists_in", "lookup", "releases", "spelling"]
@@ -42,7 +42,7 @@ class Knob:
     excludes: str = ""
     memory: str = ""  # how the memory model reads it ("" = no memory effect)
     speed: str = ""  # how the simulator models it, with its source
-    hardware: str = ""  # where it matters (the rule is in knob_rules)
+    hardware: str = ""  # where it matters (the rule is in knobs.rules)
 
     @property
     def reads_memory(self) -> bool:
@@ -84,7 +84,7 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
     _k("max_running_requests", "typed", flags=("--max-running-requests",), value="int",
        field="max_running_requests", memory="caps the graph max bs (0.5.22+); hybrid (Mamba / linear-attention) "
        "models: the state pool's slots with the radix cache off, and the draft's intermediate states "
-       "(profiles/mamba.py)", speed="caps the running batch"),
+       "(models/mamba.py)", speed="caps the running batch"),
     _k("kv_cache_dtype", "typed", flags=("--kv-cache-dtype",), value="str", field="kv_cache_dtype",
        memory="cell size (fp8 1 byte; e4m3fnuz on MI300X/MI325X, 1 byte too)", speed="KV bytes read per decode step"),
     _k("attention_backend", "typed", flags=("--attention-backend",), value="str", field="attention_backend",
@@ -128,7 +128,7 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
     _k("--disable-radix-cache", "flag", flags=("--disable-radix-cache",), value="bool",
        memory="hybrid (Mamba / linear-attention) models: with --max-running-requests set, the state pool gets "
               "max(1, that / attention-DP) slots instead of the memory ratio's share of the KV budget, and a running "
-              "request holds 1 state slot instead of 3-5 (profiles/mamba.py; 0.5.23 kv_cache_configurator.py:3324-3347)",
+              "request holds 1 state slot instead of 3-5 (models/mamba.py; 0.5.23 kv_cache_configurator.py:3324-3347)",
        speed="no prefix reuse: every prompt prefilled whole (the simulator's radix cache off)"),
     _k("--max-mamba-cache-size", "flag", flags=("--max-mamba-cache-size",), value="int", hardware=_HYBRID,
        memory="hybrid models: the state pool's slots (/ attention-DP ranks); the rest of the budget to the KV pool; "

@@ -1,7 +1,7 @@
 """The canonical knobs of one SGLang launch.
 
 ``ServerConfig`` is the typed model from which argv is *rendered* for a given
-SGLang version (:func:`autotune.sglang.flags.render_argv`). Nothing ever parses
+SGLang version (:func:`autotune.sglang.flags.argv.render_argv`). Nothing ever parses
 facts back out of an argv list.
 """
 
@@ -60,7 +60,7 @@ class ServerConfig:
     port: int = 30000
     extra_args: tuple[str, ...] = ()
     #: Searched flags by name (``search_space.flags``): ``(flag, value)`` rendered for the release
-    #: (:mod:`autotune.sglang.knobs`); a bool True is the bare flag, False is not passed.
+    #: (:mod:`autotune.sglang.knobs.catalogue`); a bool True is the bare flag, False is not passed.
     flags: tuple[tuple[str, Any], ...] = ()
     #: Searched environment variables (``search_space.env``), added to the server's environment.
     env: tuple[tuple[str, str], ...] = ()

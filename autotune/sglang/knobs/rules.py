@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune.sglang.config import ServerConfig
-from autotune.sglang.knobs import Knob, exists_in, releases
-from autotune.sglang.rocm import CUDA_ONLY_ATTENTION, CUDA_ONLY_KNOBS
+from autotune.sglang.hardware.rocm import CUDA_ONLY_ATTENTION, CUDA_ONLY_KNOBS
+from autotune.sglang.knobs.catalogue import Knob, exists_in, releases
+from autotune.sglang.knobs.config import ServerConfig
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["NodeContext", "dead_reason", "dead_value_reason", "resolve"]
@@ -48,7 +48,7 @@ class NodeContext:
     is_moe: bool
     is_mla: bool = False
     fp8: bool = False
-    rocm: bool = False  # an AMD GPU: SGLang's HIP paths (autotune.sglang.rocm)
+    rocm: bool = False  # an AMD GPU: SGLang's HIP paths (autotune.sglang.hardware.rocm)
     hybrid_state: bool = False  # a Mamba / linear-attention hybrid: a state pool beside the KV pool
 
     @classmethod

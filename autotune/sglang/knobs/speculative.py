@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autotune.errors import ConfigError
-from autotune.sglang._flag_table import SPEC_ALGORITHMS_CLASSIC, SPEC_ALGORITHMS_MODERN
-from autotune.sglang.config import SpeculativeConfig
 from autotune.sglang.defaults import auto_speculative_params
-from autotune.sglang.models import MTP_ARCHITECTURES
+from autotune.sglang.flags.modelled import SPEC_ALGORITHMS_CLASSIC, SPEC_ALGORITHMS_MODERN
+from autotune.sglang.knobs.config import SpeculativeConfig
+from autotune.sglang.models.profile import MTP_ARCHITECTURES
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["validate_speculative", "tokens_per_request"]

@@ -20,10 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sglang import _slack as S
 from autotune.sglang import releases as R
-from autotune.sglang import rocm
-from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
@@ -32,15 +29,18 @@ from autotune.sglang.defaults import (
     default_max_running_requests,
     req_to_token_pool_size,
 )
-from autotune.sglang.dp_attention import replicated_weight_gib
-from autotune.sglang.flags import effective_config
-from autotune.sglang.gpus import GpuKind, get_gpu
-from autotune.sglang.models import ModelProfile
-from autotune.sglang.profiles.dsv4 import DSV4_PAGE
-from autotune.sglang.profiles.mamba import MambaKnobs, knobs_from_args
-from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
-from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved, weight_bytes_per_gpu
-from autotune.sglang.speculative import validate_speculative
+from autotune.sglang.flags.argv import effective_config
+from autotune.sglang.hardware import rocm
+from autotune.sglang.hardware.gpus import GpuKind, get_gpu
+from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
+from autotune.sglang.knobs.speculative import validate_speculative
+from autotune.sglang.memory import slack as S
+from autotune.sglang.models.dp_attention import replicated_weight_gib
+from autotune.sglang.models.dsv4 import DSV4_PAGE
+from autotune.sglang.models.mamba import MambaKnobs, knobs_from_args
+from autotune.sglang.models.mla import DSA_CUDA_PAGE
+from autotune.sglang.models.profile import ModelProfile
+from autotune.sglang.models.sizing import kv_cell_bytes, kv_reserved, weight_bytes_per_gpu
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
@@ -93,7 +93,7 @@ def cell_size_bytes(
     gpu_sm: int = 0,
     swa_ratio: float | None = None,
 ) -> int:
-    """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.profiles`).
+    """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.models`).
 
     MHA/GQA: ``max(1, kv_heads // attn_tp) x (head_dim + v_head_dim) x L x kv_size``
     (KV heads replicated when TP > kv heads). MLA: ``(kv_lora_rank +
@@ -600,7 +600,7 @@ def _swa_ratio(cfg: ServerConfig, model: ModelProfile | None = None, gpu: GpuKin
 
 
 def mamba_knobs(cfg: ServerConfig, model: ModelProfile, v: SglangVersion, draft_tokens: int, page: int) -> MambaKnobs:
-    """What ``cfg`` sets that sizes a hybrid model's state pool (:mod:`autotune.sglang.profiles.mamba`):
+    """What ``cfg`` sets that sizes a hybrid model's state pool (:mod:`autotune.sglang.models.mamba`):
     searched flags and extra_args, by their ``server_args`` names."""
     def arg(dest: str) -> Any:
         flag = "--" + dest.replace("_", "-")

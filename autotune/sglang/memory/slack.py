@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from autotune.sglang import releases as R
 from autotune.sglang.defaults import decode_graph_batch_sizes, prefill_graph_token_sizes
-from autotune.sglang.gpus import GpuKind
-from autotune.sglang.models import ModelProfile
+from autotune.sglang.hardware.gpus import GpuKind
+from autotune.sglang.models.profile import ModelProfile
 from autotune.sglang.versions import SglangVersion
 
 GIB = float(2**30)

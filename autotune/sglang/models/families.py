@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.sglang.profiles.dsv4 import default_compress_ratios
-from autotune.sglang.profiles.layout import KvLayout, MambaState
+from autotune.sglang.models.dsv4 import default_compress_ratios
+from autotune.sglang.models.layout import KvLayout, MambaState
 
 __all__ = ["GQA_ARCHITECTURES", "MLA_ARCHITECTURES", "DSA_ARCHITECTURES", "DSV4_ARCHITECTURES",
            "SWA_ARCHITECTURES", "MAMBA_ARCHITECTURES", "family_of", "kv_layout", "layer_kinds"]

@@ -43,7 +43,7 @@ from typing import Any
 
 from autotune.sglang import releases as R
 from autotune.sglang.defaults import SPECULATIVE_MAX_RUNNING_REQUESTS
-from autotune.sglang.profiles.layout import MambaState
+from autotune.sglang.models.layout import MambaState
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = ["EXTRA_BUFFER_ARCHITECTURES", "MAMBA_FULL_MEMORY_RATIO", "SLOTS_PER_REQUEST", "MambaKnobs", "MambaPool",

@@ -6,7 +6,7 @@ from the config; ModelOpt's ``hf_quant_config.json`` too. Config-only stand-in d
 ``studies/models/kimi-k2-class`` work without any weights on disk.
 
 The per-family rules (KV cell, the pools beside it, weights per GPU, quantization) live in
-:mod:`autotune.sglang.profiles`. Known: MHA/GQA (Llama, Mistral, Qwen, Gemma, GLM-4.x), hybrid
+:mod:`autotune.sglang.models`. Known: MHA/GQA (Llama, Mistral, Qwen, Gemma, GLM-4.x), hybrid
 sliding-window (GPT-OSS, MiMo-V2), MLA (DeepSeek V2/V3/R1, Kimi K2/K2.5), DSA (DeepSeek V3.2, GLM-5),
 DeepSeek V4, Mamba / linear-attention hybrids (Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1), multimodal wrappers
 (``text_config``) and EAGLE / EAGLE3 draft heads. Anything else is ``unknown``.
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sglang.profiles import families as F
-from autotune.sglang.profiles import quant as Q
-from autotune.sglang.profiles import weights as W
-from autotune.sglang.profiles.layout import KvLayout
-from autotune.sglang.profiles.safetensors import checkpoint_tensors, index_total_size
+from autotune.sglang.models import families as F
+from autotune.sglang.models import quant as Q
+from autotune.sglang.models import weights as W
+from autotune.sglang.models.layout import KvLayout
+from autotune.sglang.models.safetensors import checkpoint_tensors, index_total_size
 
 __all__ = ["ModelProfile", "load_model_profile", "profile_from_config"]
 
@@ -189,7 +189,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
     """Build a :class:`ModelProfile` from a parsed ``config.json``.
 
     ``total_size``: the safetensors index's exact size; ``tensors``: the shards' headers
-    (:func:`autotune.sglang.profiles.safetensors.checkpoint_tensors`), exact per component;
+    (:func:`autotune.sglang.models.safetensors.checkpoint_tensors`), exact per component;
     ``hf_quant``: ModelOpt's ``hf_quant_config.json``.
     """
     where = path

@@ -1,16 +1,16 @@
 """The family dispatch: KV bytes per token per GPU, the memory taken before the KV pool, and the
-weight bytes one GPU loads, for any :class:`autotune.sglang.models.ModelProfile`."""
+weight bytes one GPU loads, for any :class:`autotune.sglang.models.profile.ModelProfile`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
-from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
-from autotune.sglang.profiles.layout import KvLayout
-from autotune.sglang.profiles.mamba import MambaKnobs, MambaPool, mamba_pool
-from autotune.sglang.profiles.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
+from autotune.sglang.models.dsv4 import dsv4_coef, dsv4_fixed_bytes
+from autotune.sglang.models.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
+from autotune.sglang.models.layout import KvLayout
+from autotune.sglang.models.mamba import MambaKnobs, MambaPool, mamba_pool
+from autotune.sglang.models.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
 
 __all__ = ["Reserve", "layout_of", "kv_cell_bytes", "kv_reserved", "kv_reserved_bytes", "weight_bytes_per_gpu"]
 
@@ -58,7 +58,7 @@ class Reserve:
 
 def kv_reserved(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
                 mamba: MambaKnobs | None = None) -> Reserve:
-    """The multimodal cache, then the Mamba state pool (:func:`autotune.sglang.profiles.mamba.mamba_pool`,
+    """The multimodal cache, then the Mamba state pool (:func:`autotune.sglang.models.mamba.mamba_pool`,
     sized by the launch's ``mamba`` knobs) or DeepSeek V4's fixed compressed state (nothing else for a
     text-only model of the other families). ``tp`` is the attention TP (tp / attention-DP size)."""
     lay = layout_of(model)

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.sglang.profiles.quant import QuantScheme
-from autotune.sglang.profiles.safetensors import TensorInfo
+from autotune.sglang.models.quant import QuantScheme
+from autotune.sglang.models.safetensors import TensorInfo
 
 __all__ = ["WeightParts", "estimate_parts", "classify"]
 

@@ -93,9 +93,9 @@ def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
 
 def _memory_field(name: str) -> str | None:
     """The catalogue's field of the searched flag or variable ``name`` when it has a memory effect."""
-    from autotune.sglang import knobs
+    from autotune.sglang.knobs import catalogue
 
-    knob = knobs.lookup(name)
+    knob = catalogue.lookup(name)
     return (knob.field or knob.name) if knob is not None and knob.reads_memory else None
 
 

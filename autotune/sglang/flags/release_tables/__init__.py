@@ -1,7 +1,7 @@
 """Every flag of every SGLang release autotune knows, as each release's REAL parser declares it.
 
 One JSON file a release (``<version>.json``), written by
-``python -m autotune.sglang.extract_flags WHEEL`` from the release's wheel:
+``python -m autotune.sglang.flags.extract WHEEL`` from the release's wheel:
 names (aliases after the first), dest, bool or value, type name, choices,
 nargs, the argparse action's class (``DeprecatedAliasStoreAction``,
 ``DeprecatedAction``...) and the default. Removals are what a table lacks
@@ -77,7 +77,7 @@ def table_for(version: str | SglangVersion) -> FlagTable:
     base = load_table(older[-1])
     if base.version == known[-1]:
         note = (f"SGLang {v} is newer than every release autotune has read; using {base.version}'s flags "
-                f"(run python -m autotune.sglang.extract_flags on its wheel)")
+                f"(run python -m autotune.sglang.flags.extract on its wheel)")
         log.warning("%s", note)
     else:
         note = f"SGLang {v} has no table of its own; using {base.version}'s, the nearest older release"
