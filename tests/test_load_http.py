@@ -1,4 +1,4 @@
-"""The load generator's own HTTP/1.1 client (autotune/load/http.py) against scripted raw responses."""
+"""The load generator's own HTTP/1.1 client (autotune/load/transport/http.py) against scripted raw responses."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from autotune.load import arrival
-from autotune.load.http import HttpError, StreamPool
+from autotune.load.transport import arrival
+from autotune.load.transport.http import HttpError, StreamPool
 
 Script = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]  # (request number) -> keep the connection
 
@@ -324,16 +324,16 @@ def test_close_ends_a_request_that_still_waits_for_its_reply() -> None:
 def test_a_load_point_ends_a_request_that_outlives_its_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Defence in depth: whatever loses a cancel, the teardown aborts the connections after
     ``_END_S`` and the request ends with its connection, so the load point's end never hangs."""
-    from autotune.load import engine
+    from autotune.load import runner as load_runner
     from autotune.load.spec import LoadSpec
 
-    monkeypatch.setattr(engine, "_END_S", 0.2)
+    monkeypatch.setattr(load_runner, "_END_S", 0.2)
 
     async def main() -> None:
         server, url, release = await _silent_server()
         async with server:
             pool = StreamPool(url, limit=2)
-            runner = engine.LoadRunner(url, LoadSpec(base_url=url, num_prompts=1), None, pool)
+            runner = load_runner.LoadRunner(url, LoadSpec(base_url=url, num_prompts=1), None, pool)
 
             async def stubborn() -> object:
                 try:

@@ -13,7 +13,7 @@ sys.modules["orjson"] = None
 sys.path.insert(0, sys.argv[1])
 from loadgen_fake_server import running
 from autotune.load import LoadSpec, run_load
-import autotune.load.run as run_mod, autotune.load.stream as stream_mod
+import autotune.load.run as run_mod, autotune.load.transport.stream as stream_mod
 assert run_mod._loop_factory is None and stream_mod.loads.__module__ == "json"
 with running("--ttft-ms", "1", "--token-delay-ms", "1") as server:
     for backend in ("sglang", "openai"):

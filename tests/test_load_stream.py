@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from autotune.load.stream import StreamParser
+from autotune.load.transport.stream import StreamParser
 
 
 def sse(obj: object) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from autotune.load.stream import StreamParser
+from autotune.load.transport.stream import StreamParser
 
 
 def _sse(objs: list[dict]) -> bytes:

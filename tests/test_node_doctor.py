@@ -10,7 +10,7 @@ import yaml
 from fake_nvml import node_of
 
 from autotune.cli import main
-from autotune.node.doctor import run_checks
+from autotune.doctor import run_checks
 from autotune.sglang.flags.installed import InstalledSglang
 from autotune.spec import load_study_spec
 

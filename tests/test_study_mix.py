@@ -17,7 +17,7 @@ from autotune.results.summary import best
 from autotune.spec import MixWorkloadSpec, load_study_spec
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
-from autotune.trial.plan import LoadPoint, run_mix
+from autotune.trial.load_points import LoadPoint, run_mix
 
 pytestmark = pytest.mark.usefixtures("cli_signal_handlers")  # `autotune run` in this process sets handlers
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from autotune.objective import Direction, Objective
 from autotune.spec import RateSearchSpec, WorkloadSpec
-from autotune.trial.plan import LoadPoint, load_spec, run_plan
+from autotune.trial.load_points import LoadPoint, load_spec, run_plan
 
 SLO = Objective(slo={"p99_itl_ms": 50.0})
 

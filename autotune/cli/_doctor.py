@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from autotune.node.doctor import run_checks
+    from autotune.doctor import run_checks
     from autotune.spec import load_study_spec
 
     checks = run_checks(load_study_spec(args.study))

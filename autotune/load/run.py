@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 
 from autotune.errors import ConfigError, LoadGenError
-from autotune.load.engine import LoadRunner, SnapshotCallback
-from autotune.load.http import StreamPool
 from autotune.load.result import LoadPointFailed, LoadResult
+from autotune.load.runner import LoadRunner, SnapshotCallback
 from autotune.load.sources import check_files
 from autotune.load.spec import LoadSpec
+from autotune.load.transport.http import StreamPool
 
 try:  # optional speed-up: halves client CPU per token when events are not coalesced
     import uvloop

@@ -2,12 +2,12 @@
 
 Design (measured against SGLang's ``bench_serving`` and other load generators by
 ``benchmarks/loadgen_capacity.py`` and ``benchmarks/loadgen_keepup.py``): a single process and
-thread; uvloop when installed; one :class:`~autotune.load.http.StreamPool` allowing
+thread; uvloop when installed; one :class:`~autotune.load.transport.http.StreamPool` allowing
 exactly ``concurrency`` connections, pre-opened before the timed run, whose protocol
 hands each read of a response body, with one timestamp, to the request's callback
 (aiohttp's per-read machinery cost two thirds of the client's CPU per token; it still
 carries the control requests); SSE split by hand and one orjson parse per event
-(:mod:`autotune.load.stream`); all statistics computed once at the end with numpy
+(:mod:`autotune.load.transport.stream`); all statistics computed once at the end with numpy
 (:mod:`autotune.load.metrics`). A watchdog enforces the first-token and between-token
 timeouts for every in-flight request, so a hung or dead server never hangs a load point.
 """
@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from autotune.load.http import HttpError, OnData, Sent, StreamPool
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
@@ -38,7 +37,8 @@ from autotune.load.sources import (
     turn_prompt,
 )
 from autotune.load.spec import LoadSpec
-from autotune.load.stream import StreamParser
+from autotune.load.transport.http import HttpError, OnData, Sent, StreamPool
+from autotune.load.transport.stream import StreamParser
 
 try:  # optional speed-up
     import orjson

@@ -3,7 +3,7 @@
 It runs in the driver (inline executor) or in a Ray worker, and never touches
 optuna storage: it takes a :class:`~autotune.trial.contract.TrialRequest` and
 returns a :class:`~autotune.trial.contract.TrialResult`. Which points are measured
-and which one gives the value is :func:`autotune.trial.plan.run_plan`'s.
+and which one gives the value is :func:`autotune.trial.load_points.run_plan`'s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from autotune.sglang.logparse import summarize
 from autotune.trial.argv import api_key, build_argv
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
 from autotune.trial.live_kill import LiveKill
-from autotune.trial.plan import LoadPoint, load_spec, run_trial_plan, workload_of
+from autotune.trial.load_points import LoadPoint, load_spec, run_trial_plan, workload_of
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ simulated SGLang server, in modelled time and in a fraction of a second:
    through its public stepping API in modelled time (:mod:`autotune.trial.offline_load`),
    fed by the load generator's prompts and closed loop, warm-up excluded, measured with
    the load generator's own metrics code, at the points of the one load-point plan
-   (:func:`autotune.trial.plan.run_plan`: concurrency levels, and the rate bisection).
+   (:func:`autotune.trial.load_points.run_plan`: concurrency levels, and the rate bisection).
    A prefill over the activation headroom kills the engine: ``runtime_oom``, as the
    live evaluator classifies the dead server's log.
 
@@ -62,9 +62,9 @@ from autotune.sim.engine_factory import build_engine
 from autotune.sim.hardware import MemoryPlan, load_draft, plan_memory, resolve_speculative
 from autotune.trial.argv import build_argv
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState
+from autotune.trial.load_points import LoadPoint, load_spec, run_trial_plan, workload_of
 from autotune.trial.offline_load import run_point
 from autotune.trial.offline_startup import StartupOutcome, run_startup, runtime_oom_evidence
-from autotune.trial.plan import LoadPoint, load_spec, run_trial_plan, workload_of
 
 log = logging.getLogger(__name__)
 

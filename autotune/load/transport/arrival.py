@@ -38,7 +38,7 @@ SUPPORTED = sys.platform == "linux" and struct.calcsize("@l") == 8 and _ANCILLAR
 
 
 class Receiver(Protocol):
-    """What the transport drives (autotune.load.http's connection)."""
+    """What the transport drives (autotune.load.transport.http's connection)."""
 
     def connection_made(self, transport: Any) -> None: ...
 

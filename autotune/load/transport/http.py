@@ -8,7 +8,7 @@ read-resume and async-iterator machinery run for every read). Here one asyncio
 read's body bytes, with one timestamp (when the bytes arrived), straight to the request's callback: no future,
 task wake-up or iterator step per token. The awaiting coroutine wakes once, at the end
 of the body. Control requests (probe, model name, flush) stay on aiohttp. On Linux, plain-HTTP
-connections run on :class:`autotune.load.arrival.StampedTransport`: each read is stamped
+connections run on :class:`autotune.load.transport.arrival.StampedTransport`: each read is stamped
 with the kernel's arrival time, so a loop that gets the CPU late (a busy shared core)
 still records when the server's bytes came, and ``read_lags`` says how late it read.
 
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from autotune.load import arrival
+from autotune.load.transport import arrival
 
 OnData = Callable[[bytes, float], bool]  # True: stop reading (the connection is closed)
 _MAX_ERROR_BODY = 1 << 16
@@ -94,7 +94,7 @@ class _Conn(asyncio.Protocol):
         self.received(data, time.perf_counter())  # asyncio's transport (TLS, not Linux): stamped as processed
 
     def received(self, data: bytes, now: float) -> None:
-        """One read of the response, ``now`` the time its bytes arrived (see :mod:`autotune.load.arrival`)."""
+        """One read of the response, ``now`` the time its bytes arrived (see :mod:`autotune.load.transport.arrival`)."""
         if self.fut is None or self.fut.done():
             return  # nothing asked: stray bytes (the watchdog let go of this request)
         self.got_bytes = True
