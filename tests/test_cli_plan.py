@@ -96,6 +96,28 @@ def test_calibrate_from_log_then_plan_uses_it(tmp_path: Path, capsys):
     assert rows[0]["p_gib"] == pytest.approx(94.0) and rows[0]["kv_tokens"] == 159_368
 
 
+def test_calibrate_never_builds_the_sampler_nor_walks_the_grid(tmp_path: Path, capsys, monkeypatch):
+    """Storing a calibration opens the study's storage only: the sampler (``sampler.kind: auto``
+    counts the grid to choose one) is the driver's, so a huge grid costs ``calibrate`` nothing."""
+    from autotune import space
+    from autotune.spec import load_study_spec
+    from autotune.study.search.samplers import make_sampler
+    from autotune.study.storage.opening import open_study
+
+    def no_grid(spec):
+        raise AssertionError("the grid was enumerated")
+
+    monkeypatch.setattr(space, "iter_grid", no_grid)
+    study = _study(tmp_path)
+    with pytest.raises(AssertionError, match="enumerated"):  # what building the sampler would do
+        make_sampler(load_study_spec(study))
+    log = tmp_path / "server.log"
+    log.write_text(SEED_LOG)
+    assert main(["calibrate", str(study), "--from-log", str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_tokens"] == 159_277
+    assert open_study(load_study_spec(study), create=False).user_attrs["calibration"]["kv_tokens"] == 159_277
+
+
 def test_calibrate_rejects_a_log_without_memory_lines(tmp_path: Path, capsys):
     study = _study(tmp_path)
     log = tmp_path / "server.log"

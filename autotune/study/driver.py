@@ -49,6 +49,8 @@ from autotune.study.rerun import run_once_more
 from autotune.study.reuse import copy_result, launch_key, stored_result
 from autotune.study.search import race
 from autotune.study.search.policy import SearchPolicy
+from autotune.study.search.pruner import make_pruner
+from autotune.study.search.samplers import make_sampler
 from autotune.study.storage.lock import DriverLock
 from autotune.study.storage.opening import artifact_store, open_storage, open_study, store_artifact
 from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart
@@ -108,7 +110,9 @@ class StudyDriver:
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
-        self.study = open_study(spec, storage=self.storage, say_sampler=True)  # the one "sampler: ..." line
+        # Storage only opens; the search (sampler, pruner) is the driver's. The one "sampler: ..." line.
+        self.study = open_study(spec, storage=self.storage, sampler=make_sampler(spec, say=True),
+                                pruner=make_pruner(spec))
         self.store = artifact_store(spec)
         self.candidates = Candidates(spec, self.study, predictor, removed)
         self.recorder = Recorder(spec, self.study, self.candidates)

@@ -8,5 +8,5 @@
   a space-filling set).
 - ``estimate``: the noise-aware value of each configuration (ranks ``best`` and warm start's top).
 - ``race``: on a noisy node, each new leader runs once more during the search.
-- ``pruner``: early stopping that stops only clearly worse trials.
+- ``pruner``: early stopping that stops only clearly worse trials (``make_pruner``).
 """

@@ -16,6 +16,8 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.spec import StudySpec
+
 
 class ClearlyWorsePruner(BasePruner):
     def __init__(self, *, margin: float = 0.15, n_startup_trials: int = 4, n_warmup_steps: int = 2) -> None:
@@ -43,3 +45,12 @@ class ClearlyWorsePruner(BasePruner):
         if study.direction == StudyDirection.MAXIMIZE:
             return value < median * (1 - self.margin)
         return value > median * (1 + self.margin)
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """The study's pruner: ``search.early_stopping`` on, the clearly-worse rule; off, none."""
+    es = spec.search.early_stopping
+    if not es.enabled:
+        return optuna.pruners.NopPruner()
+    return ClearlyWorsePruner(margin=es.margin, n_startup_trials=es.n_startup_trials,
+                              n_warmup_steps=es.n_warmup_steps)

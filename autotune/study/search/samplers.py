@@ -1,7 +1,8 @@
-"""Sampler adaptations for an ask/tell driver."""
+"""The study's sampler (``make_sampler``, built by the driver) and its adaptations for an ask/tell driver."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
@@ -9,8 +10,11 @@ import optuna
 from optuna.samplers import BruteForceSampler
 
 from autotune import space
+from autotune.errors import ConfigError
 from autotune.spec import BoolChoices, FloatRange, IntChoices, IntRange, StrChoices, StudySpec
 from autotune.study.search import initial_design
+
+log = logging.getLogger(__name__)
 
 
 class GridSampler(BruteForceSampler):
@@ -88,3 +92,33 @@ def choose_sampler(spec: StudySpec) -> tuple[optuna.samplers.BaseSampler, str]:
         sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, group=True, constant_liar=True,
                                              n_startup_trials=max(1, n_design + 1))
     return sampler, "tpe: categorical or conditional knobs (multivariate, grouped; designed start-up)"
+
+
+def make_sampler(spec: StudySpec, *, say: bool = False) -> optuna.samplers.BaseSampler:
+    """The study's sampler, built by the driver for the study it runs (optuna does not persist
+    samplers: built again on resume). ``say``: log the choice of ``sampler.kind: auto`` and why."""
+    s = spec.sampler
+    if s.kind == "auto":
+        sampler, why = choose_sampler(spec)
+        if say:
+            log.info("sampler: %s", why)
+        return sampler
+    if s.kind == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optuna.samplers.TPESampler(
+                seed=s.seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=s.n_startup_trials
+            )
+    if s.kind == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    if s.kind == "grid":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return GridSampler(seed=s.seed)
+    if s.kind == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ConfigError("sampler.kind: 'gp' needs torch installed (pip install torch)") from None
+        return optuna.samplers.GPSampler(seed=s.seed)
+    raise ConfigError(f"sampler.kind: unknown {s.kind!r}")  # pragma: no cover - pydantic guards it

@@ -1,4 +1,8 @@
-"""Opening the study's optuna storage, its sampler and its artifact store."""
+"""Opening the study's optuna storage and its artifact store.
+
+Only opening: the sampler and the pruner are the search's, built by the driver
+(:mod:`autotune.study.search`), so storing a calibration from a log or reading a study never
+builds a sampler (``sampler.kind: auto`` enumerates the grid to choose one)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import copy
 import logging
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,6 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from autotune.errors import ConfigError
 from autotune.redact import redact_text, redact_url, redact_value
 from autotune.spec import StudySpec
-from autotune.study.search.pruner import ClearlyWorsePruner
-from autotune.study.search.samplers import GridSampler, choose_sampler
 from autotune.study.storage.check import check_readable, check_writable, no_study
 from autotune.study.storage.retry import (
     RetryingRDBStorage,
@@ -26,37 +27,6 @@ from autotune.study.storage.retry import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def make_sampler(spec: StudySpec, *, say: bool = False) -> optuna.samplers.BaseSampler:
-    """The study's sampler. Samplers are not persisted by optuna: build it again on resume.
-    ``say``: log the choice of ``sampler.kind: auto`` and why (once per run: the study it runs,
-    not an earlier study of ``warm_start:`` or a results command that only reads one)."""
-    s = spec.sampler
-    if s.kind == "auto":
-        sampler, why = choose_sampler(spec)
-        if say:
-            log.info("sampler: %s", why)
-        return sampler
-    if s.kind == "tpe":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return optuna.samplers.TPESampler(
-                seed=s.seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=s.n_startup_trials
-            )
-    if s.kind == "random":
-        return optuna.samplers.RandomSampler(seed=s.seed)
-    if s.kind == "grid":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return GridSampler(seed=s.seed)
-    if s.kind == "gp":
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise ConfigError("sampler.kind: 'gp' needs torch installed (pip install torch)") from None
-        return optuna.samplers.GPSampler(seed=s.seed)
-    raise ConfigError(f"sampler.kind: unknown {s.kind!r}")  # pragma: no cover - pydantic guards it
 
 
 def _engine_url(url: str) -> str:
@@ -139,33 +109,31 @@ def _no_tables(exc: BaseException) -> bool:
     return False
 
 
-def open_study(spec: StudySpec, *, create: bool = True,
-               storage: optuna.storages.RDBStorage | None = None, say_sampler: bool = False) -> optuna.Study:
+def open_study(spec: StudySpec, *, create: bool = True, storage: optuna.storages.RDBStorage | None = None,
+               sampler: optuna.samplers.BaseSampler | None = None,
+               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
     """Create or load the study. ``create=False`` (every command that only reads) opens the
     storage read-only and raises ConfigError when the study does not exist.
-    ``say_sampler``: log the sampler chosen (the driver, for the study it runs)."""
+
+    ``sampler`` / ``pruner``: the search's, for the driver (optuna persists neither: it builds
+    them again on resume). Without them the study is opened to read or to store an attribute,
+    never to ask: it gets optuna's plain random sampler and no pruner, and nothing of the
+    study's search space is enumerated."""
     storage = storage if storage is not None else open_storage(spec, read_only=not create)
+    sampler = sampler if sampler is not None else optuna.samplers.RandomSampler()
     if not create:
         try:
-            return optuna.load_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec))
+            return optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler)
         except KeyError:
             raise no_study(spec.name, spec.storage_url) from None
     return optuna.create_study(
         study_name=spec.name,
         storage=storage,
-        sampler=make_sampler(spec, say=say_sampler),
-        pruner=_pruner(spec),
+        sampler=sampler,
+        pruner=pruner if pruner is not None else optuna.pruners.NopPruner(),
         direction="maximize" if spec.objective.resolved_direction == "maximize" else "minimize",
         load_if_exists=True,
     )
-
-
-def _pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    es = spec.search.early_stopping
-    if not es.enabled:
-        return optuna.pruners.NopPruner()
-    return ClearlyWorsePruner(margin=es.margin, n_startup_trials=es.n_startup_trials,
-                              n_warmup_steps=es.n_warmup_steps)
 
 
 def artifact_store(spec: StudySpec) -> FileSystemArtifactStore:
