@@ -207,7 +207,7 @@ def measure(row: Row, study_path: Path, victim: int, before: dict[int, str], t_f
     from datetime import datetime
 
     from autotune.spec import load_study_spec
-    from autotune.study.driver import budget_used
+    from autotune.study.observer import budget_used
     from autotune.study.storage.opening import open_study
 
     st = open_study(load_study_spec(study_path), create=False)
@@ -322,7 +322,7 @@ def fault_raylet(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str]
 
 def _budget(study: Path) -> int:
     from autotune.spec import load_study_spec
-    from autotune.study.driver import budget_used
+    from autotune.study.observer import budget_used
     from autotune.study.storage.opening import open_study
 
     return budget_used(open_study(load_study_spec(study), create=False))

@@ -64,8 +64,9 @@ def study_file(where: Path, n: int, storage: str | None = None, name: str = "sca
 def build(path: Path) -> list[float]:
     """Run the study offline; return the driver's own seconds per trial (wall less evaluator)."""
     from autotune.spec import load_study_spec
-    from autotune.study.driver import Progress, run_study
+    from autotune.study.driver import run_study
     from autotune.study.execution.offline import OfflineExecutor
+    from autotune.study.observer import Progress
     from autotune.trial.offline import evaluate
 
     spent = {"eval": 0.0}

@@ -8,8 +8,9 @@ import optuna
 import yaml
 
 from autotune.spec import load_study_spec
-from autotune.study.driver import budget_used, run_study
+from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
+from autotune.study.observer import budget_used
 from autotune.study.search import initial_design
 from autotune.study.search.samplers import choose_sampler
 

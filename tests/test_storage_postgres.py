@@ -26,8 +26,9 @@ import yaml
 from pg_server import PgServer
 
 from autotune.spec import load_study_spec
-from autotune.study.driver import budget_used, run_study
+from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
+from autotune.study.observer import budget_used
 from autotune.study.storage.retry import StorageUnavailable
 
 pytestmark = pytest.mark.postgres

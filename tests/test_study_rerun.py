@@ -10,8 +10,9 @@ import yaml
 
 from autotune.outcome import FailureKind
 from autotune.spec import load_study_spec
-from autotune.study.driver import budget_used, run_study
+from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
+from autotune.study.observer import budget_used
 from autotune.study.rerun import run_once_more
 from autotune.trial.contract import TrialResult, TrialState
 

@@ -1,7 +1,7 @@
 """Progress of a sweep for the person watching: a rich live view on a terminal, plain
 one-line-per-event log lines everywhere else (CI, pipes, ``--no-progress``).
 
-Both are :class:`autotune.study.driver.Progress` observers built by
+Both are :class:`autotune.study.observer.Progress` observers built by
 :func:`make_progress`; both show finished / running / pruned / failed counts,
 the best value so far and an ETA against the study's trial budget (the mean
 duration of launched trials x the launches left / trials in flight).
@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results import trials as _trials
 from autotune.study import attrs
-from autotune.study.driver import Progress, budget_used
+from autotune.study.observer import Progress, budget_used
 
 log = logging.getLogger("autotune.progress")
 

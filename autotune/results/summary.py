@@ -16,7 +16,7 @@ from autotune.results.estimate import CONFIDENCE_Z, Estimate, by_estimate, estim
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
-from autotune.study.driver import budget_used, count_states
+from autotune.study.observer import budget_used, count_states
 from autotune.study.storage.opening import open_study
 
 

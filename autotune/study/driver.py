@@ -42,6 +42,7 @@ from autotune.study.candidates import Candidates, without_dead_knobs
 from autotune.study.execution.disk_fault import as_disk_fault
 from autotune.study.execution.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
+from autotune.study.observer import Progress, budget_used, count_states
 from autotune.study.phases import Phases
 from autotune.study.prediction import Predictor
 from autotune.study.record import Recorder
@@ -61,32 +62,12 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Progress:
-    """Observer of the sweep; every hook optional. The CLI plugs rich or plain lines in."""
-
-    on_start: Callable[[optuna.Study, int], None] | None = None
-    on_trial_end: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
-    on_launch: Callable[[int, dict[str, Any]], None] | None = None
-    on_end: Callable[[], None] | None = None  # the sweep ended (done, interrupted or failed)
-
-
-@dataclass
 class RunSummary:
     study_name: str
     finished: int
     states: dict[str, int] = field(default_factory=dict)
     reaped: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
-
-
-def budget_used(study: optuna.Study) -> int:
-    """Finished trials that count towards ``n_trials`` (interrupted ones are re-run instead)."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        if t.user_attrs.get(attrs.RETRIED) or t.user_attrs.get(attrs.CONFIRM_OF) is not None:
-            continue
-        n += 1
-    return n
 
 
 @dataclass
@@ -496,13 +477,6 @@ class StudyDriver:
             # One trial, not study.trials (a deep copy of every trial: 3.5 s per trial at 700
             # trials, benchmarks/scale.py).
             self.progress.on_trial_end(self.study, self.study.get_trials(deepcopy=False)[number])
-
-
-def count_states(study: optuna.Study) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False):
-        out[t.state.name] = out.get(t.state.name, 0) + 1
-    return out
 
 
 #: Where optuna keeps an enqueued trial's parameters (``Study.enqueue_trial``'s system attribute).
