@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
@@ -156,7 +157,7 @@ class ServerSpec(_Model):
 
 class HardwareSpec(_Model):
     # A catalogue name, a custom description (autotune.sglang.hardware.gpus.custom_gpu_name), or
-    # "auto" in the YAML: parse_study resolves it from the node (autotune.node.auto).
+    # "auto" in the YAML: read from the node before validation (autotune.node.study_file.load_study).
     gpu: str
     num_gpus: int = Field(default=1, ge=1, le=1024)
     interconnect: Literal["pcie", "nvlink"] = "nvlink"  # nvlink: the GPUs' own fabric (NVLink, or AMD's xGMI)
@@ -664,13 +665,24 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def parse_study(data: Any, *, source_path: str | None = None) -> StudySpec:
-    """Validate already-loaded YAML data. Raises ConfigError with one line."""
+#: Fills a study's hardware block in before validation (``hardware: auto`` read from the node, a GPU
+#: described by its figures): :func:`autotune.node.auto.resolve_study_data`, passed by
+#: :func:`autotune.node.study_file.load_study`. The study model itself reads no node.
+HardwareResolver = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def parse_study(data: Any, *, source_path: str | None = None, hardware: HardwareResolver | None = None) -> StudySpec:
+    """Validate already-loaded YAML data. Raises ConfigError with one line.
+
+    ``hardware``: resolves the hardware block first (see :data:`HardwareResolver`); without it
+    ``hardware: auto`` is refused with one line saying where it is read."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source_path or 'study'}: the study file must be a mapping, got {type(data).__name__}")
-    from autotune.node.auto import resolve_study_data
-
-    data = resolve_study_data(data)  # hardware: auto / a GPU described by its figures
+    if hardware is not None:
+        data = hardware(data)
+    elif _reads_the_node(data.get("hardware")):
+        raise ConfigError(f"{source_path + ': ' if source_path else ''}hardware.gpu: 'auto' is read from the node "
+                          "where a command loads the study (autotune.node.study_file.load_study); name the GPU here")
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
@@ -679,8 +691,12 @@ def parse_study(data: Any, *, source_path: str | None = None) -> StudySpec:
     return spec.model_copy(update={"source_path": source_path})
 
 
-def load_study_spec(path: str | Path) -> StudySpec:
-    """Load and validate a study file."""
+def _reads_the_node(hw: Any) -> bool:
+    return hw == "auto" or (isinstance(hw, dict) and hw.get("gpu", "auto") == "auto")
+
+
+def load_study_spec(path: str | Path, *, hardware: HardwareResolver | None = None) -> StudySpec:
+    """Load and validate a study file (``hardware``: as :func:`parse_study`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"study file not found: {path}")
@@ -691,4 +707,4 @@ def load_study_spec(path: str | Path) -> StudySpec:
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}:{where}: {problem}") from None
-    return parse_study(data, source_path=str(p))
+    return parse_study(data, source_path=str(p), hardware=hardware)

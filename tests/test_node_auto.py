@@ -11,6 +11,7 @@ from fake_nvml import node_of
 from autotune.errors import ConfigError
 from autotune.node import auto
 from autotune.node.nvml import read_node
+from autotune.node.study_file import load_study, study_from_data
 from autotune.node.topology import parse_topo
 from autotune.sglang.hardware.gpus import get_gpu
 from autotune.spec import parse_study
@@ -42,9 +43,32 @@ def test_auto_on_the_recorded_seed_node_resolves_to_the_demo_hardware(monkeypatc
     data = yaml.safe_load(DEMO.read_text())
     want = data["hardware"]
     data["hardware"] = "auto"
-    spec = parse_study(data, source_path=str(DEMO))
+    spec = study_from_data(data, source_path=str(DEMO))
     assert spec.hardware.model_dump() == want == {"gpu": "rtx-pro-6000", "num_gpus": 8, "interconnect": "pcie"}
     assert "catalogue 'rtx-pro-6000'" in caplog.text
+
+
+def test_the_commands_load_a_study_file_of_hardware_auto_from_the_node(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    _patch_node(monkeypatch, node_of("NVIDIA H100 80GB HBM3", 81559, (9, 0)), "topo_8x_h100_sxm_nvlink.txt")
+    data = yaml.safe_load(DEMO.read_text())
+    data["hardware"] = {"gpu": "auto"}
+    data["server"]["model_path"] = str(DEMO.parent / data["server"]["model_path"])
+    path = tmp_path / "auto.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_study(path)
+    assert spec.hardware.model_dump() == {"gpu": "h100", "num_gpus": 8, "interconnect": "nvlink"}
+
+
+def test_the_study_model_reads_no_node_and_says_where_auto_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_node() -> None:
+        raise AssertionError("the study model read the node")
+
+    monkeypatch.setattr(auto, "read_node", no_node)
+    data = yaml.safe_load(DEMO.read_text())
+    for hw in ("auto", {"gpu": "auto", "num_gpus": 2}, {"num_gpus": 2}):
+        with pytest.raises(ConfigError, match=r"demo.yaml: hardware.gpu: 'auto' is read from the node .*load_study"):
+            parse_study({**data, "hardware": hw}, source_path=str(DEMO))
 
 
 def test_auto_keeps_what_the_study_states(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,5 +141,5 @@ def test_a_described_gpu_loads_through_the_study_file() -> None:
     data = yaml.safe_load(DEMO.read_text())
     data["hardware"] = {"gpu": "l4", "memory_mib": 23034, "hbm_tb_s": 0.3, "bf16_tflops": 121, "num_gpus": 8,
                         "interconnect": "pcie"}
-    spec = parse_study(data, source_path=str(DEMO))
+    spec = study_from_data(data, source_path=str(DEMO))
     assert get_gpu(spec.hardware.gpu).memory_mib == 23034 and spec.hardware.num_gpus == 8

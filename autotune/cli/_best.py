@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _best(args: argparse.Namespace) -> int:
+    from autotune.node.study_file import load_study
     from autotune.results.summary import best, lineage_lines
-    from autotune.spec import load_study_spec
 
-    data = best(load_study_spec(args.study))
+    data = best(load_study(args.study))
     if args.json:
         print_json(data)
         return 0

@@ -24,10 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from autotune.spec import load_study_spec
+    from autotune.node.study_file import load_study
     from autotune.study.calibration import calibrate_from_log
 
-    cal = calibrate_from_log(load_study_spec(args.study), args.from_log, force=args.force)
+    cal = calibrate_from_log(load_study(args.study), args.from_log, force=args.force)
     if args.json:
         print_json({k: cal.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
                    | {"source": cal["source"], "forced": cal.get("forced", [])})

@@ -21,13 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
+    from autotune.node.study_file import load_study
     from autotune.results.dashboard import serve
-    from autotune.spec import load_study_spec
 
     def ready(url: str) -> None:
         print(f"dashboard: {url}  (Ctrl-C stops)", flush=True)
 
-    spec = load_study_spec(args.study)
+    spec = load_study(args.study)
     serve(spec, args.host, args.port, on_ready=ready, expose=args.expose)
     print("dashboard stopped", file=sys.stderr)
     return 0

@@ -21,9 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _doctor(args: argparse.Namespace) -> int:
     from autotune.doctor import run_checks
-    from autotune.spec import load_study_spec
+    from autotune.node.study_file import load_study
 
-    checks = run_checks(load_study_spec(args.study))
+    checks = run_checks(load_study(args.study))
     for c in checks:
         print(c.line())
     failed = [c.name for c in checks if c.ok is False]

@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from autotune.node.study_file import load_study
     from autotune.results.export import check_output, export
-    from autotune.spec import load_study_spec
 
     check_output(args.output)  # a bad suffix fails before the study is opened
-    frame = export(load_study_spec(args.study), args.output)
+    frame = export(load_study(args.study), args.output)
     print(f"wrote {len(frame)} trials x {len(frame.columns)} columns to {args.output}")
     return 0

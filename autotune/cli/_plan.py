@@ -30,10 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from autotune.spec import load_study_spec
+    from autotune.node.study_file import load_study
     from autotune.study.plan import ROW_KEYS, plan_document, plan_rows, plan_space, warm_start
 
-    spec = load_study_spec(args.study)
+    spec = load_study(args.study)
     warm = warm_start(spec)
     rows = plan_rows(spec, args.set, warm)
     space = plan_space(spec)

@@ -17,11 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from autotune.errors import ConfigError
+    from autotune.node.study_file import load_study
     from autotune.results.report import write_report
-    from autotune.spec import load_study_spec
 
     if args.top < 1:
         raise ConfigError(f"--top: must be >= 1, got {args.top}")
-    out = write_report(load_study_spec(args.study), args.output, top=args.top)
+    out = write_report(load_study(args.study), args.output, top=args.top)
     print(f"report: {out}")
     return 0

@@ -24,10 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from autotune.errors import ConfigError
-    from autotune.spec import load_study_spec
+    from autotune.node.study_file import load_study
     from autotune.study.driver import run_study
 
-    spec = load_study_spec(args.study)
+    spec = load_study(args.study)
     updates = {}
     if args.n_trials is not None:
         if args.n_trials < 1:

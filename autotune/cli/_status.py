@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from autotune.node.study_file import load_study
     from autotune.results.summary import status
-    from autotune.spec import load_study_spec
 
-    data = status(load_study_spec(args.study))
+    data = status(load_study(args.study))
     if args.json:
         print_json(data)
         return 0

@@ -43,12 +43,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
 from autotune.errors import ConfigError
+from autotune.node.study_file import load_study
 from autotune.redact import redact_url
 from autotune.sglang.flags.release_tables import table_for
 from autotune.sglang.knobs.catalogue import exists_in, lookup
 from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sglang.versions import as_version
-from autotune.spec import StudySpec, load_study_spec
+from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.infeasible import LEARNED_KINDS, Failure
 
@@ -380,7 +381,7 @@ def load_source(new: StudySpec, path: str) -> Source:
     full = new.resolve_path(path)
     if not Path(full).is_file():
         raise ConfigError(f"warm_start: no study file {path!r} (looked at {full})")
-    old = load_study_spec(full)
+    old = load_study(full)  # as the commands load it: an earlier study of hardware: auto reads this node
     if (old.name, old.storage_url) == (new.name, new.storage_url):
         raise ConfigError(f"warm_start: {path!r} is this study itself (resuming it needs no warm start)")
     study = OPEN[0](old, path)
