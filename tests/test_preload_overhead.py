@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.sglang.hardware.gpus import get_gpu
-from autotune.sglang.memory import slack as S
+from autotune.sglang.memory import slack
 
 LOGS = Path(__file__).resolve().parent / "data" / "public_logs"
 # the GPU, TP size and fabric of each log a figure is fitted on (the manifest's own fields)
@@ -33,31 +33,31 @@ def test_each_figure_reproduces_the_log_it_names(log_id: str) -> None:
     gpu = get_gpu({"rtx5090": "rtx-5090"}.get(entry["gpu"], entry["gpu"]))
     tp = int(entry["tp"])
     interconnect = "nvlink" if tp > 1 and gpu.has_nvlink else "pcie"
-    cited = [src for table in (S.CONTEXT_GIB, S.NVLINK_COMM_GIB) for _, src in table.values()]
+    cited = [src for table in (slack.CONTEXT_GIB, slack.NVLINK_COMM_GIB) for _, src in table.values()]
     assert any(log_id in src for src in cited), f"no figure names {log_id}"
-    overhead = S.base_overhead_gib(gpu, tp, interconnect)
+    overhead = slack.base_overhead_gib(gpu, tp, interconnect)
     assert gpu.memory_gib - overhead == pytest.approx(_logged_p(entry), abs=0.01)
 
 
 def test_the_seed_launch_keeps_its_measured_p() -> None:
     """RTX PRO 6000, TP 8 over PCIe: P = 94.00 GiB of 97,887 MiB, as the seed's log showed."""
     g = get_gpu("rtx-pro-6000")
-    assert g.memory_gib - S.base_overhead_gib(g, 8, "pcie") == pytest.approx(94.00, abs=0.005)
+    assert g.memory_gib - slack.base_overhead_gib(g, 8, "pcie") == pytest.approx(94.00, abs=0.005)
 
 
 def test_fabric_and_tp_size_move_the_overhead() -> None:
     h100 = get_gpu("h100")
-    assert S.base_overhead_gib(h100, 1, "nvlink") == S.CONTEXT_GIB["sm90"][0]  # no NCCL buffers at TP 1
-    nv4, nv8 = (S.base_overhead_gib(h100, tp, "nvlink") for tp in (4, 8))
+    assert slack.base_overhead_gib(h100, 1, "nvlink") == slack.CONTEXT_GIB["sm90"][0]  # no NCCL buffers at TP 1
+    nv4, nv8 = (slack.base_overhead_gib(h100, tp, "nvlink") for tp in (4, 8))
     assert nv4 == nv8 > 2.5  # NVLink: the channels, not the ranks, set NCCL's buffers
-    pcie2, pcie8 = (S.base_overhead_gib(get_gpu("l40s"), tp, "pcie") for tp in (2, 8))
-    assert pcie8 - pcie2 == pytest.approx(6 * S.PCIE_COMM_PER_RANK_GIB["other"][0])
+    pcie2, pcie8 = (slack.base_overhead_gib(get_gpu("l40s"), tp, "pcie") for tp in (2, 8))
+    assert pcie8 - pcie2 == pytest.approx(6 * slack.PCIE_COMM_PER_RANK_GIB["other"][0])
     # an NVLink-capable part on a PCIe-only machine gets the PCIe figure
-    assert S.base_overhead_gib(h100, 8, "pcie") < nv8
+    assert slack.base_overhead_gib(h100, 8, "pcie") < nv8
 
 
 def test_every_source_says_fitted_or_modelled() -> None:
-    for table in (S.CONTEXT_GIB, S.NVLINK_COMM_GIB, S.PCIE_COMM_PER_RANK_GIB):
+    for table in (slack.CONTEXT_GIB, slack.NVLINK_COMM_GIB, slack.PCIE_COMM_PER_RANK_GIB):
         for gib, src in table.values():
             assert 0 < gib < 4 and re.match(r"(fitted on|modelled)", src), src
 

@@ -8,7 +8,7 @@ numbers to predict a launch. All sizes are MiB unless a name says otherwise.
 
 from __future__ import annotations
 
-from autotune.sglang import releases as R
+from autotune.sglang import releases
 from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
@@ -33,7 +33,7 @@ _V = as_version
 
 def _new_brackets(version: SglangVersion) -> bool:
     """0.5.20 changed the 20-35 GiB bracket and the unknown-capacity fallback (releases.NEW_BRACKETS)."""
-    return R.new_memory_brackets(version)
+    return releases.new_memory_brackets(version)
 
 
 def auto_chunked_prefill_size(gpu_mem_mib: int | None, version: str | SglangVersion) -> int:
@@ -60,7 +60,7 @@ def auto_cuda_graph_max_bs(gpu_mem_mib: int | None, tp_size: int, version: str |
     """
     v = _V(version)
     value = _bracket_max_bs(gpu_mem_mib, tp_size, v)
-    if max_running_requests is not None and R.max_bs_capped_by_max_running_requests(v):
+    if max_running_requests is not None and releases.max_bs_capped_by_max_running_requests(v):
         value = min(value, max(max_running_requests, 1))
     return value
 
@@ -94,9 +94,9 @@ def prefill_graph_token_sizes(max_tokens: int) -> list[int]:
 
 def _prefill_graph_on_by_default(version: SglangVersion, speculative: bool = False, dp_attention: bool = False) -> bool:
     """Prefill (piecewise) graphs: opt-in in 0.5.9, on by default from 0.5.10 unless the release turns them off."""
-    if not R.prefill_graphs_default_on(version):
+    if not releases.prefill_graphs_default_on(version):
         return False
-    return R.prefill_graphs_off_reason(version, speculative=speculative, dp_attention=dp_attention) is None
+    return releases.prefill_graphs_off_reason(version, speculative=speculative, dp_attention=dp_attention) is None
 
 
 def reserved_mib(
@@ -124,7 +124,7 @@ def reserved_mib(
     if prefill_graph is None:
         prefill_graph = _prefill_graph_on_by_default(v, bool(speculative_algorithm), dp_attention_size > 1)
     if prefill_graph:
-        if is_mla and R.mla_flat_prefill_reserve(v):
+        if is_mla and releases.mla_flat_prefill_reserve(v):
             reserved += 1.5 * 1024  # server_args / memory_hook: MLA prefill graph reserve (0.5.10 on)
         else:
             cap = 2048 if is_mla else chunked_prefill_size
@@ -135,9 +135,9 @@ def reserved_mib(
         reserved = max(reserved, 10 * 1024)
     algo = (speculative_algorithm or "").upper()
     if algo == "STANDALONE":  # removed in 0.5.14: draft memory is inside the budget there
-        reserved += R.standalone_reserve_mib(v)
+        reserved += releases.standalone_reserve_mib(v)
     elif algo and algo != "NGRAM":  # EAGLE family: +2 GiB in 0.5.9, +4 GiB in 0.5.10-0.5.13
-        reserved += R.eagle_reserve_mib(v)
+        reserved += releases.eagle_reserve_mib(v)
     return reserved
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sglang import releases as R
+from autotune.sglang import releases
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
@@ -34,7 +34,7 @@ from autotune.sglang.hardware import rocm
 from autotune.sglang.hardware.gpus import GpuKind, get_gpu
 from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.knobs.speculative import validate_speculative
-from autotune.sglang.memory import slack as S
+from autotune.sglang.memory import slack
 from autotune.sglang.models.dp_attention import replicated_weight_gib
 from autotune.sglang.models.dsv4 import DSV4_PAGE
 from autotune.sglang.models.mamba import MambaKnobs, knobs_from_args
@@ -215,10 +215,10 @@ def _draft_weight_gib(model: ModelProfile, draft: ModelProfile | None, algorithm
     if not algo or algo == "NGRAM":
         return 0.0
     if draft is not None:
-        return draft.weight_bytes / tp / S.GIB
+        return draft.weight_bytes / tp / slack.GIB
     if model.num_nextn_predict_layers > 0:  # MTP layers inside the target checkpoint
         share = model.num_nextn_predict_layers / (model.num_layers + model.num_nextn_predict_layers)
-        return model.weight_bytes * share / tp / S.GIB
+        return model.weight_bytes * share / tp / slack.GIB
     return 0.0
 
 
@@ -259,13 +259,13 @@ def predict(
     algo = (spec.algorithm or "").upper() or None
     notes: list[str] = []
     cap_gib = g.memory_gib
-    comm = S.comm_buffers_gib(
+    comm = slack.comm_buffers_gib(
         g, tp, interconnect, custom_allreduce=cfg.custom_allreduce, torch_symm_mem=cfg.enable_torch_symm_mem
     )
     draft_w = _draft_weight_gib(model, draft, algo, tp)
     draft_w_b = draft_w if v.regime == "B" else 0.0
-    align = R.mxfp4_pad_align(v, sm_family=g.sm_family, rocm=g.rocm)
-    weights = weight_bytes_per_gpu(model, tp, mxfp4_align=align) / S.GIB
+    align = releases.mxfp4_pad_align(v, sm_family=g.sm_family, rocm=g.rocm)
+    weights = weight_bytes_per_gpu(model, tp, mxfp4_align=align) / slack.GIB
     cal = (
         calibration
         if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
@@ -281,7 +281,7 @@ def predict(
         cal_comm = (
             cal.comm_gib
             if cal.comm_gib is not None
-            else S.comm_buffers_gib(
+            else slack.comm_buffers_gib(
                 g, cal_tp, interconnect, custom_allreduce=cal.custom_allreduce, torch_symm_mem=cal.enable_torch_symm_mem
             )
         )
@@ -295,14 +295,14 @@ def predict(
             p = cal_p - (comm - cal_comm)
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one (NCCL's buffers move with TP)
-            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / S.GIB - cal_draft
-            moved = S.base_overhead_gib(g, tp, interconnect) - S.base_overhead_gib(g, cal_tp, interconnect)
+            residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / slack.GIB - cal_draft
+            moved = slack.base_overhead_gib(g, tp, interconnect) - slack.base_overhead_gib(g, cal_tp, interconnect)
             p = cal_p - moved - (comm - cal_comm)
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
             notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
     else:
-        p = cap_gib - S.base_overhead_gib(g, tp, interconnect) - comm
+        p = cap_gib - slack.base_overhead_gib(g, tp, interconnect) - comm
         a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
         notes.append("P and A estimated from capacity and weight size (no calibration)")
     dp_attn = cfg.attn_dp_size
@@ -358,14 +358,14 @@ def predict(
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
                            spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
-    slack = p * (1 - f)
-    rest = a - slack
+    slack_gib = p * (1 - f)
+    rest = a - slack_gib
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
     speculative = spec.enabled
     draft_tokens = _resolved_draft_tokens(spec, model, v, notes) if speculative else 0
     page = _page_size(cfg, model)
-    res = kv_reserved(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
+    res = kv_reserved(model, rest * slack.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
                       mamba=mamba_knobs(cfg, model, v, draft_tokens, page)) if rest > 0 else None
     reserved = res.bytes if res is not None else 0.0
     pool = res.mamba if res is not None else None
@@ -378,10 +378,10 @@ def predict(
         notes.append(f"KV cell {cell:,} B learned from the calibration launch (the "
                      f"{'architecture' if model.is_unknown else 'build'}'s rule is unknown)")
     if reserved > 0:
-        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
+        head += f" ({reserved / slack.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
         head += (f": {pool.slots} state slots x {pool.per_request_bytes / 2**20:.1f} MiB by {pool.rule})"
                  if pool is not None else ")")
-    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
+    tokens = max(int(math.floor((rest * slack.GIB - reserved) / cell)), 0) if rest > 0 else 0
     if pool is not None and pool.max_running_cap <= 0:  # SGLang: "Not enough GPU memory for hybrid ... state cache"
         tokens = 0
 
@@ -397,7 +397,7 @@ def predict(
         def tokens_at(swa_ratio: float) -> int:
             c = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v,
                                 draft=draft, spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=swa_ratio)
-            return finish(max(int(math.floor((rest * S.GIB - reserved) / c)), 0))
+            return finish(max(int(math.floor((rest * slack.GIB - reserved) / c)), 0))
 
         low, high, range_why = kv_rule_range(model, cfg, g, v, tokens, tokens_at)
         if range_why:
@@ -420,7 +420,7 @@ def predict(
         kv_gib=round(rest, 4),
         kv_tokens=tokens,
         cell_bytes=cell,
-        slack_gib=round(slack, 4),
+        slack_gib=round(slack_gib, 4),
         cuda_graph_max_bs=max_bs,
         min_viable_mem_fraction=shown_min,
         min_launchable_mem_fraction=launchable_min,
@@ -459,7 +459,7 @@ def predict(
     prefill_on = not cfg.disable_cuda_graph and not g.rocm and _prefill_graphs_on(cfg, v, speculative=speculative,
                                                                    dp_attention=attn_dp > 1)
     prefill_max = min(2048 if model.is_mla else chunk, cfg.max_total_tokens or chunk)
-    ladder = [] if cfg.disable_cuda_graph else S.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)
+    ladder = [] if cfg.disable_cuda_graph else slack.ladder_for(max_bs, speculative=speculative, version=v, req_rows=rows)
     graphs = _graph_estimate(model, v, ladder, speculative, tpr, prefill_on, prefill_max, attn_dp)
     graph_calibrated = False
     if cal is not None and cal.graph_gib is not None and not cfg.disable_cuda_graph:
@@ -467,7 +467,7 @@ def predict(
         cal_spec = bool(cal.speculative_algorithm)
         cal_bs = cal.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, cal_tp, v)
         cal_rows = req_to_token_pool_size(cal.kv_tokens or tokens, context, v, cal_spec, None)
-        cal_ladder = S.ladder_for(cal_bs, speculative=cal_spec, version=v, req_rows=cal_rows)
+        cal_ladder = slack.ladder_for(cal_bs, speculative=cal_spec, version=v, req_rows=cal_rows)
         cal_est = _graph_estimate(
             model, v, cal_ladder, cal_spec, (cal.num_draft_tokens or 1) if cal_spec else 1, prefill_on, prefill_max,
             cal.attn_dp_size,
@@ -477,11 +477,11 @@ def predict(
             graph_calibrated = True
     parts = {
         "graphs": graphs,
-        "req_to_token": S.req_to_token_gib(rows, context, draft_tokens, v),
-        "attention_workspace": S.attention_workspace_gib(model),
+        "req_to_token": slack.req_to_token_gib(rows, context, draft_tokens, v),
+        "attention_workspace": slack.attention_workspace_gib(model),
     }
-    if S.fusion_enabled(model, g, tp, cfg.flashinfer_allreduce_fusion):
-        parts["allreduce_fusion"] = S.fusion_workspace_gib(model, tp)
+    if slack.fusion_enabled(model, g, tp, cfg.flashinfer_allreduce_fusion):
+        parts["allreduce_fusion"] = slack.fusion_workspace_gib(model, tp)
     if cfg.enable_symm_mem:
         parts["symm_mem"] = 4.0
     if speculative and v.regime == "A":
@@ -491,8 +491,8 @@ def predict(
             else int(cell / max(model.num_layers, 1) * _draft_layers(model, None, algo or ""))
         )
         parts["draft_weights"] = draft_w
-        parts["draft_kv"] = tokens * d_cell / S.GIB
-    activations = S.activations_gib(model, tp, chunk, mrr or max_bs)
+        parts["draft_kv"] = tokens * d_cell / slack.GIB
+    activations = slack.activations_gib(model, tp, chunk, mrr or max_bs)
     lean_graph = 1.0 if graph_calibrated else LEAN
     startup = sum(parts.values()) - graphs + graphs * lean_graph
     total = startup + activations * LEAN
@@ -501,21 +501,21 @@ def predict(
     uncertain = uncertain or not graph_calibrated
     listed = ", ".join(f"{k} {val:.2f}" for k, val in parts.items())
     kv_txt = f"{head} -> {tokens:,} tokens x {cell:,} B"
-    if startup > slack:
+    if startup > slack_gib:
         verdict, reason = (
             "graph_capture_oom",
             (
-                f"slack {p:.2f} x (1 - {f:g}) = {slack:.2f} GiB < {startup:.2f} GiB "
+                f"slack {p:.2f} x (1 - {f:g}) = {slack_gib:.2f} GiB < {startup:.2f} GiB "
                 f"allocated after the KV pool at startup ({listed}); {kv_txt}"
             ),
         )
-    elif total > slack:
+    elif total > slack_gib:
         verdict, reason = (
             "runtime_oom_risk",
-            (f"slack {slack:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}"),
+            (f"slack {slack_gib:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}"),
         )
     else:
-        verdict, reason = "fits", f"{kv_txt}; slack {slack:.2f} GiB >= {total:.2f} GiB needed ({listed})"
+        verdict, reason = "fits", f"{kv_txt}; slack {slack_gib:.2f} GiB >= {total:.2f} GiB needed ({listed})"
     return Prediction(
         **common,
         slack_needed_gib=round(total, 4),
@@ -546,7 +546,7 @@ def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfi
         return 0
     if (cal.tp_size or cfg.tp_size) != cfg.tp_size or cal.attn_dp_size != cfg.attn_dp_size:
         return 0
-    rest = (float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)) * S.GIB
+    rest = (float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)) * slack.GIB
     rest -= reserved_at(rest) if reserved_at is not None and not model.is_unknown and rest > 0 else 0.0
     return int(rest / cal.kv_tokens) if rest > 0 else 0
 
@@ -593,7 +593,7 @@ def _swa_ratio(cfg: ServerConfig, model: ModelProfile | None = None, gpu: GpuKin
     given or set by the release (GPT-OSS on trtllm_mha before 0.5.23: :func:`releases.gpt_oss_disables_hybrid_swa`)."""
     if "--disable-hybrid-swa-memory" in cfg.extra_args or cfg.flag("--disable-hybrid-swa-memory"):
         return 1.0
-    if model is not None and gpu is not None and v is not None and R.gpt_oss_disables_hybrid_swa(
+    if model is not None and gpu is not None and v is not None and releases.gpt_oss_disables_hybrid_swa(
             v, model.architecture, sm_family=gpu.sm_family, attention_backend=cfg.attention_backend):
         return 1.0
     return _float_flag(cfg, "--swa-full-tokens-ratio")
@@ -647,12 +647,12 @@ def _page_size(cfg: ServerConfig, model: ModelProfile | None = None) -> int:
 def _prefill_graphs_on(cfg: ServerConfig, v: SglangVersion, *, speculative: bool, dp_attention: bool) -> bool:
     """Prefill (piecewise) graphs: opt-in before 0.5.10, then on unless turned off (by flag or by the release)."""
     args = set(cfg.extra_args)
-    if R.prefill_graphs_default_on(v):
+    if releases.prefill_graphs_default_on(v):
         if {"--disable-piecewise-cuda-graph", "--disable-prefill-cuda-graph"} & args:
             return False
         if "--cuda-graph-backend-prefill" in args and "disabled" in args:
             return False
-        return R.prefill_graphs_off_reason(v, speculative=speculative, dp_attention=dp_attention) is None
+        return releases.prefill_graphs_off_reason(v, speculative=speculative, dp_attention=dp_attention) is None
     return "--enable-piecewise-cuda-graph" in args
 
 
@@ -668,9 +668,9 @@ def _graph_estimate(
 ) -> float:
     """Decode graphs for ``ladder`` (x1.3 for draft graphs under speculation) plus prefill graphs when on;
     DP attention's padding (``attn_dp`` > 1) once, not scaled for drafts."""
-    decode = S.decode_graph_gib(model, ladder, tokens_per_req)
-    pad = S.dp_padding_gib(max(ladder, default=0), attn_dp)
+    decode = slack.decode_graph_gib(model, ladder, tokens_per_req)
+    pad = slack.dp_padding_gib(max(ladder, default=0), attn_dp)
     est = decode * 1.3 if speculative and ladder else decode  # draft decode/extend graphs on top of the target's
     if prefill_on:
-        est += S.prefill_graph_extra_gib(S.prefill_graph_gib(model, prefill_max), decode + pad, version)
+        est += slack.prefill_graph_extra_gib(slack.prefill_graph_gib(model, prefill_max), decode + pad, version)
     return est + pad

@@ -9,7 +9,7 @@ the estimates are known (a wrong prune loses the best config forever).
 
 from __future__ import annotations
 
-from autotune.sglang import releases as R
+from autotune.sglang import releases
 from autotune.sglang.defaults import decode_graph_batch_sizes, prefill_graph_token_sizes
 from autotune.sglang.hardware.gpus import GpuKind
 from autotune.sglang.models.profile import ModelProfile
@@ -182,7 +182,7 @@ def prefill_graph_gib(model: ModelProfile, max_tokens: int) -> float:
 def prefill_graph_extra_gib(prefill_gib: float, decode_gib: float, version: SglangVersion) -> float:
     """What prefill graphs add on top of the decode graphs: all of it, or from 0.5.22 (one shared pool,
     SGLang PR #28973) only what exceeds the decode graphs' pool. Static I/O buffers are neglected."""
-    if R.shared_graph_pool(version):
+    if releases.shared_graph_pool(version):
         return max(prefill_gib - decode_gib, 0.0)
     return prefill_gib
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune.sglang import releases as R
+from autotune.sglang import releases
 from autotune.sglang.defaults import SPECULATIVE_MAX_RUNNING_REQUESTS
 from autotune.sglang.models.layout import MambaState
 from autotune.sglang.versions import SglangVersion, as_version
@@ -143,7 +143,7 @@ def mamba_ratio(k: MambaKnobs) -> int:
 def _extra_buffer(k: MambaKnobs) -> bool:
     if k.strategy in ("extra_buffer", "extra_buffer_lazy"):
         return True
-    if k.strategy not in (None, "auto") or not R.mamba_extra_buffer_auto(k.version):
+    if k.strategy not in (None, "auto") or not releases.mamba_extra_buffer_auto(k.version):
         return False
     return k.architecture in EXTRA_BUFFER_ARCHITECTURES and (k.overlap or k.page_size > 1)
 
@@ -162,10 +162,10 @@ def mamba_pool(m: MambaState, tp: int, rest_bytes: float, knobs: MambaKnobs | No
     r = MAMBA_FULL_MEMORY_RATIO if k.full_memory_ratio is None else float(k.full_memory_ratio)
     d = int(k.draft_tokens or 0)
     mrr = k.max_running_requests
-    pad = 1 if R.mamba_pool_padding_slot(v) else 0
+    pad = 1 if releases.mamba_pool_padding_slot(v) else 0
     per_rank_mrr = max(1, mrr // dp) if mrr is not None and pad else (mrr // dp if mrr is not None else None)
     rest = float(rest_bytes)
-    if not R.mamba_joint_spec_solve(v):  # 0.5.9-0.5.12: the intermediates first, then the slots
+    if not releases.mamba_joint_spec_solve(v):  # 0.5.9-0.5.12: the intermediates first, then the slots
         inter = s * (mrr // dp) * d if d and mrr is not None else 0.0
         rest -= inter
         if k.max_mamba_cache_size is not None:

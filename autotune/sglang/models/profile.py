@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sglang.models import families as F
-from autotune.sglang.models import quant as Q
-from autotune.sglang.models import weights as W
+from autotune.sglang.models import families, weights
 from autotune.sglang.models.layout import KvLayout
+from autotune.sglang.models.quant import FP8_BLOCK, MXFP4, QuantScheme, detect_quant
 from autotune.sglang.models.safetensors import checkpoint_tensors, index_total_size
 
 __all__ = ["ModelProfile", "load_model_profile", "profile_from_config"]
@@ -208,7 +207,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
     heads = _int(text, "num_attention_heads", where=where)
     if hidden <= 0 or heads <= 0 or num_layers <= 0:
         raise ConfigError(f"model_path: {where}: non-positive hidden_size/num_attention_heads/num_hidden_layers")
-    family = "mha" if is_draft else F.family_of(arch, text)
+    family = "mha" if is_draft else families.family_of(arch, text)
     unknown = "" if family else f"architecture {arch} is not one the memory model knows"
     # an unknown architecture is sized as plain GQA (MLA when it has a latent), as a placeholder only
     fam = family or ("mla" if text.get("kv_lora_rank") is not None else "mha")
@@ -226,26 +225,26 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
     dtype_name = str(text.get("torch_dtype") or text.get("dtype") or top.get("torch_dtype") or top.get("dtype")
                      or "bfloat16").replace("torch.", "")
     dtype_bytes = _DTYPE_BYTES.get(dtype_name, 2)
-    quant = Q.detect_quant(top, text if text is not top else None, hf_quant, num_layers)
+    quant = detect_quant(top, text if text is not top else None, hf_quant, num_layers)
     if fam == "dsv4" and not quant.expert_bytes_per_weight:  # routed experts MXFP4, the rest FP8 block (MC:744-760)
-        quant = Q.QuantScheme(quant.method or "fp8", 8, quant.bytes_per_weight or Q.FP8_BLOCK, Q.MXFP4,
-                              quant.ignored, quant.kv_cache_fp8, quant.unknown_reason)
+        quant = QuantScheme(quant.method or "fp8", 8, quant.bytes_per_weight or FP8_BLOCK, MXFP4,
+                            quant.ignored, quant.kv_cache_fp8, quant.unknown_reason)
     if quant.unknown_reason and not unknown:
         unknown = quant.unknown_reason
     n_experts = int(text.get("n_routed_experts") or text.get("num_experts") or text.get("num_local_experts") or 0)
     context = int(text.get("max_position_embeddings") or text.get("max_sequence_length") or 4096)
     if isinstance(text.get("hybrid_override_pattern"), str):
         num_layers = len(text["hybrid_override_pattern"])
-    kinds = F.layer_kinds(fam, text, num_layers)
-    layout = F.kv_layout(fam, text, num_layers)
+    kinds = families.layer_kinds(fam, text, num_layers)
+    layout = families.kv_layout(fam, text, num_layers)
 
-    est = W.estimate_parts(text, family=fam, layer_kinds=kinds, quant=quant, dtype_bytes=dtype_bytes, vision=vision)
+    est = weights.estimate_parts(text, family=fam, layer_kinds=kinds, quant=quant, dtype_bytes=dtype_bytes, vision=vision)
     absorbed = est.get("absorbed")
     experts = est.get("experts")
     per_tok = int(text.get("num_experts_per_tok") or 0)
     active_est = est.loaded - experts + (experts * per_tok / n_experts if n_experts else 0.0)
     if tensors:
-        exact = W.classify(tensors, num_layers)
+        exact = weights.classify(tensors, num_layers)
         weight_bytes, replicated, source = int(exact.loaded), int(exact.get("replicated")), "headers"
     elif total_size is not None and total_size > 0:
         on_disk = est.loaded - absorbed + est.get("mtp")
