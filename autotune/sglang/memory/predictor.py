@@ -37,7 +37,7 @@ from autotune.sglang.knobs.speculative import validate_speculative
 from autotune.sglang.memory import slack
 from autotune.sglang.models.dp_attention import replicated_weight_gib
 from autotune.sglang.models.dsv4 import DSV4_PAGE
-from autotune.sglang.models.mamba import MambaKnobs, knobs_from_args
+from autotune.sglang.models.mamba import MambaKnobs, MambaPool, knobs_from_args
 from autotune.sglang.models.mla import DSA_CUDA_PAGE
 from autotune.sglang.models.profile import ModelProfile
 from autotune.sglang.models.sizing import kv_cell_bytes, kv_reserved, weight_bytes_per_gpu
@@ -230,6 +230,76 @@ def _min_viable(a: float, p: float) -> tuple[float, float]:
     return round(shown, 3), round(min(launchable, 1.0), 3)
 
 
+@dataclass
+class _Launch:
+    """What every step of :func:`predict` reads: the candidate, resolved once."""
+
+    model: ModelProfile
+    gpu: GpuKind
+    cfg: ServerConfig  # effective: flags given through extra_args count like knobs
+    v: SglangVersion
+    interconnect: str
+    cal: Calibration | None  # a calibration with both P and A, else None
+    draft: ModelProfile | None
+    algo: str | None  # the speculative algorithm, upper case; None when off
+    notes: list[str]  # the prediction's notes, in the order the steps add them
+
+    @property
+    def tp(self) -> int:
+        return self.cfg.tp_size
+
+
+@dataclass
+class _PA:
+    """Step 1's answer: P and A per GPU (GiB), and what they rest on."""
+
+    p: float
+    a: float
+    weights: float  # the target's weights per GPU
+    draft_w: float  # the draft's weights per GPU (in A from regime B, in the slack in regime A)
+    uncertain: bool  # estimated (no calibration, or weights estimated) or rescaled from another TP
+    rescaled: bool  # a calibration taken at another TP
+
+
+@dataclass
+class _Fraction:
+    """Step 2's answer: f and the automatic sizes it depends on."""
+
+    f: float
+    f_is_auto: bool
+    chunk: int  # chunked prefill per attention-DP rank
+    max_bs: int  # the largest decode CUDA graph
+
+
+@dataclass
+class _Pool:
+    """Step 3's answer: the KV pool ``rest = A - P(1 - f)`` and what it holds."""
+
+    rest: float
+    slack_gib: float  # P(1 - f)
+    cell: int
+    head: str  # "rest = A - P x (1 - f) = ..." (and what is reserved out of it): every reason starts with it
+    tokens: int
+    low: int | None
+    high: int | None
+    range_why: list[str]  # why the family's rule varies (then the tokens are a range)
+    draft_tokens: int
+    mamba: MambaPool | None
+    mrr: int  # max_running_requests
+    context: int
+
+
+@dataclass
+class _Slack:
+    """Step 4's answer: what must fit in the slack ``P(1 - f)`` after the pool."""
+
+    parts: dict[str, float]
+    startup: float  # allocated at startup (graphs leaned unless calibrated)
+    total: float  # with the leaned activations
+    ladder: list[int]
+    graph_calibrated: bool
+
+
 def predict(
     model: ModelProfile,
     gpu: GpuKind | str,
@@ -247,34 +317,86 @@ def predict(
     ``min_tokens``: the KV tokens the workload needs (longest request); fewer
     gives ``too_few_tokens``. Uncalibrated graph/activation estimates are
     scaled by :data:`LEAN` before judging, in favour of launching.
+
+    In the order SGLang sizes a launch: P and A (:func:`_p_and_a`), the fraction f
+    (:func:`_fraction`), the KV pool (:func:`_kv_pool`; no pool or too few tokens ends it there:
+    :func:`_pool_verdict`), what must fit in the slack (:func:`_slack_needs`), the verdict
+    (:func:`_slack_verdict`).
     """
     v = as_version(version)
     cfg = effective_config(cfg, v)  # flags given through extra_args count like knobs
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    tp = cfg.tp_size
     if num_gpus is not None and cfg.num_gpus > num_gpus:
         raise ConfigError(f"tp_size: {cfg.tp_size} x dp_size {cfg.dp_size} needs {cfg.num_gpus} GPUs, "
                           f"the machine has {num_gpus}")
-    spec = cfg.speculative
-    algo = (spec.algorithm or "").upper() or None
-    notes: list[str] = []
-    cap_gib = g.memory_gib
-    comm = slack.comm_buffers_gib(
-        g, tp, interconnect, custom_allreduce=cfg.custom_allreduce, torch_symm_mem=cfg.enable_torch_symm_mem
-    )
-    draft_w = _draft_weight_gib(model, draft, algo, tp)
-    draft_w_b = draft_w if v.regime == "B" else 0.0
-    align = releases.mxfp4_pad_align(v, sm_family=g.sm_family, rocm=g.rocm)
-    weights = weight_bytes_per_gpu(model, tp, mxfp4_align=align) / slack.GIB
     cal = (
         calibration
         if calibration is not None and calibration.p_gib is not None and calibration.a_gib is not None
         else None
     )
-    uncertain = cal is None or model.weight_bytes_estimated
+    x = _Launch(model=model, gpu=g, cfg=cfg, v=v, interconnect=interconnect, cal=cal, draft=draft,
+                algo=(cfg.speculative.algorithm or "").upper() or None, notes=[])
     unknown_model = model.is_unknown and cal is None  # never condemned before a launch has calibrated it
     if unknown_model:
-        notes.append(f"unknown: calibrated from the first launch ({model.unknown_reason})")
+        x.notes.append(f"unknown: calibrated from the first launch ({model.unknown_reason})")
+    pa = _p_and_a(x)
+    fr = _fraction(x)
+    pool = _kv_pool(x, pa, fr)
+    uncertain = pa.uncertain or bool(pool.range_why)  # the build's rule is not known until a launch shows its pool
+    shown_min, launchable_min = _min_viable(pa.a, pa.p)
+    common: dict[str, Any] = dict(
+        p_gib=round(pa.p, 4),
+        w_gib=round(pa.p - pa.a, 4),
+        a_gib=round(pa.a, 4),
+        f=fr.f,
+        f_is_auto=fr.f_is_auto,
+        kv_gib=round(pool.rest, 4),
+        kv_tokens=pool.tokens,
+        cell_bytes=pool.cell,
+        slack_gib=round(pool.slack_gib, 4),
+        cuda_graph_max_bs=fr.max_bs,
+        min_viable_mem_fraction=shown_min,
+        min_launchable_mem_fraction=launchable_min,
+        max_running_requests=pool.mrr,
+        chunked_prefill_size=fr.chunk,
+        notes=x.notes,
+        pa_estimated=cal is None,
+        server_kv_tokens=pool.tokens * cfg.attn_dp_size * max(cfg.dp_size, 1),
+        kv_tokens_low=pool.low,
+        kv_tokens_high=pool.high,
+        kv_range=pool.range_why,
+    )
+    early = _pool_verdict(x, pa, pool, shown_min, min_tokens, uncertain, unknown_model)
+    if early is not None:
+        verdict, reason, uncertain = early
+        return Prediction(**common, slack_needed_gib=0.0, slack_parts={}, verdict=verdict, reason=reason,
+                          uncertain=uncertain)
+    sl = _slack_needs(x, pa, fr, pool)
+    verdict, reason = _slack_verdict(pa, fr, pool, sl)
+    return Prediction(
+        **common,
+        slack_needed_gib=round(sl.total, 4),
+        slack_parts=sl.parts,
+        verdict=verdict,
+        reason=reason,
+        uncertain=uncertain or not sl.graph_calibrated,
+        graph_batch_sizes=sl.ladder,
+    )
+
+
+def _p_and_a(x: _Launch) -> _PA:
+    """Step 1, P and A: the calibration launch's, adjusted for the buffers that differ from this
+    candidate's (at another TP through the overheads learnt at it), else estimated from the GPU's
+    capacity and the weight size; then DP attention's weights kept whole per rank out of A."""
+    model, g, cfg, v, cal, tp = x.model, x.gpu, x.cfg, x.v, x.cal, x.tp
+    comm = slack.comm_buffers_gib(
+        g, tp, x.interconnect, custom_allreduce=cfg.custom_allreduce, torch_symm_mem=cfg.enable_torch_symm_mem
+    )
+    draft_w = _draft_weight_gib(model, x.draft, x.algo, tp)
+    draft_w_b = draft_w if v.regime == "B" else 0.0
+    align = releases.mxfp4_pad_align(v, sm_family=g.sm_family, rocm=g.rocm)
+    weights = weight_bytes_per_gpu(model, tp, mxfp4_align=align) / slack.GIB
+    uncertain = cal is None or model.weight_bytes_estimated
     rescaled = False
     if cal is not None:
         cal_tp = cal.tp_size or tp
@@ -282,39 +404,46 @@ def predict(
             cal.comm_gib
             if cal.comm_gib is not None
             else slack.comm_buffers_gib(
-                g, cal_tp, interconnect, custom_allreduce=cal.custom_allreduce, torch_symm_mem=cal.enable_torch_symm_mem
+                g, cal_tp, x.interconnect, custom_allreduce=cal.custom_allreduce,
+                torch_symm_mem=cal.enable_torch_symm_mem
             )
         )
         cal_draft = (
             cal.draft_w_gib
             if cal.draft_w_gib is not None
-            else (_draft_weight_gib(model, draft, cal.speculative_algorithm, cal_tp) if v.regime == "B" else 0.0)
+            else (_draft_weight_gib(model, x.draft, cal.speculative_algorithm, cal_tp) if v.regime == "B" else 0.0)
         )
-        cal_p, cal_a = float(cal.p_gib or 0.0), float(cal.a_gib or 0.0)  # both set (filtered above)
+        cal_p, cal_a = float(cal.p_gib or 0.0), float(cal.a_gib or 0.0)  # both set (filtered by predict)
         if cal_tp == tp:
             p = cal_p - (comm - cal_comm)
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
         else:  # learn the overheads at the calibration TP, apply them at this one (NCCL's buffers move with TP)
             residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / slack.GIB - cal_draft
-            moved = slack.base_overhead_gib(g, tp, interconnect) - slack.base_overhead_gib(g, cal_tp, interconnect)
+            moved = slack.base_overhead_gib(g, tp, x.interconnect) - slack.base_overhead_gib(g, cal_tp, x.interconnect)
             p = cal_p - moved - (comm - cal_comm)
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
-            notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
+            x.notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
     else:
-        p = cap_gib - slack.base_overhead_gib(g, tp, interconnect) - comm
+        p = g.memory_gib - slack.base_overhead_gib(g, tp, x.interconnect) - comm
         a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
-        notes.append("P and A estimated from capacity and weight size (no calibration)")
+        x.notes.append("P and A estimated from capacity and weight size (no calibration)")
     dp_attn = cfg.attn_dp_size
     if dp_attn > 1 or (cal is not None and cal.attn_dp_size > 1):
         cal_rep = replicated_weight_gib(model, cal.tp_size or tp, cal.attn_dp_size) if cal is not None else 0.0
         rep = replicated_weight_gib(model, tp, dp_attn, dp_lm_head=bool(dict(cfg.flags).get("--enable-dp-lm-head")))
         a -= rep - cal_rep
         if dp_attn > 1:
-            notes.append(f"DP attention {dp_attn}: attention and embedding weights whole on each of "
-                         f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{rep:.2f} GiB per GPU)")
-    w = p - a
+            x.notes.append(f"DP attention {dp_attn}: attention and embedding weights whole on each of "
+                           f"{max(tp // dp_attn, 1)} attention-TP rank(s) (+{rep:.2f} GiB per GPU)")
+    return _PA(p=p, a=a, weights=weights, draft_w=draft_w, uncertain=uncertain, rescaled=rescaled)
 
+
+def _fraction(x: _Launch) -> _Fraction:
+    """Step 2, f: the study's, else SGLang's automatic value for this GPU and the sizes it depends on
+    (the calibration launch's own value where the heuristic would miss it), times ROCm aiter's factor;
+    under DP attention each rank prefills its share of the chunk."""
+    model, g, cfg, v, cal, tp = x.model, x.gpu, x.cfg, x.v, x.cal, x.tp
     attn_dp = cfg.attn_dp_size
     chunk = cfg.chunked_prefill_size or auto_chunked_prefill_size(g.memory_mib, v)
     max_bs = cfg.cuda_graph_max_bs or auto_cuda_graph_max_bs(g.memory_mib, tp, v, cfg.max_running_requests)
@@ -323,7 +452,7 @@ def predict(
     aiter_applied = honor and not f_is_auto
     if f_is_auto:
         f = auto_mem_fraction_static(g.memory_mib, tp_size=tp, version=v, chunked_prefill_size=chunk,
-                                     cuda_graph_max_bs=max_bs, speculative_algorithm=algo, is_mla=model.is_mla,
+                                     cuda_graph_max_bs=max_bs, speculative_algorithm=x.algo, is_mla=model.is_mla,
                                      dp_attention_size=attn_dp,
                                      prefill_graph=False if g.rocm else None) * model.vlm_f_factor
         if cal is not None and cal.f_is_auto and cal.mem_fraction_static is not None:
@@ -338,7 +467,7 @@ def predict(
             if abs(cal_f - cal.mem_fraction_static) > 0.0005:
                 f = cal.mem_fraction_static
                 aiter_applied = True  # the logged value is SGLang's final one
-                notes.append(
+                x.notes.append(
                     f"auto mem_fraction_static taken as {f} (the calibration launch's value; heuristic gave {cal_f})"
                 )
     else:
@@ -347,36 +476,46 @@ def predict(
                                  ) if g.rocm and not aiter_applied else 1.0
     if factor != 1.0:
         f *= factor
-        notes.append(f"ROCm aiter attention, context > {rocm.AITER_F_CONTEXT_ABOVE}: mem_fraction_static x "
-                     f"{factor} = {f:.4f} (SGLang attention_hook.py; SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION "
-                     "keeps a given f)")
+        x.notes.append(f"ROCm aiter attention, context > {rocm.AITER_F_CONTEXT_ABOVE}: mem_fraction_static x "
+                       f"{factor} = {f:.4f} (SGLang attention_hook.py; SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION "
+                       "keeps a given f)")
     if attn_dp > 1 and chunk > 0:
         chunk = max(chunk // attn_dp, 1)  # _handle_data_parallelism: each attention-DP rank prefills its share
-        notes.append(f"DP attention {attn_dp}: KV for each attention-DP group's own requests "
-                     f"(node KV capacity x{attn_dp}), chunked prefill {chunk} per rank")
+        x.notes.append(f"DP attention {attn_dp}: KV for each attention-DP group's own requests "
+                       f"(node KV capacity x{attn_dp}), chunked prefill {chunk} per rank")
+    return _Fraction(f=f, f_is_auto=f_is_auto, chunk=chunk, max_bs=max_bs)
 
+
+def _kv_pool(x: _Launch, pa: _PA, fr: _Fraction) -> _Pool:
+    """Step 3, the KV pool: ``rest = A - P(1 - f)``, less what SGLang reserves out of it first (a hybrid's
+    state pool, DeepSeek V4's compressed state, the multimodal cache), over the cell (learnt from the
+    calibration launch where the rule is unknown), capped by ``--max-total-tokens`` and the page; where
+    the family's rule varies by build, the range; then max_running_requests."""
+    model, g, cfg, v, tp = x.model, x.gpu, x.cfg, x.v, x.tp
+    p, a, f = pa.p, pa.a, fr.f
+    attn_dp = cfg.attn_dp_size
+    spec = cfg.speculative
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
-    cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
-                           spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
+    cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=x.draft,
+                           spec_algorithm=x.algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
     slack_gib = p * (1 - f)
     rest = a - slack_gib
-    shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
     speculative = spec.enabled
-    draft_tokens = _resolved_draft_tokens(spec, model, v, notes) if speculative else 0
+    draft_tokens = _resolved_draft_tokens(spec, model, v, x.notes) if speculative else 0
     page = _page_size(cfg, model)
     res = kv_reserved(model, rest * slack.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
                       mamba=mamba_knobs(cfg, model, v, draft_tokens, page)) if rest > 0 else None
     reserved = res.bytes if res is not None else 0.0
     pool = res.mamba if res is not None else None
     varies = rule_varies(model)
-    learned = _learned_cell(model, cal, cfg, varies, lambda rest_b: kv_reserved(
+    learned = _learned_cell(model, x.cal, cfg, varies, lambda rest_b: kv_reserved(
         model, rest_b, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
         mamba=mamba_knobs(cfg, model, v, draft_tokens, page)).bytes)
     if learned:
         cell = learned
-        notes.append(f"KV cell {cell:,} B learned from the calibration launch (the "
-                     f"{'architecture' if model.is_unknown else 'build'}'s rule is unknown)")
+        x.notes.append(f"KV cell {cell:,} B learned from the calibration launch (the "
+                       f"{'architecture' if model.is_unknown else 'build'}'s rule is unknown)")
     if reserved > 0:
         head += f" ({reserved / slack.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
         head += (f": {pool.slots} state slots x {pool.per_request_bytes / 2**20:.1f} MiB by {pool.rule})"
@@ -396,65 +535,56 @@ def predict(
     if varies and not learned and rest > 0 and tokens > 0:
         def tokens_at(swa_ratio: float) -> int:
             c = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v,
-                                draft=draft, spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=swa_ratio)
+                                draft=x.draft, spec_algorithm=x.algo, gpu_sm=g.sm, swa_ratio=swa_ratio)
             return finish(max(int(math.floor((rest * slack.GIB - reserved) / c)), 0))
 
         low, high, range_why = kv_rule_range(model, cfg, g, v, tokens, tokens_at)
         if range_why:
-            uncertain = True  # the build's rule is not known until a launch shows its pool
-            notes.append("KV tokens " + _range_text(low, high) + ": " + "; ".join(range_why))
+            x.notes.append("KV tokens " + _range_text(low, high) + ": " + "; ".join(range_why))
     context = cfg.context_length or model.context_len
     mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests,
                                        dp_size=attn_dp) if tokens else 0
     if pool is not None and mrr > pool.max_running_cap:
-        notes.append(f"max_running_requests capped at {pool.max_running_cap} by the state pool "
-                     f"({pool.slots} slots // {pool.ratio} a request)")
+        x.notes.append(f"max_running_requests capped at {pool.max_running_cap} by the state pool "
+                       f"({pool.slots} slots // {pool.ratio} a request)")
         mrr = pool.max_running_cap
+    return _Pool(rest=rest, slack_gib=slack_gib, cell=cell, head=head, tokens=tokens, low=low, high=high,
+                 range_why=range_why, draft_tokens=draft_tokens, mamba=pool, mrr=mrr, context=context)
 
-    common: dict[str, Any] = dict(
-        p_gib=round(p, 4),
-        w_gib=round(w, 4),
-        a_gib=round(a, 4),
-        f=f,
-        f_is_auto=f_is_auto,
-        kv_gib=round(rest, 4),
-        kv_tokens=tokens,
-        cell_bytes=cell,
-        slack_gib=round(slack_gib, 4),
-        cuda_graph_max_bs=max_bs,
-        min_viable_mem_fraction=shown_min,
-        min_launchable_mem_fraction=launchable_min,
-        max_running_requests=mrr,
-        chunked_prefill_size=chunk,
-        notes=notes,
-        pa_estimated=cal is None,
-        server_kv_tokens=tokens * dp_attn * max(cfg.dp_size, 1),
-        kv_tokens_low=low,
-        kv_tokens_high=high,
-        kv_range=range_why,
-    )
-    # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
-    margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0
+
+def _pool_verdict(x: _Launch, pa: _PA, pool: _Pool, shown_min: float, min_tokens: int | None, uncertain: bool,
+                  unknown_model: bool) -> tuple[str, str, bool] | None:
+    """(verdict, reason, uncertain) when the pool alone decides: no pool (``kv_oom``) or fewer tokens than
+    the workload needs (``too_few_tokens``); None when the slack decides. With estimated P and A a negative
+    formula is only trusted beyond a margin (lean towards launching)."""
+    p, rest, tokens, cell, head = pa.p, pool.rest, pool.tokens, pool.cell, pool.head
+    margin = (0.02 * p + (0.15 * pa.weights if x.model.weight_bytes_estimated else 0.0)) \
+        if x.cal is None or pa.rescaled else 0.0
     if rest <= 0 or tokens <= 0:
         reason = (
             f"{head} < 0; minimum viable mem_fraction_static = {shown_min:.3f}"
             if rest <= 0
             else (f"{head} holds 0 tokens of {cell:,} B; minimum viable mem_fraction_static = {shown_min:.3f}")
         )
-        return Prediction(
-            **common, slack_needed_gib=0.0, slack_parts={}, verdict="kv_oom", reason=reason,
-            uncertain=rest > -margin or unknown_model,
-        )
+        return "kv_oom", reason, rest > -margin or unknown_model
     needed_tokens = max(min_tokens or 0, 7)
     if tokens < needed_tokens:
-        reason = f"{head} -> {tokens:,} tokens x {cell:,} B < {needed_tokens:,} tokens needed"
-        return Prediction(
-            **common, slack_needed_gib=0.0, slack_parts={}, verdict="too_few_tokens", reason=reason, uncertain=uncertain
-        )
+        return "too_few_tokens", f"{head} -> {tokens:,} tokens x {cell:,} B < {needed_tokens:,} tokens needed", uncertain
+    return None
 
+
+def _slack_needs(x: _Launch, pa: _PA, fr: _Fraction, pool: _Pool) -> _Slack:
+    """Step 4, what is allocated after the pool and must fit in the slack: CUDA graphs (scaled from the
+    calibration launch's measurement when there is one), the request table, workspaces, the regime-A
+    draft (its weights and KV), activations of a chunk."""
+    model, g, cfg, v, cal, tp = x.model, x.gpu, x.cfg, x.v, x.cal, x.tp
+    tokens, context, draft_tokens = pool.tokens, pool.context, pool.draft_tokens
+    speculative = cfg.speculative.enabled
+    attn_dp = cfg.attn_dp_size
+    chunk, max_bs = fr.chunk, fr.max_bs
     rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
-    if pool is not None:
-        rows = min(rows, max(pool.max_running_cap, 1))
+    if pool.mamba is not None:
+        rows = min(rows, max(pool.mamba.max_running_cap, 1))
     tpr = draft_tokens if speculative and draft_tokens else 1
     prefill_on = not cfg.disable_cuda_graph and not g.rocm and _prefill_graphs_on(cfg, v, speculative=speculative,
                                                                    dp_attention=attn_dp > 1)
@@ -485,46 +615,43 @@ def predict(
     if cfg.enable_symm_mem:
         parts["symm_mem"] = 4.0
     if speculative and v.regime == "A":
+        draft = x.draft
         d_cell = (
             cell_size_bytes(draft, tp_size=tp, kv_cache_dtype=cfg.kv_cache_dtype, version=v)
             if draft
-            else int(cell / max(model.num_layers, 1) * _draft_layers(model, None, algo or ""))
+            else int(pool.cell / max(model.num_layers, 1) * _draft_layers(model, None, x.algo or ""))
         )
-        parts["draft_weights"] = draft_w
+        parts["draft_weights"] = pa.draft_w
         parts["draft_kv"] = tokens * d_cell / slack.GIB
-    activations = slack.activations_gib(model, tp, chunk, mrr or max_bs)
+    activations = slack.activations_gib(model, tp, chunk, pool.mrr or max_bs)
     lean_graph = 1.0 if graph_calibrated else LEAN
     startup = sum(parts.values()) - graphs + graphs * lean_graph
     total = startup + activations * LEAN
     parts["activations"] = activations
     parts = {k: round(val, 4) for k, val in parts.items()}
-    uncertain = uncertain or not graph_calibrated
-    listed = ", ".join(f"{k} {val:.2f}" for k, val in parts.items())
-    kv_txt = f"{head} -> {tokens:,} tokens x {cell:,} B"
+    return _Slack(parts=parts, startup=startup, total=total, ladder=ladder, graph_calibrated=graph_calibrated)
+
+
+def _slack_verdict(pa: _PA, fr: _Fraction, pool: _Pool, sl: _Slack) -> tuple[str, str]:
+    """Step 5, the verdict on the slack: the startup allocations do not fit (``graph_capture_oom``), the
+    activations under load may not (``runtime_oom_risk``), or everything fits."""
+    p, f, slack_gib, startup, total = pa.p, fr.f, pool.slack_gib, sl.startup, sl.total
+    listed = ", ".join(f"{k} {val:.2f}" for k, val in sl.parts.items())
+    kv_txt = f"{pool.head} -> {pool.tokens:,} tokens x {pool.cell:,} B"
     if startup > slack_gib:
-        verdict, reason = (
+        return (
             "graph_capture_oom",
             (
                 f"slack {p:.2f} x (1 - {f:g}) = {slack_gib:.2f} GiB < {startup:.2f} GiB "
                 f"allocated after the KV pool at startup ({listed}); {kv_txt}"
             ),
         )
-    elif total > slack_gib:
-        verdict, reason = (
+    if total > slack_gib:
+        return (
             "runtime_oom_risk",
             (f"slack {slack_gib:.2f} GiB < {total:.2f} GiB with activations ({listed}); {kv_txt}"),
         )
-    else:
-        verdict, reason = "fits", f"{kv_txt}; slack {slack_gib:.2f} GiB >= {total:.2f} GiB needed ({listed})"
-    return Prediction(
-        **common,
-        slack_needed_gib=round(total, 4),
-        slack_parts=parts,
-        verdict=verdict,
-        reason=reason,
-        uncertain=uncertain,
-        graph_batch_sizes=ladder,
-    )
+    return "fits", f"{kv_txt}; slack {slack_gib:.2f} GiB >= {total:.2f} GiB needed ({listed})"
 
 
 def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: SglangVersion, notes: list[str]) -> int:
