@@ -240,35 +240,79 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
     Space-filling points draw f from the part of the feasible interval whose predicted KV
     pool holds the workload's live tokens (:func:`kv_demand`; the KV pool grows with f, so
     that edge is bisected too): below it requests queue for KV space, throughput collapses
-    and, with a fixed number of prompts, the launch also runs longest."""
+    and, with a fixed number of prompts, the launch also runs longest.
+
+    In steps (:class:`_Design`): the base point, the KV cache dtype that holds the most when
+    the base's does not hold the demand, the variants that move the memory boundary, their
+    boundaries (largest pool first), a speculative probe per algorithm before them, then the
+    space-filling points."""
     if n <= 0:
         return []
-    axes = base_axes(spec)
-    # The baseline's automatic values (max_running_requests 2048, ...) are SGLang's, not the
-    # user's: a knob whose baseline value is not one of the study's own choices starts mid-range.
+    design = _Design(spec, baseline, predict, n)
+    design.widest_kv_dtype()
+    design.add_boundaries(design.boundaries(design.variants()), architecture)
+    design.fill(seed)
+    return design.points
+
+
+def _base_point(spec: StudySpec, axes: dict[str, list[Any]], baseline: dict[str, Any]) -> dict[str, Any]:
+    """The baseline on the study's axes. Its automatic values (max_running_requests 2048, ...) are
+    SGLang's, not the user's: a knob whose baseline value is not one of the study's own choices starts
+    mid-range; the graph size is the one that covers the workload's decode batch."""
     base = {k: v for k, v in baseline.items() if k in axes and (k == "mem_fraction_static" or v in axes[k])}
     for k, vals in axes.items():
         base.setdefault(k, vals[len(vals) // 2])
     if "cuda_graph_max_bs" in axes:
         base["cuda_graph_max_bs"] = graph_size_for(spec, axes["cuda_graph_max_bs"], base.get("max_running_requests"),
                                                    base.get("layout"))
-    fs = sorted(axes.get("mem_fraction_static", []))
-    cache: dict[str, dict[str, Any]] = {}
+    return base
 
-    def verdict(params: dict[str, Any]) -> dict[str, Any]:
+
+class _Design:
+    """One design under way: the study's axes and base point, the memory model's verdicts (each
+    candidate predicted once), and the points chosen so far (de-duplicated, the baseline excluded)."""
+
+    def __init__(self, spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int) -> None:
+        self.spec, self.predict, self.n = spec, predict, n
+        self.axes = base_axes(spec)
+        self.base = _base_point(spec, self.axes, baseline)
+        self.fs = sorted(self.axes.get("mem_fraction_static", []))
+        self.cache: dict[str, dict[str, Any]] = {}
+        self.demand = kv_demand(spec)
+        self.points: list[DesignPoint] = []
+        self.seen = {json.dumps(baseline, sort_keys=True, default=str)}
+        self.spec_none: dict[str, Any] = \
+            {"speculative_algorithm": "none"} if spec.search_space.speculative is not None else {}
+        self.bs_vals: list[Any] = self.axes.get("cuda_graph_max_bs", [None])
+
+    # ---- the memory model, and the points -----------------------------------------------
+    def verdict(self, params: dict[str, Any]) -> dict[str, Any]:
         key = json.dumps(params, sort_keys=True, default=str)
-        if key not in cache:
-            cache[key] = predict(params)
-        return cache[key]
+        if key not in self.cache:
+            self.cache[key] = self.predict(params)
+        return self.cache[key]
 
-    demand = kv_demand(spec)
+    def interval(self, others: dict[str, Any]) -> tuple[float, float] | None:
+        """The feasible f of ``others`` (``fits``; else not pruned), as (lowest, highest)."""
+        fs = self.fs
+        if not fs:
+            return None
+        for strict in (True, False):
+            def ok(f: float, strict: bool = strict) -> bool:
+                return _feasible(self.verdict({**others, "mem_fraction_static": f}), strict)
 
-    def roomy(others: dict[str, Any], iv: tuple[float, float]) -> tuple[float, float]:
-        """``iv`` with its low edge raised to the first f whose KV pool holds ``demand``."""
+            got = f_interval(fs, ok)
+            if got is not None:
+                return fs[got[0]], fs[got[1]]
+        return None
+
+    def roomy(self, others: dict[str, Any], iv: tuple[float, float]) -> tuple[float, float]:
+        """``iv`` with its low edge raised to the first f whose KV pool holds the demand."""
+        fs = self.fs
         lo, hi = fs.index(iv[0]), fs.index(iv[1])
 
         def enough(i: int) -> bool:
-            return _tokens(verdict({**others, "mem_fraction_static": fs[i]})) >= demand
+            return _tokens(self.verdict({**others, "mem_fraction_static": fs[i]})) >= self.demand
 
         if not enough(hi):
             return iv
@@ -281,106 +325,106 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
                 bad = mid
         return fs[ok], iv[1]
 
-    def interval(others: dict[str, Any]) -> tuple[float, float] | None:
-        if not fs:
-            return None
-        for strict in (True, False):
-            def ok(f: float, strict: bool = strict) -> bool:
-                return _feasible(verdict({**others, "mem_fraction_static": f}), strict)
-
-            got = f_interval(fs, ok)
-            if got is not None:
-                return fs[got[0]], fs[got[1]]
-        return None
-
-    points: list[DesignPoint] = []
-    seen = {json.dumps(baseline, sort_keys=True, default=str)}
-
-    def add(params: dict[str, Any], why: str) -> None:
+    def add(self, params: dict[str, Any], why: str) -> None:
         key = json.dumps(params, sort_keys=True, default=str)
-        if key not in seen and len(points) < n:
-            seen.add(key)
-            points.append(DesignPoint(params, why))
+        if key not in self.seen and len(self.points) < self.n:
+            self.seen.add(key)
+            self.points.append(DesignPoint(params, why))
 
-    spec_none = {"speculative_algorithm": "none"} if spec.search_space.speculative is not None else {}
-    # When the workload's live tokens do not fit the baseline's KV pool even at its largest f,
-    # the KV cache dtype (when the space has it) that holds the most tokens is the design's base.
-    if fs and len(axes.get("kv_cache_dtype", [])) > 1:
+    # ---- the steps ------------------------------------------------------------------------
+    def widest_kv_dtype(self) -> None:
+        """When the workload's live tokens do not fit the base's KV pool even at its largest f, the KV
+        cache dtype (when the space has it) that holds the most tokens is the design's base."""
+        axes, base = self.axes, self.base
+        if not (self.fs and len(axes.get("kv_cache_dtype", [])) > 1):
+            return
+
         def top_tokens(dtype: Any) -> int:
-            others = {**base, **spec_none, "kv_cache_dtype": dtype}
-            iv = interval(others)
+            others = {**base, **self.spec_none, "kv_cache_dtype": dtype}
+            iv = self.interval(others)
             if iv is None:
                 return -1
-            return _tokens(verdict({**others, "mem_fraction_static": iv[1]}))
+            return _tokens(self.verdict({**others, "mem_fraction_static": iv[1]}))
 
-        if top_tokens(base.get("kv_cache_dtype")) < demand:
+        if top_tokens(base.get("kv_cache_dtype")) < self.demand:
             base["kv_cache_dtype"] = max(axes["kv_cache_dtype"], key=top_tokens)
-    # 1. boundaries: the largest KV pool that fits, at the baseline's, the smallest and the largest
-    #    graph size; 2. before the first of them, one speculative probe per algorithm at its base
-    #    knobs: the prior that costs most when wrong ("speculative last") is tested first
-    bs_vals = axes.get("cuda_graph_max_bs", [None])
-    bs_pick = [b for b in dict.fromkeys([base.get("cuda_graph_max_bs"), bs_vals[0], bs_vals[-1]]) if b is not None] \
-        or [None]
-    sp = spec.search_space.speculative
-    algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
-    # ... and at the baseline's graph size, for every other KV cache dtype of the space: the cell
-    # size moves the whole feasible interval and what the pool holds (and a narrower cell is less
-    # to read per decoded token), a bigger change than the graph size, so it comes second.
-    # The node layout (when searched) moves everything at once: per-GPU weights, so the feasible
-    # interval and the pool, the replica's decode batch (so its graph size) and the allreduce
-    # cost; every other layout's boundary comes right after the baseline's, before the dtypes.
-    variants = [{"cuda_graph_max_bs": bs} if bs is not None else {} for bs in bs_pick]
-    dtypes = [d for d in axes.get("kv_cache_dtype", []) if d != base.get("kv_cache_dtype")]
-    variants[1:1] = [{**variants[0], "kv_cache_dtype": d} for d in dtypes]
-    layouts = [lay for lay in axes.get("layout", []) if lay != base.get("layout")]
-    variants[1:1] = [{**variants[0], "layout": lay,
-                      **({"cuda_graph_max_bs": graph_size_for(spec, bs_vals, base.get("max_running_requests"), lay)}
-                         if "cuda_graph_max_bs" in axes else {})}
-                     for lay in layouts]
-    # A searched flag or variable whose value moves the memory regime (DP attention: weights kept whole
-    # per attention-TP group, a KV pool per rank, SGLang's padding reserve) has a feasible window of its
-    # own, often narrow and at another graph size: each such value gets its boundary too, at the first
-    # graph size where it has one: for DP attention the size that covers a rank's decode batch
-    # (concurrency / attention-DP size: graphs are captured per rank), then the baseline's, then
-    # ascending. A value whose window is the baseline's own (a small buffer) adds nothing a sampler
-    # would not find.
-    base_iv = interval({**base, **variants[0], **spec_none}) if fs else None
-    for name in (*spec.search_space.flags, *spec.search_space.env):
-        field = _memory_field(name)
-        if field is None:
-            continue
-        for value in axes.get(name, []):
-            if value == base.get(name):
+
+    def variants(self) -> list[dict[str, Any]]:
+        """What moves the memory boundary, each a change to the base: the baseline's, the smallest and
+        the largest graph size; every other node layout right after the baseline's, then every other
+        KV cache dtype; a searched flag or variable with a memory effect, per value."""
+        axes, base, bs_vals = self.axes, self.base, self.bs_vals
+        bs_pick = [b for b in dict.fromkeys([base.get("cuda_graph_max_bs"), bs_vals[0], bs_vals[-1]])
+                   if b is not None] or [None]
+        # ... and at the baseline's graph size, for every other KV cache dtype of the space: the cell
+        # size moves the whole feasible interval and what the pool holds (and a narrower cell is less
+        # to read per decoded token), a bigger change than the graph size, so it comes second.
+        # The node layout (when searched) moves everything at once: per-GPU weights, so the feasible
+        # interval and the pool, the replica's decode batch (so its graph size) and the allreduce
+        # cost; every other layout's boundary comes right after the baseline's, before the dtypes.
+        variants = [{"cuda_graph_max_bs": bs} if bs is not None else {} for bs in bs_pick]
+        dtypes = [d for d in axes.get("kv_cache_dtype", []) if d != base.get("kv_cache_dtype")]
+        variants[1:1] = [{**variants[0], "kv_cache_dtype": d} for d in dtypes]
+        layouts = [lay for lay in axes.get("layout", []) if lay != base.get("layout")]
+        variants[1:1] = [{**variants[0], "layout": lay,
+                          **({"cuda_graph_max_bs": graph_size_for(self.spec, bs_vals, base.get("max_running_requests"),
+                                                                  lay)}
+                             if "cuda_graph_max_bs" in axes else {})}
+                         for lay in layouts]
+        self._memory_variants(variants, len(layouts))
+        return variants
+
+    def _memory_variants(self, variants: list[dict[str, Any]], n_layouts: int) -> None:
+        """A searched flag or variable whose value moves the memory regime (DP attention: weights kept whole
+        per attention-TP group, a KV pool per rank, SGLang's padding reserve) has a feasible window of its
+        own, often narrow and at another graph size: each such value gets its boundary too, at the first
+        graph size where it has one: for DP attention the size that covers a rank's decode batch
+        (concurrency / attention-DP size: graphs are captured per rank), then the baseline's, then
+        ascending. A value whose window is the baseline's own (a small buffer) adds nothing a sampler
+        would not find. Inserted after the layouts' variants."""
+        spec, axes, base, bs_vals = self.spec, self.axes, self.base, self.bs_vals
+        base_iv = self.interval({**base, **variants[0], **self.spec_none}) if self.fs else None
+        for name in (*spec.search_space.flags, *spec.search_space.env):
+            field = _memory_field(name)
+            if field is None:
                 continue
-            sizes: list[Any] = [variants[0].get("cuda_graph_max_bs"), *sorted(b for b in bs_vals if b is not None)]
-            if field == "attn_dp_size" and isinstance(value, int) and value > 1 and "cuda_graph_max_bs" in axes:
-                sizes.insert(0, graph_size_for(spec, bs_vals, base.get("max_running_requests"), base.get("layout"),
-                                               attn_dp=value))
-            for bs in dict.fromkeys(sizes):
-                moved = {**variants[0], name: value, **({"cuda_graph_max_bs": bs} if bs is not None else {})}
-                iv = interval({**base, **moved, **spec_none})
-                if iv is not None:
-                    if iv != base_iv or bs != variants[0].get("cuda_graph_max_bs"):
-                        variants.insert(1 + len(layouts), moved)
-                    break
-    boundaries: list[dict[str, Any]] = []
-    for variant in variants:
-        others = {**base, **variant, **spec_none}
-        iv = interval(others)
-        if iv is not None:
-            boundaries.append({**others, "mem_fraction_static": iv[1]} if fs else others)
-    if fs:
+            for value in axes.get(name, []):
+                if value == base.get(name):
+                    continue
+                sizes: list[Any] = [variants[0].get("cuda_graph_max_bs"), *sorted(b for b in bs_vals if b is not None)]
+                if field == "attn_dp_size" and isinstance(value, int) and value > 1 and "cuda_graph_max_bs" in axes:
+                    sizes.insert(0, graph_size_for(spec, bs_vals, base.get("max_running_requests"), base.get("layout"),
+                                                   attn_dp=value))
+                for bs in dict.fromkeys(sizes):
+                    moved = {**variants[0], name: value, **({"cuda_graph_max_bs": bs} if bs is not None else {})}
+                    iv = self.interval({**base, **moved, **self.spec_none})
+                    if iv is not None:
+                        if iv != base_iv or bs != variants[0].get("cuda_graph_max_bs"):
+                            variants.insert(1 + n_layouts, moved)
+                        break
+
+    def boundaries(self, variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each variant at the highest f that fits (the largest KV pool that keeps the slack), the largest
+        pool first while the workload's live tokens do not fit it."""
+        boundaries: list[dict[str, Any]] = []
+        for variant in variants:
+            others = {**self.base, **variant, **self.spec_none}
+            iv = self.interval(others)
+            if iv is not None:
+                boundaries.append({**others, "mem_fraction_static": iv[1]} if self.fs else others)
+        if not self.fs:
+            return boundaries
         # The largest pool first while the workload's live tokens do not fit it: below the demand
         # requests queue for KV space and throughput follows the pool (a smaller graph size leaves
         # more of f to the pool); ties (every pool holds the demand) keep the baseline's size first.
         def pool(point: dict[str, Any]) -> int:
-            return min(demand, _tokens(verdict(point)))
+            return min(self.demand, _tokens(self.verdict(point)))
 
         # Among layouts whose pools hold the demand alike, a throughput objective tries the most
         # replicas first (data parallelism adds replicas without allreduces, tensor parallelism
         # adds an allreduce per layer), a latency objective the fewest (TP shortens each step);
         # both are priors the launches after them test.
-        more_replicas = 1 if spec.objective.resolved_direction == "maximize" else -1
+        more_replicas = 1 if self.spec.objective.resolved_direction == "maximize" else -1
 
         def replicas(point: dict[str, Any]) -> int:
             return more_replicas * parse_layout(point["layout"])[1] if point.get("layout") else 0
@@ -388,41 +432,51 @@ def build(spec: StudySpec, baseline: dict[str, Any], predict: Predictor, n: int,
         boundaries.sort(key=lambda p: (pool(p), replicas(p)), reverse=True)
         # A layout whose largest pool cannot hold the workload's live tokens queues requests for KV
         # space: while another layout holds them, it is left to the sampler, not designed.
-        roomy_layouts = {p.get("layout") for p in boundaries if pool(p) >= demand}
+        roomy_layouts = {p.get("layout") for p in boundaries if pool(p) >= self.demand}
         if roomy_layouts:
             boundaries = [p for p in boundaries if p.get("layout") in roomy_layouts]
-    boundary_of_base: dict[str, Any] | None = None
-    for point in boundaries:
-        if boundary_of_base is None:
-            boundary_of_base = point
-            for algo in algos:
-                anchor = {k: v for k, v in point.items() if k not in space.SPEC_PARAMS}
-                probe = {**anchor, **_spec_probe(spec, algo, architecture)}
-                if fs:  # the draft model takes memory: the boundary moves down
-                    piv = interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
-                    if piv is None:
-                        continue
-                    probe["mem_fraction_static"] = min(probe.get("mem_fraction_static", piv[1]), piv[1])
-                add(probe, "speculative probe")
-        add(point, "boundary")
-    # 3. space-filling: Sobol over the base knobs, f inside each point's feasible interval
-    names = list(axes)
-    for u in _sobol(len(names), max(0, n - len(points)) * 2, seed):
-        if len(points) >= n:
-            break
-        params = {name: axes[name][min(len(axes[name]) - 1, int(x * len(axes[name])))]
-                  for name, x in zip(names, u, strict=True) if name != "mem_fraction_static"}
-        params.update(spec_none)
-        if fs:
-            iv = interval(params)
-            if iv is None:
-                continue
-            iv = roomy(params, iv)
-            i = names.index("mem_fraction_static")
-            lo, hi = fs.index(iv[0]), fs.index(iv[1])
-            params["mem_fraction_static"] = fs[lo + min(hi - lo, int(u[i] * (hi - lo + 1)))]
-        add(params, "space-filling")
-    return points
+        return boundaries
+
+    def add_boundaries(self, boundaries: list[dict[str, Any]], architecture: str | None) -> None:
+        """The boundaries, and before the first of them one speculative probe per algorithm at its base
+        knobs: the prior that costs most when wrong ("speculative last") is tested first."""
+        sp = self.spec.search_space.speculative
+        algos = [a for a in sp.algorithm.choices if a != "none"] if sp is not None else []
+        boundary_of_base: dict[str, Any] | None = None
+        for point in boundaries:
+            if boundary_of_base is None:
+                boundary_of_base = point
+                for algo in algos:
+                    anchor = {k: v for k, v in point.items() if k not in space.SPEC_PARAMS}
+                    probe = {**anchor, **_spec_probe(self.spec, algo, architecture)}
+                    if self.fs:  # the draft model takes memory: the boundary moves down
+                        piv = self.interval({k: v for k, v in probe.items() if k != "mem_fraction_static"})
+                        if piv is None:
+                            continue
+                        probe["mem_fraction_static"] = min(probe.get("mem_fraction_static", piv[1]), piv[1])
+                    self.add(probe, "speculative probe")
+            self.add(point, "boundary")
+
+    def fill(self, seed: int | None) -> None:
+        """Space-filling: scrambled Sobol points over the base knobs, f inside each point's feasible
+        interval (where its pool holds the demand, when one does)."""
+        axes, fs = self.axes, self.fs
+        names = list(axes)
+        for u in _sobol(len(names), max(0, self.n - len(self.points)) * 2, seed):
+            if len(self.points) >= self.n:
+                break
+            params = {name: axes[name][min(len(axes[name]) - 1, int(x * len(axes[name])))]
+                      for name, x in zip(names, u, strict=True) if name != "mem_fraction_static"}
+            params.update(self.spec_none)
+            if fs:
+                iv = self.interval(params)
+                if iv is None:
+                    continue
+                iv = self.roomy(params, iv)
+                i = names.index("mem_fraction_static")
+                lo, hi = fs.index(iv[0]), fs.index(iv[1])
+                params["mem_fraction_static"] = fs[lo + min(hi - lo, int(u[i] * (hi - lo + 1)))]
+            self.add(params, "space-filling")
 
 
 __all__ = ["DesignPoint", "base_axes", "build", "design_size", "f_interval"]
