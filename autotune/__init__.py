@@ -1,7 +1,22 @@
 """autotune: find the best launch settings for an SGLang server by experiment.
 
 The public surface is small on purpose; everything else is an implementation
-module that may change between releases.
+module that may change between releases. The floors, bottom up (docs/ARCHITECTURE.md):
+
+- ``errors``, ``outcome``, ``objective``, ``redact``: the exception root, failure kinds, the objective
+  and SLO, the one rule for secrets.
+- ``sglang/``: engine knowledge, no processes (flags, knobs, the memory model, models, hardware).
+- ``load/``: the load generator (bench_serving's metrics from one asyncio client).
+- ``spec``: the study file's model (``load_study_spec``); reads no node.
+- ``node/``: the node's GPUs and topology (``hardware: auto``), and the study file as commands load it.
+- ``space``, ``space_prune``: the search space -> ``ServerConfig``; what cannot matter, out of it.
+- ``launch/``: server processes and their teardown. ``sim/``: the simulated SGLang server.
+  ``sglang_env/``: real SGLang environments.
+- ``trial/``: what a trial is and how it is measured (live and offline evaluators).
+- ``preflight``: every process-free check of a study, before Ray, SGLang or storage.
+- ``study/``: the ask/tell driver, its search, execution and storage.
+- ``results/``: status, best, export, report, dashboard (reads the study). ``doctor``: the node checked.
+- ``cli/``: the ``autotune`` command, thin over the floors below.
 """
 
 from autotune.errors import (

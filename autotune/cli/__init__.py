@@ -5,6 +5,10 @@ a sub-parser whose ``func`` default takes the parsed namespace and returns an ex
 code. ``main`` catches :class:`~autotune.errors.AutotuneError` only: a
 ``ConfigError`` prints one line and exits 2; anything else is a bug and shows a
 traceback.
+
+Modules: ``_run``, ``_plan``, ``_status``, ``_best``, ``_calibrate``, ``_export``, ``_report``,
+``_dashboard``, ``_bench``, ``_sglang_env``, ``_doctor``: one command each (``autotune <command>``);
+``_common``: the option bundles and JSON output they share. All private to this package.
 """
 
 from __future__ import annotations

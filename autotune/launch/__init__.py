@@ -8,6 +8,12 @@ Public surface:
 * :func:`classify` - (FailureKind, evidence line) from a dead server's log tail.
 * :func:`install_signal_handlers`, :func:`stop_all` - orphan safety in the orchestrator.
 * :func:`write_launch_artifacts` - command.sh, argv.json, env.json, launch.json.
+
+Modules: ``process`` (``ServerProcess``), ``spawn`` (PR_SET_PDEATHSIG and the watchdog), ``watchdog``
+(kills a server's group when its launcher dies), ``tail`` (follows the log), ``tree`` (a dead scheduler ends
+the launch), ``groups`` (TERM -> grace -> KILL), ``gpu`` (waits for GPU memory), ``ports``, ``registry``
+(leftovers ended by a later run), ``cleanup`` (Ctrl-C / SIGTERM / exit), ``failures`` (log tail -> failure
+kind), ``artifacts`` (command.sh, argv.json, env.json, launch.json).
 """
 
 from autotune.launch.artifacts import shell_command, write_launch_artifacts

@@ -7,6 +7,16 @@ Public surface::
     result.metrics["output_throughput"], result.records, result.time_scale
 
 See docs/ARCHITECTURE.md (``autotune.load``) and ``autotune bench --help``.
+
+Modules:
+
+- ``run``: ``run_load`` / ``run_load_async``, one load point. ``runner``: ``LoadRunner``, the asyncio loop
+  and its connection pool. ``transport/``: the HTTP/1.1 client, arrival timestamps, the stream parser.
+- ``spec``: ``LoadSpec``, ``LoadTimeouts``. ``workloads``: one model per workload kind.
+- ``sources``: the requests of each workload kind; ``prompts``: synthetic prompts and JSONL datasets;
+  ``formats``: dataset and trace readers; ``tokens``: token counts; ``samples``: sample files of each format.
+- ``metrics``: bench_serving's metrics. ``result``: ``LoadResult``, ``Snapshot``, ``LoadPointFailed``.
+  ``report``: bench_serving's console table and JSONL lines.
 """
 
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot

@@ -9,6 +9,8 @@
 
 Change "how a trial is evaluated" in :mod:`~autotune.trial.load_points` (and the study file's
 ``workload`` / ``objective`` in :mod:`autotune.spec`).
+
+``offline_load``, ``offline_startup``: the offline evaluator's load and startup in modelled time (private to it).
 """
 
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
