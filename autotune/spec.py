@@ -80,13 +80,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def launch_text(value: str, what: str) -> str:
+def launch_text(value: str, what: str, *, echo: bool = True) -> str:
     """``value`` when it can travel in a server's argv or environment: printable text (a NUL byte
     makes ``exec`` fail at the first launch, with a trial left RUNNING; a newline or an escape
-    sequence is a copy-paste accident, and mangles the logged command)."""
+    sequence is a copy-paste accident, and mangles the logged command). ``echo=False``: the error
+    gives the character's position, not the value (an environment variable may hold a secret)."""
     if not value.isprintable():
-        bad = next(c for c in value if not c.isprintable())
-        raise ValueError(f"{what}: non-printable character {bad!r} in {shown(value)}")
+        at, bad = next((i, c) for i, c in enumerate(value) if not c.isprintable())
+        where = f"in {shown(value)}" if echo else f"at position {at} of the value"
+        raise ValueError(f"{what}: non-printable character {bad!r} {where}")
     return value
 
 
@@ -159,7 +161,7 @@ class ServerSpec(_Model):
         for name, value in v.items():
             if not _ENV_NAME_RE.fullmatch(name):
                 raise ValueError(f"environment variable {shown(name)}: must look like SOME_VAR")
-            launch_text(value, name)
+            launch_text(value, name, echo=False)
         return v
 
     @field_validator("python")
@@ -724,6 +726,8 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     if not loc:  # a rule across fields: its message names them, and the value is the whole study
         return f"{clip(msg, 300)}{more}"
     got = "" if first["type"] == "missing" else f" (got {shown(value)})"
+    if loc == "server.env" or loc.startswith("server.env."):  # variables may hold secrets: their names only
+        got = f" (got the variables {shown(list(value))})" if isinstance(value, dict) else ""
     return f"{clip(loc)}: {clip(msg, 200)}{got}{more}"
 
 
@@ -742,6 +746,9 @@ def _bad_text(data: Any) -> str | None:
         elif isinstance(value, list):
             stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
         elif isinstance(value, str) and _unwritable(value):
+            if where.startswith("server.env."):  # a variable may hold a secret: its position, not its value
+                at = next(i for i, c in enumerate(value) if c == "\x00" or "\ud800" <= c <= "\udfff")
+                return f"{clip(where)}: a NUL byte or a lone surrogate at position {at} of the value"
             return f"{clip(where)}: a NUL byte or a lone surrogate (got {shown(value)})"
     return None
 

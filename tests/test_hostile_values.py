@@ -29,8 +29,10 @@ CASES = {
     "sampler seed past 2**32": (setting("sampler.seed", 2**40), ["sampler.seed: ", "1099511627776"]),
     "negative simulator seed": (setting("server.sim.seed", -1), ["server.sim.seed: ", "-1"]),
     "'=' in an environment name": (setting("server.env", {"A=B": "1"}), ["server.env: ", "'A=B'"]),
-    "NUL in an environment value": (setting("server.env", {"A": "x\x00y"}), ["server.env.A: a NUL byte",
-                                                                            r"'x\x00y'"]),
+    "NUL in an environment value": (setting("server.env", {"HF_TOKEN": "hf_x\x00y"}),
+                                    ["server.env.HF_TOKEN: a NUL byte or a lone surrogate at position 4 of the value"]),
+    "newline in an environment value": (setting("server.env", {"HF_TOKEN": "hf_secret\n"}),
+                                        ["server.env: HF_TOKEN: non-printable character '\\n' at position 9"]),
     "NUL in an argument": (setting("server.extra_args", ["--served-model-name", "a\x00b"]),
                            ["server.extra_args[1]: a NUL byte", r"'a\x00b'"]),
     "escape sequence in an argument": (setting("server.extra_args", ["--served-model-name", "a\x1b[31mb"]),
@@ -67,6 +69,14 @@ CASES = {
                                                                                               "high": 10**12}}),
                                     ["search_space.speculative.num_draft_tokens.high: ", "1000000000000"]),
 }
+
+
+def test_a_bad_environment_value_is_named_never_echoed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """server.env may hold a secret (HF_TOKEN): the line names the variable and where the bad character
+    is, never the value."""
+    for env in ({"HF_TOKEN": "hf_secret\n"}, {"HF_TOKEN": "hf_secret\x00"}, {"HF=TOKEN": "hf_secret"}):
+        line = one_line(*cli(capsys, ["plan", str(study(tmp_path, setting("server.env", env)))]), "server.env")
+        assert "hf_secret" not in line and "TOKEN" in line
 
 
 @pytest.mark.parametrize("command", ["plan", "run"])
@@ -191,3 +201,10 @@ def test_the_weight_bounds_hold_for_the_public_logs_of_plain_sglang() -> None:
     qwen32 = profile_from_config(json.loads((Path(__file__).parents[1] / "studies" / "models" / "qwen3-32b-class"
                                              / "config.json").read_text()))
     assert "a smaller model" in (_weights_contradiction(spec, 15.27, qwen32, 1) or "")
+
+
+def test_run_n_trials_is_bounded_like_the_study_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      cli_signal_handlers: None) -> None:
+    one_line(*cli(capsys, ["run", str(study(tmp_path)), "--n-trials", str(10**12), "--no-progress"]),
+             "--n-trials: must be from 1 to 100000, got 1000000000000")
+    nothing_stored(tmp_path)
