@@ -104,7 +104,7 @@ def check_storage_url(spec: StudySpec) -> None:
     elif importlib.util.find_spec(module) is None:
         hint = " (pip install -e '.[postgres]')" if parsed.drivername.startswith("postgresql") else ""
         raise ConfigError(f"storage: {parsed.drivername} needs the {module} driver, not installed{hint}")
-    from autotune.study.storage_check import check_writable
+    from autotune.storage_check import check_writable
 
     check_writable(url)  # a database in memory, another application's file, a read-only file
     if parsed.drivername == "sqlite" and parsed.database:
@@ -118,10 +118,10 @@ def check_storage_url(spec: StudySpec) -> None:
 def check_executor(spec: StudySpec) -> None:
     """A Ray cluster address (``executor.address`` or ``RAY_ADDRESS``) that is malformed or does
     not resolve: one line now (exit 2), instead of ray.init's minutes of retries; one where no
-    head answers: exit 1 (:func:`autotune.study.ray_cluster.check_address`)."""
+    head answers: exit 1 (:func:`autotune.ray_address.check_address`)."""
     if spec.executor.kind != "ray":
         return
-    from autotune.study.ray_cluster import check_address
+    from autotune.ray_address import check_address
 
     check_address(spec.executor.address)
 

@@ -150,8 +150,8 @@ def test_a_write_refused_by_the_database_is_one_line_at_once(finished_spec: Any,
     import optuna
 
     from autotune.errors import ConfigError
+    from autotune.storage_check import read_only_url
     from autotune.study.storage import StudyStorage
-    from autotune.study.storage_check import read_only_url
     from autotune.study.storage_retry import Backoff
 
     _, db = _finished_copy(finished_spec, tmp_path)

@@ -10,10 +10,10 @@ from autotune import space
 from autotune.redact import redact_argv
 from autotune.sglang.flags import render_argv
 from autotune.spec import StudySpec
+from autotune.storage_check import NoStudy
 from autotune.study import attrs
 from autotune.study.prediction import Predictor
 from autotune.study.storage import open_study
-from autotune.study.storage_check import NoStudy
 
 ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
             "server_kv_tokens", "kv_tokens_low", "kv_tokens_high", "kv_range")

@@ -237,8 +237,8 @@ class Source:
 
 def _open(spec: StudySpec, path: str) -> optuna.Study:
     """The earlier study, loaded (optuna's load_study: no trial or attribute is written)."""
+    from autotune.storage_check import NoStudy
     from autotune.study.storage import open_study
-    from autotune.study.storage_check import NoStudy
 
     try:
         return open_study(spec, create=False)
