@@ -16,11 +16,13 @@ on a value.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
 from autotune.errors import ConfigError
 from autotune.limits import GRID_AXIS, clip, shown
+from autotune.redact import redact_url
 from autotune.spec import StudySpec
 
 # Storage URL dialects and the module each needs (sqlalchemy's defaults).
@@ -31,9 +33,10 @@ _DRIVERS = {
 }
 
 
-def check_study(spec: StudySpec, *, writes: bool = True) -> None:
+def check_study(spec: StudySpec, *, writes: bool = True, launches: bool = True) -> None:
     """Raise ConfigError (one line, naming the field and the value) on the first problem
-    (``writes``: the command will write the storage, so its directory must be writable)."""
+    (``writes``: the command will write the storage, so it must be optuna's and writable;
+    ``launches``: it will start servers, so the Ray address must answer)."""
     check_models(spec)
     check_lengths(spec)
     check_dataset(spec)
@@ -41,6 +44,22 @@ def check_study(spec: StudySpec, *, writes: bool = True) -> None:
     check_space(spec)
     check_flags(spec)
     check_references(spec)
+    if launches:
+        check_executor(spec)
+
+
+def warn_exposed(spec: StudySpec) -> str | None:
+    """The warning ``run`` prints first when the study lets its servers listen beyond loopback
+    (``server.expose: true`` with another ``server.host``); None when they listen on loopback."""
+    from autotune.spec import is_loopback
+
+    if is_loopback(spec.server.host):
+        return None
+    line = (f"server.host {spec.server.host!r} (server.expose: true): every SGLang server of this study "
+            "listens beyond loopback; anyone who can reach this node can send it requests"
+            + ("" if "--api-key" in " ".join(spec.server.extra_args) else " (no --api-key in server.extra_args)"))
+    logging.getLogger("autotune.run").warning(line)
+    return line
 
 
 def check_models(spec: StudySpec) -> None:
@@ -121,18 +140,24 @@ def check_storage_url(spec: StudySpec, *, writable: bool = True) -> None:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"storage: not a database URL (got {spec.storage!r})") from None
+        raise ConfigError(f"storage: not a database URL (got {redact_url(spec.storage or url)!r})") from None
     module = _DRIVERS.get(parsed.drivername)
     if module is None:
         try:
             parsed.get_dialect()
         except Exception:  # noqa: BLE001 - sqlalchemy raises NoSuchModuleError and others
-            raise ConfigError(f"storage: unknown database kind {parsed.drivername!r} (got {spec.storage!r})") \
+            raise ConfigError(f"storage: unknown database kind {parsed.drivername!r} "
+                              f"(got {redact_url(spec.storage or url)!r})") \
                 from None
     elif importlib.util.find_spec(module) is None:
         hint = " (pip install -e '.[postgres]')" if parsed.drivername.startswith("postgresql") else ""
         raise ConfigError(f"storage: {parsed.drivername} needs the {module} driver, not installed{hint}")
-    if writable and parsed.drivername == "sqlite" and parsed.database:
+    if not writable:
+        return  # a command that only reads opens the storage read-only (autotune.storage_check)
+    from autotune.storage_check import check_writable
+
+    check_writable(url)  # a database in memory, another application's file, a read-only file
+    if parsed.drivername == "sqlite" and parsed.database:
         where = Path(parsed.database).parent
         while not where.exists() and where != where.parent:
             where = where.parent
@@ -161,6 +186,17 @@ def check_space(spec: StudySpec) -> None:
         if n > GRID_AXIS:
             raise ConfigError(f"{field}: sampler.kind grid would enumerate its {n:,} values, more than "
                               f"{GRID_AXIS:,}: a wider step, or sampler.kind tpe or random")
+
+
+def check_executor(spec: StudySpec) -> None:
+    """A Ray cluster address (``executor.address`` or ``RAY_ADDRESS``) that is malformed or does
+    not resolve: one line now (exit 2), instead of ray.init's minutes of retries; one where no
+    head answers: exit 1 (:func:`autotune.ray_address.check_address`)."""
+    if spec.executor.kind != "ray":
+        return
+    from autotune.ray_address import check_address
+
+    check_address(spec.executor.address)
 
 
 def check_flags(spec: StudySpec) -> None:

@@ -236,6 +236,45 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     return params
 
 
+class _Probe:
+    """Stands in for an optuna trial whose parameters are fixed to ``params`` (an enqueued
+    configuration): each suggestion answers with the fixed value and notes the first one optuna's
+    ask would refuse, a value not among a categorical knob's choices (ValueError "'8' not in (1,)");
+    a number outside its range is taken, with a warning, as the ask takes it. A knob ``params``
+    does not fix answers with its first value (the sampler would pick it)."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+        self.refused: tuple[str, Any] | None = None
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        return self.params.get(name, low)
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
+        return self.params.get(name, low)
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        if name not in self.params:
+            return choices[0]
+        value = self.params[name]
+        try:
+            optuna.distributions.CategoricalDistribution(choices).to_internal_repr(value)
+        except ValueError:
+            if self.refused is None:
+                self.refused = (name, value)
+            return choices[0]
+        return value
+
+
+def refused(spec: StudySpec, params: dict[str, Any]) -> tuple[str, Any] | None:
+    """The first ``(knob, value)`` of an enqueued configuration that ``spec``'s space does not hold
+    (optuna's ask would raise on it), or None. Knobs the space lacks are ignored, as the ask ignores them."""
+    probe = _Probe(params)
+    suggest(probe, spec)  # type: ignore[arg-type]  # _Probe answers the suggest calls suggest makes
+    return probe.refused
+
+
 def _suggest_spec(trial: optuna.Trial, algo: str, sp: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if algo == "NGRAM":

@@ -30,6 +30,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -49,6 +50,7 @@ from autotune.limits import (
 from autotune.load.spec import GOODPUT_KEYS, LoadTimeouts
 from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
+from autotune.redact import REDACTED, is_secret_name
 
 _W = TypeVar("_W", bound="WorkloadSpec")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -117,6 +119,18 @@ class SimSpec(_Model):
     faults: list[str] = Field(default_factory=list)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine: localhost, 127.0.0.0/8, ::1."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class ServerSpec(_Model):
     backend: Literal["sim", "sglang"] = "sim"
     # cpu: real SGLang on CPU (autotune.sglang.cpu): its flags and env var are added to every
@@ -129,6 +143,9 @@ class ServerSpec(_Model):
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: float = Field(default=900.0, gt=0)
+    # Servers listen on loopback. Another host (0.0.0.0, a routable address) lets other machines
+    # reach every server of the study, so the study must say so: expose: true (run then warns).
+    expose: bool = False
     host: str = "127.0.0.1"
     python: str | None = None  # interpreter that runs sglang.launch_server; default: this one
     sim: SimSpec = Field(default_factory=SimSpec)
@@ -138,6 +155,14 @@ class ServerSpec(_Model):
     def _version(cls, v: str) -> str:
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", v):
             raise ValueError(f"must look like 0.5.9, got {shown(v)}")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _loopback_unless_exposed(cls, v: str, info: ValidationInfo) -> str:
+        if not is_loopback(v) and not info.data.get("expose"):
+            raise ValueError("listens beyond loopback: other machines could reach every server of the "
+                             "study; set server.expose: true to allow it")
         return v
 
     @model_validator(mode="after")
@@ -722,6 +747,8 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     value = first.get("input")
+    if any(is_secret_name(str(p)) for p in first["loc"]) and not isinstance(value, (bool, int, float, type(None))):
+        value = REDACTED  # server.env.HF_TOKEN: a text (or a list of them) is not shown; a number is
     more = f" [and {len(errors) - 1} more]" if len(errors) > 1 else ""
     if not loc:  # a rule across fields: its message names them, and the value is the whole study
         return f"{clip(msg, 300)}{more}"

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.sglang import _slack
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.dp_attention import replicated_weight_gib
 from autotune.sglang.gpus import GpuKind, custom_gpu_name, get_gpu
@@ -58,6 +59,11 @@ FIRST_MODELLED_DATE = "2026-02-01"
 #: --swa-full-tokens-ratio arg", merged 2025-12-25): builds before it size the SWA pool as large as the full
 #: one (ratio 1.0), as the PR #15464 log shows ("swa size: 1496958, full size: 1496958").
 MIMO_RATIO_FIX_DATE = "2025-12-25"
+
+
+#: Logs a pre-load overhead figure of the memory model is read from (:mod:`autotune.sglang._slack`).
+FITTED_LOGS = frozenset(m.group(0) for table in (_slack.CONTEXT_GIB, _slack.NVLINK_COMM_GIB)
+                        for _, src in table.values() for m in re.finditer(r"[a-z]+-(?:pr)?\d+-[a-z0-9.-]+", src))
 
 
 def release_of(entry: dict[str, Any]) -> tuple[str, str]:
@@ -189,6 +195,9 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     from_log = logged_server_args(log.read_text(errors="replace")) if log is not None and log.is_file() else {}
     if from_log:
         row["notes"].append("launch from the log's server_args line")
+    if entry["id"] in FITTED_LOGS:
+        row["notes"].append("the pre-load overhead is fitted on this log: its cold KV is no independent check")
+        row["fitted"] = True
     overrides, why = release_overrides(entry, model)
     row["notes"] += why
     cfg = _server(entry, model, {**overrides, **from_log})
@@ -204,8 +213,12 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
     if gpu is None:
         return {**row, "status": f"gpu {entry.get('gpu')!r} unknown (no memory figure): weights only"
                 + (f"; unknown ({model.unknown_reason})" if model.is_unknown else "")}
+    # The catalogue's NVLink / xGMI parts (SXM, OAM) sit on their fabric in every multi-GPU log of the set;
+    # an entry's own "interconnect" says otherwise where a post does.
+    interconnect = entry.get("interconnect") or ("nvlink" if gpu.has_nvlink and cfg.tp_size > 1 else "pcie")
+    row["interconnect"] = interconnect
     try:
-        cold = predict(model, gpu, cfg, version=version)
+        cold = predict(model, gpu, cfg, version=version, interconnect=interconnect)
     except ConfigError as e:
         return {**row, "status": f"refused: {e}"}
     row.update(cold_verdict=cold.verdict, cold_prunes=cold.should_prune, cell=cold.cell_bytes)
@@ -223,7 +236,7 @@ def evaluate(base: Path, entry: dict[str, Any]) -> dict[str, Any]:
         cal = Calibration(p_gib=float(p), a_gib=float(a), tp_size=cfg.tp_size, attn_dp_size=cfg.attn_dp_size,
                           mem_fraction_static=cfg.mem_fraction_static, f_is_auto=cfg.mem_fraction_static is None,
                           source="public log")
-        calibrated = predict(model, gpu, cfg, version=version, calibration=cal)
+        calibrated = predict(model, gpu, cfg, version=version, calibration=cal, interconnect=interconnect)
         row["cal_kv"] = calibrated.kv_tokens
     return {"status": "supported", **row}
 
@@ -270,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                       ("cal_kv_err", "KV tokens, calibrated"), ("cell_err", "KV cell vs the log's KV size / tokens")):
         errs = sorted(((abs(r[key]), r["id"]) for r in sup if r.get(key) is not None), reverse=True)
         worst = f", worst {errs[0][0]:.1f} % ({errs[0][1]})" if errs else ""
-        print(f"  {what}: {len(errs)} compared, {sum(e <= 5 for e, _ in errs)} within 5 %{worst}")
+        fitted = [i for _, i in errs if i in FITTED_LOGS] if key == "cold_kv_err" else []
+        own = f" ({len(fitted)} of them fitted on: {', '.join(fitted)})" if fitted else ""
+        print(f"  {what}: {len(errs)} compared, {sum(e <= 5 for e, _ in errs)} within 5 %{worst}{own}")
     oom = [r for r in sup if str(r.get("failure_kind") or "").endswith("oom")]
     print(f"  logs that ended in out-of-memory: {len(oom)}, predicted cold as a pruning out-of-memory: "
           f"{sum(bool(r.get('cold_prunes')) for r in oom)}"

@@ -96,7 +96,7 @@ def top_up(path: Path, total: int) -> int:
     from autotune.spec import load_study_spec
     from autotune.study.storage import open_study
 
-    study = open_study(load_study_spec(path), create=False)
+    study = open_study(load_study_spec(path))  # opened to write (create=False opens read-only)
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     added = 0
     while len(done) + added < total:
@@ -164,13 +164,13 @@ def per_trial(marks: list[float]) -> str:
 
 
 def postgres_overhead(n: int) -> list[float] | str:
-    sys.path.insert(0, str(ROOT / "tests"))
     try:
         import psycopg  # noqa: F401
-        from pg_server import PgServer, _bindir
     except ImportError as exc:
         return f"skipped: {exc}"
-    bindir = _bindir()
+    from autotune.testing.pg_server import PgServer, find_bindir
+
+    bindir = find_bindir()
     if bindir is None:
         return "skipped: PostgreSQL not installed"
     root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))

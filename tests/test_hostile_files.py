@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile import QWEN32B, SECONDS, cli, cli_bounded, nothing_stored, one_line, setting, study
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.hostile import QWEN32B, SECONDS, cli, cli_bounded, nothing_stored, one_line, setting, study
 
 ALIAS_BOMB = "".join(
     [f"a0: &a0 [{', '.join(['lol'] * 10)}]\n"]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hostile import SECONDS, cli, one_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loadgen_fake_server import running
+from support.hostile import SECONDS, cli, one_line
+
+from autotune.testing.loadgen_fake_server import running
 
 pytestmark = pytest.mark.timeout(3 * SECONDS)
 

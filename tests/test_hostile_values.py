@@ -17,9 +17,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-from hostile import SECONDS, cli, nothing_stored, one_line, setting, study
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.hostile import SECONDS, cli, nothing_stored, one_line, setting, study
 
 pytestmark = pytest.mark.timeout(SECONDS)
 

@@ -432,3 +432,31 @@ def test_a_layout_reserves_tp_x_dp_gpus(ray_owner: RayExecutor, tmp_path: Path) 
     assert ray_owner.slots_free(req(2, 1)) == 4
     assert ray_owner.slots_free(req(4, 2)) == 1 and ray_owner.slots_free(req(2, 4)) == 1
     assert ray_owner.slots_free(req(8, 1)) == 1
+
+
+def _offline_body(req: TrialRequest, report: Any) -> TrialResult:
+    """The simulated server's offline evaluator (modelled time, no process)."""
+    from autotune.trial.offline import evaluate
+
+    return evaluate(req)
+
+
+def test_the_issues_study_runs_to_its_budget_on_ray(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    """Issue 35 with the Ray executor (four TP-2 trials at a time): the node removes ``--attn-dp-size 8``
+    and the study, whose designed start draws from the space after pruning, runs to its budget. Six
+    trials, no confirmation re-runs: each Ray trial starts a worker of its own (seconds on a 2-core
+    box); on the old code the second ask raised, before the first trial ended."""
+    import optuna
+    from support.pruned_space import DP8, issue_study
+
+    from autotune.spec import load_study_spec
+    from autotune.study.driver import run_study
+
+    spec = load_study_spec(issue_study(tmp_path, n_trials=6, search={"confirm_top": 0}))
+    assert spec.executor.kind == "ray"
+    summary = run_study(spec, executor=RayExecutor(spec, body=_offline_body))
+    assert summary.finished == 6 and "FAIL" not in summary.states, summary.states
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert all(p["params"][DP8] == 1 for p in study.user_attrs["design_points"])
+    assert all(t.params[DP8] == 1 for t in study.trials)
+    assert ray.is_initialized()

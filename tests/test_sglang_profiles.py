@@ -1,4 +1,5 @@
-"""Per-family memory profiles against SGLang 0.5.23's arithmetic (reference: sglang-model-families.md)."""
+"""Per-family memory profiles against SGLang 0.5.23's arithmetic (each rule's SGLang file and lines are
+cited in autotune/sglang/profiles/)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from autotune.errors import ConfigError
 from autotune.sglang.memory import cell_size_bytes
 from autotune.sglang.models import load_model_profile, profile_from_config
 from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
-from autotune.sglang.profiles.mamba import mamba_reserve_bytes, state_bytes_per_request
+from autotune.sglang.profiles.mamba import MambaKnobs, mamba_pool, state_bytes_per_request
 from autotune.sglang.profiles.quant import MXFP4, NVFP4, detect_quant
 from autotune.sglang.profiles.safetensors import read_header
 from autotune.sglang.profiles.sizing import kv_reserved_bytes, weight_bytes_per_gpu
@@ -133,13 +134,13 @@ def test_mamba_state_comes_out_of_the_budget_before_the_pool() -> None:
     lay = p.kv_layout
     assert p.family == "mamba" and lay is not None and lay.mamba is not None
     assert (lay.full_layers, lay.mamba.layers) == (12, 36)
-    assert state_bytes_per_request(lay.mamba, 1) == 77266944  # reference section 7, TP 1
+    assert state_bytes_per_request(lay.mamba, 1) == 77266944  # SGLang 0.5.23 srt/configs/mamba_utils.py's state shapes, TP 1
     assert state_bytes_per_request(lay.mamba, 4) == 77266944 // 4
     assert _cell(QWEN3_NEXT) == 2 * 512 * 12 * 2  # attention layers only
     rest = 40 * GIB
     reserved = kv_reserved_bytes(p, rest, tp=1)
     s = 77266944
-    assert reserved == ((rest * 0.9 / 1.9 - s) // s + 1) * s == mamba_reserve_bytes(lay.mamba, 1, rest)
+    assert reserved == ((rest * 0.9 / 1.9 - s) // s + 1) * s == mamba_pool(lay.mamba, 1, rest, MambaKnobs()).reserved_bytes
     assert (rest - reserved) / rest == pytest.approx(1 / 1.9, abs=0.01)  # KV gets about rest / 1.9
 
 
@@ -348,6 +349,8 @@ def test_mxfp4_padding_by_release_and_gpu() -> None:
 @pytest.mark.parametrize("name,flags", [("qwen3-next", ""), ("gpt-oss", ""), ("dsv32", ""), ("kimi-k2.5", ""),
                                         ("qwen3-next", "--mamba-full-memory-ratio 0.5"),
                                         ("qwen3-next", "--max-mamba-cache-size 32"),
+                                        ("qwen3-next", "--disable-radix-cache --max-running-requests 8"),
+                                        ("qwen3-next", "--mamba-ssm-dtype bfloat16 --max-running-requests 512"),
                                         ("gpt-oss", "--swa-full-tokens-ratio 0.3")])
 def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str, flags: str) -> None:
     """The simulated server (autotune.sim.hardware) sizes every family's pool as the predictor does, so a
@@ -370,6 +373,7 @@ def test_simulator_and_predictor_size_the_pool_alike(tmp_path: Path, name: str, 
     pred = predict(model, get_gpu("b200"), server, version="0.5.23", calibration=cal)
     assert plan.kv_tokens > 0 and pred.kv_tokens == plan.kv_tokens
     assert pred.cell_bytes == plan.cell_bytes
+    assert pred.max_running_requests == plan.max_running_requests  # a state pool caps both alike
     cold = predict(model, get_gpu("b200"), ServerConfig(model_path=str(tmp_path), tp_size=8, mem_fraction_static=0.85),
                    version="0.5.23")
     assert cold.w_gib == pytest.approx(plan.w_gib, abs=0.3)  # the same weights per GPU (P differs by comm buffers)

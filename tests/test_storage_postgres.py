@@ -23,12 +23,12 @@ import optuna
 import psutil
 import pytest
 import yaml
-from pg_server import PgServer
 
 from autotune.spec import load_study_spec
 from autotune.study.driver import budget_used, run_study
 from autotune.study.offline_executor import OfflineExecutor
 from autotune.study.storage_retry import StorageUnavailable
+from autotune.testing.pg_server import PgServer
 
 pytestmark = pytest.mark.postgres
 

@@ -17,6 +17,7 @@ import sys
 from autotune import __version__
 from autotune.errors import AutotuneError, ConfigError
 from autotune.limits import clip
+from autotune.redact import RedactingFilter, redact_text
 
 # Command modules, in the order --help lists them.
 COMMANDS = (
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
@@ -71,13 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    for handler in logging.getLogger().handlers:  # no secret in any log line (autotune.redact)
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     except AutotuneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``autotune dashboard STUDY.yaml [--host 127.0.0.1] [--port 8080]``: optuna-dashboard with
+"""``autotune dashboard STUDY.yaml [--host 127.0.0.1 [--expose]] [--port 8080]``: optuna-dashboard with
 each trial's server log, launch command, load summary, per-request records and note."""
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from autotune.cli._common import add_study_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dashboard", help="serve optuna-dashboard for the study, with trial artifacts and notes")
     add_study_arg(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; tunnel with ssh -L)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; tunnel with ssh -L); another needs --expose")
+    p.add_argument("--expose", action="store_true",
+                   help="allow a --host beyond loopback: anyone who reaches it can read and delete trials")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.set_defaults(func=_dashboard)
 
@@ -25,6 +28,6 @@ def _dashboard(args: argparse.Namespace) -> int:
         print(f"dashboard: {url}  (Ctrl-C stops)", flush=True)
 
     spec = load_study_spec(args.study)
-    serve(spec, args.host, args.port, on_ready=ready)
+    serve(spec, args.host, args.port, on_ready=ready, expose=args.expose)
     print("dashboard stopped", file=sys.stderr)
     return 0

@@ -18,7 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "as run checks it. Uses the study's calibration when it has one. First, what each warm_start study carries "
         "and why, and the knobs that leave the space. --json prints one object: warm_start {studies: [{study, "
         "file, sglang_version, differences, carried, decisions: [{what, carried, reason}], notes}], "
-        "calibration}, removed [{name, value, reason, line}], space [lines], candidates [one row each].",
+        "calibration}, removed [{name, value, reason, line}], space [lines], candidates [one row each]. Where the "
+        "model family's pool rule varies by build or release (DeepSeek V4), a row carries kv_tokens_low / "
+        "kv_tokens_high (null: unknown on that side) and kv_range (why), the table shows them after the tokens, "
+        "and the candidate is uncertain (never pruned) until a launch has shown the pool.",
     )
     add_study_arg(p)
     add_json_flag(p)
@@ -55,6 +58,9 @@ def _plan(args: argparse.Namespace) -> int:
     for r in rows:
         vals = " ".join(f"{k}={r[k]}" for k in knobs)
         tokens = f"{r['kv_tokens']:>9,}" if isinstance(r.get("kv_tokens"), int) else f"{'-':>9}"
+        if r.get("kv_range"):  # the family's rule varies by build: where the pool can be until a launch shows it
+            lo, hi = r.get("kv_tokens_low"), r.get("kv_tokens_high")
+            tokens += f" ({'?' if lo is None else f'{lo:,}'}..{'?' if hi is None else f'{hi:,}'})"
         server = r.get("server_kv_tokens")
         if isinstance(server, int) and r.get("kv_tokens") and server != r["kv_tokens"]:  # per pool, then the server
             tokens += f" tok each (DP ranks / replicas), {server:,}"

@@ -38,8 +38,9 @@ def _run(args: argparse.Namespace) -> int:
         updates["executor"] = spec.executor.model_copy(update={"kind": args.executor})
     if updates:
         spec = spec.model_copy(update=updates)
-    from autotune.preflight import check_study
+    from autotune.preflight import check_study, warn_exposed
 
+    warn_exposed(spec)  # server.expose: said in words in the study, and said again here
     check_study(spec)  # every process-free check, before Ray, SGLang or the storage is touched
     from autotune.results.progress import make_progress
 

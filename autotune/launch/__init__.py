@@ -15,8 +15,8 @@ from autotune.launch.cleanup import install_signal_handlers, live_servers, regis
 from autotune.launch.failures import classify
 from autotune.launch.ports import free_port, mark_port_used
 from autotune.launch.process import ServerProcess
-from autotune.launch.redact import redact_argv, redact_env
 from autotune.launch.registry import ProcessRegistry
+from autotune.redact import redact_argv, redact_env
 
 __all__ = [
     "ProcessRegistry",

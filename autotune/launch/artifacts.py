@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.launch.redact import is_secret_env, redact_argv, redact_env
+from autotune.redact import is_secret_name, redact_argv, redact_env
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     """One shell line: ``NAME=value ... argv``, shlex-quoted, secrets taken from ``$NAME``."""
     parts: list[str] = []
     for name, value in (env or {}).items():
-        if is_secret_env(name):
+        if is_secret_name(name):
             parts.append(f'{name}="${name}"')
         else:
             parts.append(f"{name}={shlex.quote(str(value))}")
@@ -95,7 +95,7 @@ def write_launch_artifacts(
         "env.json": out / "env.json",
         "launch.json": out / "launch.json",
     }
-    secrets = sorted(k for k in env if is_secret_env(k))
+    secrets = sorted(k for k in env if is_secret_name(k))
     lines = ["#!/bin/sh", "# The exact launch of this trial's server (autotune)."]
     if secrets:
         lines.append(f"# Secrets are read from your environment: {', '.join(secrets)}")

@@ -39,7 +39,7 @@ from autotune.launch.groups import (
     pids_with_env,
     terminate,
 )
-from autotune.launch.redact import redact_argv
+from autotune.redact import redact_argv
 
 logger = logging.getLogger(__name__)
 

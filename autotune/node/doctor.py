@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
+from autotune.redact import redact_url
 from autotune.spec import StudySpec
 
 # Free disk below which a study's artifacts (logs, per-request records) are at risk.
@@ -154,13 +155,7 @@ def _storage(spec: StudySpec) -> Check:
     from autotune.study.storage_retry import probe_storage
 
     err = probe_storage(url)
-    return Check("storage", err is None, f"{_redact(url)} " + ("answers" if err is None else f"unreachable: {err}"))
-
-
-def _redact(url: str) -> str:
-    import re
-
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    return Check("storage", err is None, f"{redact_url(url)} " + ("answers" if err is None else f"unreachable: {err}"))
 
 
 def run_checks(spec: StudySpec, *, nvml: Any = None, probe: Callable[[str], Any] | None = None) -> list[Check]:

@@ -42,8 +42,9 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
+from autotune.redact import redact_text
 from autotune.results import trials as _trials
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, is_loopback
 from autotune.study import attrs
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def trial_note(t: FrozenTrial) -> str:
         lines += ["", "Launched with:", "", "```", str(ua[attrs.SHELL]), "```"]
     if any(k.startswith(_ARTIFACT_PREFIX) for k in t.system_attrs):
         lines += ["", "Server log, launch command, load summary and per-request records: see Artifacts below."]
-    body = "\n".join(lines).strip()
+    body = redact_text("\n".join(lines).strip())  # a study recorded before its writes were redacted
     return body if len(body) <= 4 * _NOTE_MAX else body[: 4 * _NOTE_MAX - 3] + "..."
 
 
@@ -246,16 +247,21 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
-    """A bound (not yet serving) wsgiref server; port 0 picks a free port (see ``server_port``)."""
+def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080, *,
+                          expose: bool = False) -> WSGIServer:
+    """A bound (not yet serving) wsgiref server; port 0 picks a free port (see ``server_port``).
+    A host beyond loopback needs ``expose`` (``--expose``): ConfigError before the study is opened."""
     if not (0 <= port <= 65535):
         raise ConfigError(f"--port: must be 0..65535, got {port}")
+    if not is_loopback(host) and not expose:
+        raise ConfigError(f"--host: {host!r} listens beyond loopback: anyone who can reach it can read and "
+                          "delete trials; add --expose to allow it (or tunnel 127.0.0.1 with ssh -L)")
     app = make_app(spec)
     try:
         httpd = make_server(host, port, app, handler_class=_QuietHandler)
     except OSError as exc:
         raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(host):
         log.warning("the dashboard listens on %s: anyone who can reach it can delete trials; "
                     "prefer 127.0.0.1 and an ssh tunnel (see dashboards/README.md)", host)
     return httpd
@@ -267,10 +273,11 @@ def url_of(httpd: WSGIServer) -> str:
     return f"http://{host}:{port}/dashboard/"
 
 
-def serve_in_thread(spec: StudySpec, host: str = "127.0.0.1", port: int = 0) -> tuple[WSGIServer, threading.Thread]:
+def serve_in_thread(spec: StudySpec, host: str = "127.0.0.1", port: int = 0, *,
+                    expose: bool = False) -> tuple[WSGIServer, threading.Thread]:
     """Start serving in a daemon thread (tests, ``autotune run`` side by side). Stop with
     ``httpd.shutdown(); httpd.server_close(); thread.join()``."""
-    httpd = make_dashboard_server(spec, host, port)
+    httpd = make_dashboard_server(spec, host, port, expose=expose)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
                               name="autotune-dashboard", daemon=True)
     thread.start()
@@ -278,13 +285,13 @@ def serve_in_thread(spec: StudySpec, host: str = "127.0.0.1", port: int = 0) -> 
 
 
 def serve(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080,
-          on_ready: Callable[[str], None] | None = None) -> None:
+          on_ready: Callable[[str], None] | None = None, *, expose: bool = False) -> None:
     """Serve until Ctrl-C (KeyboardInterrupt), then stop serving, close the socket and return.
 
     Requests are served on a daemon thread and the main thread only waits, so Ctrl-C
     never lands inside a request (half-done database work) and shutdown is prompt.
     """
-    httpd, thread = serve_in_thread(spec, host, port)
+    httpd, thread = serve_in_thread(spec, host, port, expose=expose)
     try:
         if on_ready is not None:
             on_ready(url_of(httpd))

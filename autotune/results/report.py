@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ExportError
+from autotune.redact import redact_text
 from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
 from autotune.results.summary import lineage, lineage_lines
@@ -165,7 +166,7 @@ def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:
         return shell_line(sglang_command(spec, t))
     except Exception as exc:  # noqa: BLE001 - the report must still render; say what was used
         log.info("trial %d: no SGLang command from its params (%s); using the launched one", t.number, exc)
-        return str(t.user_attrs.get(attrs.SHELL) or " ".join(t.user_attrs.get(attrs.COMMAND) or []))
+        return redact_text(str(t.user_attrs.get(attrs.SHELL) or " ".join(t.user_attrs.get(attrs.COMMAND) or [])))
 
 
 def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:

@@ -10,6 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
+from autotune.redact import redact_argv, redact_value
 from autotune.results import pareto
 from autotune.results.estimate import CONFIDENCE_Z, Estimate, by_estimate, estimates, key_of
 from autotune.results.trials import ran_params
@@ -83,6 +84,7 @@ def lineage_lines(lin: list[dict[str, Any]]) -> list[str]:
 
 
 def status(spec: StudySpec) -> dict[str, Any]:
+    """Trial counts, the best so far and the calibration, as shown (secrets hidden: :mod:`autotune.redact`)."""
     study = open_study(spec, create=False)
     states = {name: 0 for name in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
     states.update(count_states(study))
@@ -91,7 +93,7 @@ def status(spec: StudySpec) -> dict[str, Any]:
     for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL)):
         k = t.user_attrs.get(attrs.FAILURE_KIND, "unknown")
         failure_kinds[k] = failure_kinds.get(k, 0) + 1
-    return {
+    return redact_value({
         "study": spec.name,
         "storage": spec.storage_url,
         "n_trials": spec.n_trials,
@@ -101,15 +103,16 @@ def status(spec: StudySpec) -> dict[str, Any]:
         "best": None if best is None else {"number": best.number, "params": ran_params(best),
                                            "value": best.value},
         "calibration": study.user_attrs.get(attrs.CALIBRATION),
-    }
+    })
 
 
 def sglang_command(spec: StudySpec, trial: FrozenTrial, *, python: str = "python3") -> list[str]:
-    """The plain ``python -m sglang.launch_server ...`` argv for this trial's settings."""
+    """The plain ``python -m sglang.launch_server ...`` argv for this trial's settings, as shown:
+    the value of a secret flag (``--api-key``) hidden; the study file holds it."""
     from autotune.sglang.flags import render_argv
 
     cfg = space.to_config(spec, dict(trial.params), baseline=bool(trial.user_attrs.get(attrs.BASELINE)))
-    return render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server")
+    return redact_argv(render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server"))
 
 
 # per-workload figures ``best`` shows for a mix (from the workload's picked point)
@@ -137,6 +140,12 @@ def mix_figures(spec: StudySpec, trial: FrozenTrial) -> list[dict[str, Any]] | N
 
 
 def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
+    """The winner, its launch command and its gain, as shown: every secret hidden
+    (:mod:`autotune.redact`; a secret environment variable as ``NAME="$NAME"`` in the shell line)."""
+    return redact_value(_best(spec, runners_up=runners_up))
+
+
+def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
     study = open_study(spec, create=False)
     top = best_trial(study)
     if top is None:

@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.redact import redact_text
 from autotune.study import attrs
 
 # Keys of user_attrs[attrs.PREDICTION] exported as pred_<key>, in this order.
@@ -107,14 +108,22 @@ def row(t: FrozenTrial) -> dict[str, Any]:
         out[k] = timings.get(k) if isinstance(timings, dict) else None
     out["datetime_start"] = t.datetime_start
     out["datetime_complete"] = t.datetime_complete
-    out["note"] = ua.get(attrs.NOTE)
-    out["shell"] = ua.get(attrs.SHELL)
+    # Text a study recorded before its writes were redacted still shows no secret.
+    for key in ("reason", "pred_reason"):
+        if isinstance(out[key], str):
+            out[key] = redact_text(out[key])
+    out["note"] = _shown(ua.get(attrs.NOTE))
+    out["shell"] = _shown(ua.get(attrs.SHELL))
     for name, value in sorted(ran_params(t).items()):
         out[f"param_{name}"] = value
     for point, metrics in sorted(metric_points(t).items(), key=lambda kv: point_order(kv[0])):
         for key, value in metrics.items():
             out[f"{point}_{key}"] = value
     return out
+
+
+def _shown(text: Any) -> Any:
+    return redact_text(text) if isinstance(text, str) else text
 
 
 def ran_params(t: FrozenTrial) -> dict[str, Any]:

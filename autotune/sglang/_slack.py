@@ -1,4 +1,6 @@
-"""Estimates of what is allocated outside weights + KV (reference sections 3.1-3.5), in GiB.
+"""Estimates of what is allocated outside weights + KV, in GiB (CUDA graphs: SGLang's
+``model_executor/cuda_graph_runner.py``; custom allreduce: ``distributed/device_communicators/``;
+torch symmetric memory and FlashInfer fusion: ``layers/communicator.py``; each figure cited below).
 
 These are deliberately simple, documented estimates. The memory model scales
 a calibrated graph measurement by them, and leans towards launching when only
@@ -44,13 +46,61 @@ def comm_buffers_gib(
     return total / GIB
 
 
-def base_overhead_gib(tp_size: int) -> float:
-    """CUDA context (~0.55 GiB) plus NCCL communicator buffers, ~0.15 GiB per peer.
+#: What the GPU holds before the weights load, besides the candidate-dependent buffers of
+#: :func:`comm_buffers_gib`: the CUDA (HIP) context with torch's and the libraries' workspaces, then, at
+#: TP > 1, NCCL's (RCCL's) communicator buffers. SGLang sets neither (it only measures the rest: "Load weight
+#: begin. avail mem" is P), so each figure is read from a public startup log of ``tests/data/public_logs``
+#: (capacity - P, or capacity - A - W where P is not logged) and says which: such a log is no longer an
+#: independent check of the cold KV figure. Keys: the GPU's context class (:func:`context_class`).
+CONTEXT_GIB: dict[str, tuple[float, str]] = {
+    "sm90": (1.19, "fitted on sglang-pr4826-gemma3-4b-h200 (H200, TP 1: 140.40 - 131.08 - 8.13)"),
+    "sm100": (1.40, "fitted on kvcached-198-gptoss20b-b200 (B200, TP 1: 179.06 - 163.13 - 14.53)"),
+    "sm120": (1.07, "fitted on sglang-7227-qwen3-8b-fp8-5090 (RTX 5090, TP 1: 31.84 - 21.96 - 8.81)"),
+    "gfx950": (0.78, "fitted on sglang-18262-qwen3-30b-a3b-5layers-mi355x (MI355X, TP 1: 287.98 - 287.20; "
+                     "sglang-pr18263's 0.80 agrees)"),
+    "other": (0.5528, "fitted on the seed launch with the per-rank NCCL figure below (the earlier figure; A100, "
+                      "L40S, MI300X, ...: no public TP 1 log of theirs in the set)"),
+}
+#: NCCL's buffers at TP > 1 over NVLink / xGMI, per GPU whatever the TP size: NCCL's ring and tree connect a
+#: rank to two or three peers per channel however many ranks there are (NVLS is off: SGLang PR #631), so the
+#: figure follows the fabric's channel count, not the TP size [modelled]; the level of each is [fitted].
+NVLINK_COMM_GIB: dict[str, tuple[float, str]] = {
+    "sm90": (1.92, "fitted on sglang-pr11716-llama33-70b-h200-tp8 (H200, TP 8: 140.40 - 137.29 - the context; the "
+                   "log's own 'Init torch distributed ends. mem usage=1.77-2.01 GB' says the same)"),
+    "sm100": (2.32, "fitted on sglang-pr9162-dsr1-fp4-b200-tp4 (B200, TP 4: 179.06 - 175.34 - the context)"),
+    "rocm": (3.11, "fitted on sglang-7691-dsr1-rocm-dp8 (MI300X over xGMI, TP 8: 191.98 - 166.59 - 21.73 - the "
+                   "'other' context; its weights are excluded from the yardstick, its P is not)"),
+}
+#: Elsewhere (PCIe, or a fabric with no figure above) NCCL's buffers grow with the ranks: per rank of the
+#: TP group, the whole group counted (fewer channels, staged copies).
+PCIE_COMM_PER_RANK_GIB: dict[str, tuple[float, str]] = {
+    "sm120": ((1.5928 - 1.07) / 8, "fitted on the seed launch (RTX PRO 6000, TP 8 over PCIe: P = 94.00 GiB of "
+                                   "97,887 MiB, its log) less the SM120 context; sglang-29562-glm52 on the same card "
+                                   "reads 0.69 GiB more"),
+    "other": (0.13, "fitted on the seed launch with the 'other' context (the earlier simulator figures)"),
+}
 
-    At TP 8 this is 1.60 GiB, which matches the seed case (P = 94.00 GiB on a
-    97,887 MiB card); a calibration launch replaces it with the measured value.
-    """
-    return 0.55 + 0.15 * max(tp_size - 1, 0)
+
+def context_class(gpu: GpuKind) -> str:
+    """The key of :data:`CONTEXT_GIB` for ``gpu``: SM90 / SM100 / SM120, MI355X (gfx950), else "other"."""
+    if gpu.rocm:
+        return "gfx950" if gpu.gfx == "gfx950" else "other"
+    return f"sm{gpu.sm_family}" if gpu.sm_family in (90, 100, 120) else "other"
+
+
+def base_overhead_gib(gpu: GpuKind, tp_size: int, interconnect: str = "pcie") -> float:
+    """The context plus NCCL's buffers before the weights load (:data:`CONTEXT_GIB`): what the
+    capacity loses before P is measured, the same for every candidate of one TP size and fabric.
+    A calibration launch replaces it with the node's own figure."""
+    context = CONTEXT_GIB.get(context_class(gpu), CONTEXT_GIB["other"])[0]
+    if tp_size <= 1:
+        return context
+    if interconnect == "nvlink" and gpu.has_nvlink:
+        key = "rocm" if gpu.rocm else context_class(gpu)
+        if key in NVLINK_COMM_GIB:
+            return context + NVLINK_COMM_GIB[key][0]
+    per_rank = PCIE_COMM_PER_RANK_GIB.get(context_class(gpu), PCIE_COMM_PER_RANK_GIB["other"])[0]
+    return context + per_rank * tp_size
 
 
 #: Decode CUDA graph memory. Dense part (any model): a pool base, per captured size a graph's private
@@ -89,6 +139,8 @@ PROVENANCE: dict[str, tuple[str, str]] = {
                      "memory_hook.py:372-378); SGLang's estimate, not a measurement"),
     "PREFILL_ACT_*": ("modelled", "live tensors of one prefill chunk (hidden x 12 + active MLP)"),
     "attention workspace 384/512 MiB": ("source", "SGLANG_FLASHINFER_WORKSPACE_SIZE default (SGLang source)"),
+    "CONTEXT_GIB, NVLINK_COMM_GIB, PCIE_COMM_PER_RANK_GIB": ("fitted", "each on the public log its entry names "
+                                                              "(pre-load overhead = capacity - P)"),
 }
 
 

@@ -33,6 +33,7 @@ _SM_ATTENTION = {"fa3": (80, 86, 89, 90), "flashmla": (90, 100), "cutlass_mla": 
                  "trtllm_mha": (100,), "fa4": (100,)}
 _ROCM_ATTENTION = ("aiter", "wave")  # AMD kernel libraries (attention_registry.py registers them for HIP)
 _ROCM_DEFAULT_ATTN = "SGLang's ROCm back-ends are aiter / triton (default aiter: model_override_base.py:326-345)"
+_STATE_POOL_KNOBS = ("--max-mamba-cache-size", "--mamba-full-memory-ratio", "--mamba-ssm-dtype")
 _NVLINK_A2A = {"deepep", "mooncake", "nixl", "mori", "deepep_v2", "pplx", "flashinfer", "megamoe", "flashinfer_megamoe"}
 
 
@@ -48,6 +49,7 @@ class NodeContext:
     is_mla: bool = False
     fp8: bool = False
     rocm: bool = False  # an AMD GPU: SGLang's HIP paths (autotune.sglang.rocm)
+    hybrid_state: bool = False  # a Mamba / linear-attention hybrid: a state pool beside the KV pool
 
     @classmethod
     def of(cls, version: str | SglangVersion, gpu: Any, interconnect: str, tp_size: int, model: Any) -> NodeContext:
@@ -55,7 +57,8 @@ class NodeContext:
         sm = int(getattr(gpu, "sm_family", getattr(gpu, "sm", 0)))  # B300's 10.3 is SGLang's "SM100"
         return cls(version=as_version(version), sm=sm, interconnect=interconnect,
                    tp_size=tp_size, is_moe=bool(getattr(model, "num_experts", 0)), is_mla=bool(model.is_mla),
-                   fp8="fp8" in quant.lower(), rocm=getattr(gpu, "vendor", "nvidia") == "amd")
+                   fp8="fp8" in quant.lower(), rocm=getattr(gpu, "vendor", "nvidia") == "amd",
+                   hybrid_state=getattr(model, "family", "") == "mamba")
 
 
 def dead_reason(knob: Knob | None, name: str, ctx: NodeContext, tp_sizes: tuple[int, ...] = ()) -> str | None:
@@ -85,6 +88,8 @@ def dead_reason(knob: Knob | None, name: str, ctx: NodeContext, tp_sizes: tuple[
             return "\"The kernels build IPC channels for these world sizes only\": 2, 4, 8 (pcie_ipc_ar.py)"
     if knob.name in ("--ep-size", "--moe-a2a-backend", "--moe-runner-backend") and not ctx.is_moe:
         return f"{name}: the model has no experts"
+    if knob.name in _STATE_POOL_KNOBS and not ctx.hybrid_state:
+        return f"{name} sizes the Mamba / linear-attention state pool; the model has none"
     if knob.name == "--attn-dp-size" and max(tps) <= 1:
         return "one GPU per server: nothing to split attention over"
     if knob.name in ("NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE") and max(tps) <= 1:

@@ -53,6 +53,7 @@ def _k(name: str, kind: str, **kw: Any) -> Knob:
     return Knob(name=name, kind=kind, **kw)
 
 
+_HYBRID = "hybrid Mamba / linear-attention models only (Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1)"
 _IPC_SRC = "SGLang 0.5.23 pcie_ipc_ar.py docstring (8 x SM120, TP 8: TPOT 21.14 -> 13.62 ms)"
 
 CATALOGUE: dict[str, Knob] = {k.name: k for k in (
@@ -81,7 +82,9 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
     _k("chunked_prefill_size", "typed", flags=("--chunked-prefill-size",), value="int", field="chunked_prefill_size",
        memory="activation reserve of the automatic f (chunk x 1.5 MB)", speed="prefill chunk per step"),
     _k("max_running_requests", "typed", flags=("--max-running-requests",), value="int",
-       field="max_running_requests", memory="caps the graph max bs (0.5.22+)", speed="caps the running batch"),
+       field="max_running_requests", memory="caps the graph max bs (0.5.22+); hybrid (Mamba / linear-attention) "
+       "models: the state pool's slots with the radix cache off, and the draft's intermediate states "
+       "(profiles/mamba.py)", speed="caps the running batch"),
     _k("kv_cache_dtype", "typed", flags=("--kv-cache-dtype",), value="str", field="kv_cache_dtype",
        memory="cell size (fp8 1 byte; e4m3fnuz on MI300X/MI325X, 1 byte too)", speed="KV bytes read per decode step"),
     _k("attention_backend", "typed", flags=("--attention-backend",), value="str", field="attention_backend",
@@ -122,6 +125,20 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
        speed="admission reserves new-token room x conservativeness (lower admits more, retracts more)"),
     _k("--enable-mixed-chunk", "flag", flags=("--enable-mixed-chunk",), value="bool",
        excludes="speculative decoding (SGLang turns it off)", speed="decode continues during prefill chunks"),
+    _k("--disable-radix-cache", "flag", flags=("--disable-radix-cache",), value="bool",
+       memory="hybrid (Mamba / linear-attention) models: with --max-running-requests set, the state pool gets "
+              "max(1, that / attention-DP) slots instead of the memory ratio's share of the KV budget, and a running "
+              "request holds 1 state slot instead of 3-5 (profiles/mamba.py; 0.5.23 kv_cache_configurator.py:3324-3347)",
+       speed="no prefix reuse: every prompt prefilled whole (the simulator's radix cache off)"),
+    _k("--max-mamba-cache-size", "flag", flags=("--max-mamba-cache-size",), value="int", hardware=_HYBRID,
+       memory="hybrid models: the state pool's slots (/ attention-DP ranks); the rest of the budget to the KV pool; "
+              "running requests capped at slots / 3-5 (0.5.23 kv_cache_configurator.py:3303-3322, 3119-3172)"),
+    _k("--mamba-full-memory-ratio", "flag", flags=("--mamba-full-memory-ratio",), value="float", values=(0.9,),
+       hardware=_HYBRID, memory="hybrid models: the state pool takes r / (1 + r) of the KV budget (default 0.9) "
+       "when neither --max-mamba-cache-size nor the radix-off rule sizes it (kv_cache_configurator.py:3348-3389)"),
+    _k("--mamba-ssm-dtype", "flag", flags=("--mamba-ssm-dtype",), value="str", values=("float32", "bfloat16"),
+       hardware=_HYBRID, memory="hybrid models: SSM state bytes per element (float32 4, bfloat16 2): the state "
+       "per request (srt/configs/mamba_utils.py:116-126)"),
     _k("--schedule-policy", "flag", flags=("--schedule-policy",), value="str", values=("fcfs", "lpm"),
        speed="queue order (lpm: longest prefix first; needs the radix cache)"),
     # ---- environment variables (search_space.env) -------------------------------------------

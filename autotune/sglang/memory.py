@@ -1,6 +1,8 @@
 """The memory model: will this launch fit, and how many KV tokens will it get?
 
-SGLang sizes the KV cache as ``rest = A - P x (1 - f)`` (reference section 1.2):
+SGLang sizes the KV cache as ``rest = A - P x (1 - f)`` (0.5.9
+``model_executor/model_runner_kv_cache_mixin.py`` ``profile_max_num_token``; 0.5.23
+``mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes``):
 P is the free memory per GPU after distributed init, A the free memory after
 weights are loaded, f ``mem_fraction_static``. Tokens are
 ``floor(rest x 2^30 / cell)``. Everything allocated after the pool (graphs,
@@ -13,6 +15,7 @@ the candidate), else from the GPU capacity and the weight size.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -35,9 +38,9 @@ from autotune.sglang.flags import effective_config
 from autotune.sglang.gpus import GpuKind, get_gpu
 from autotune.sglang.models import ModelProfile
 from autotune.sglang.profiles.dsv4 import DSV4_PAGE
-from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO
+from autotune.sglang.profiles.mamba import MambaKnobs, knobs_from_args
 from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
-from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved_bytes, weight_bytes_per_gpu
+from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
@@ -105,7 +108,7 @@ def cell_size_bytes(
     kv = kv_bytes_per_element(kv_cache_dtype, model)
     attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
     cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm,
-                         swa_ratio=SWA_FULL_TOKENS_RATIO if swa_ratio is None else swa_ratio)
+                         swa_ratio=swa_ratio)
     algo = (spec_algorithm or "").upper()
     if algo in _DRAFT_IN_CELL and v.regime == "B":
         cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
@@ -217,6 +220,15 @@ class Prediction:
     graph_batch_sizes: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     server_kv_tokens: int = 0  # KV tokens of the whole server: kv_tokens x DP-attention ranks x --dp-size replicas
+    #: Where kv_tokens can be when the family's pool rule varies by build or release (:func:`kv_rule_range`):
+    #: both equal kv_tokens when it does not; None = unknown on that side (no bound known).
+    kv_tokens_low: int | None = None
+    kv_tokens_high: int | None = None
+    kv_range: list[str] = field(default_factory=list)  # why the rule varies, one reason each
+
+    def __post_init__(self) -> None:
+        if not self.kv_range:
+            self.kv_tokens_low = self.kv_tokens_high = self.kv_tokens
 
     @property
     def should_prune(self) -> bool:
@@ -313,15 +325,15 @@ def predict(
         if cal_tp == tp:
             p = cal_p - (comm - cal_comm)
             a = cal_a - (comm - cal_comm) - (draft_w_b - cal_draft)
-        else:  # learn the overheads at the calibration TP, apply them at this one
-            base = cap_gib - cal_p - cal_comm
+        else:  # learn the overheads at the calibration TP, apply them at this one (NCCL's buffers move with TP)
             residue = cal_p - cal_a - weight_bytes_per_gpu(model, cal_tp, mxfp4_align=align) / S.GIB - cal_draft
-            p = cap_gib - base - comm
+            moved = S.base_overhead_gib(g, tp, interconnect) - S.base_overhead_gib(g, cal_tp, interconnect)
+            p = cal_p - moved - (comm - cal_comm)
             a = p - (weights + residue + draft_w_b)
             uncertain = rescaled = True
             notes.append(f"calibration at TP {cal_tp} rescaled to TP {tp}")
     else:
-        p = cap_gib - S.base_overhead_gib(tp) - comm
+        p = cap_gib - S.base_overhead_gib(g, tp, interconnect) - comm
         a = p - (weights + LOADER_RESIDUE_GIB + draft_w_b)
         notes.append("P and A estimated from capacity and weight size (no calibration)")
     dp_attn = cfg.attn_dp_size
@@ -377,29 +389,58 @@ def predict(
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
                            spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
-    learned = _learned_cell(model, cal, cfg)
-    if learned:
-        cell = learned
-        notes.append(f"KV cell {cell:,} B learned from the calibration launch (the architecture's rule is unknown)")
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
-    reserved = kv_reserved_bytes(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
-                                 mamba_ratio=_float_flag(cfg, "--mamba-full-memory-ratio"),
-                                 max_mamba_cache=_mamba_slots(cfg)) if rest > 0 else 0.0
-    if reserved > 0:
-        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')})"
-    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
-    if cfg.max_total_tokens is not None and tokens > cfg.max_total_tokens:
-        tokens = cfg.max_total_tokens
-    page = _page_size(cfg, model)
-    tokens = tokens // page * page
-    context = cfg.context_length or model.context_len
     speculative = spec.enabled
     draft_tokens = _resolved_draft_tokens(spec, model, v, notes) if speculative else 0
+    page = _page_size(cfg, model)
+    res = kv_reserved(model, rest * S.GIB, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
+                      mamba=mamba_knobs(cfg, model, v, draft_tokens, page)) if rest > 0 else None
+    reserved = res.bytes if res is not None else 0.0
+    pool = res.mamba if res is not None else None
+    varies = rule_varies(model)
+    learned = _learned_cell(model, cal, cfg, varies, lambda rest_b: kv_reserved(
+        model, rest_b, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
+        mamba=mamba_knobs(cfg, model, v, draft_tokens, page)).bytes)
+    if learned:
+        cell = learned
+        notes.append(f"KV cell {cell:,} B learned from the calibration launch (the "
+                     f"{'architecture' if model.is_unknown else 'build'}'s rule is unknown)")
+    if reserved > 0:
+        head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
+        head += (f": {pool.slots} state slots x {pool.per_request_bytes / 2**20:.1f} MiB by {pool.rule})"
+                 if pool is not None else ")")
+    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
+    if pool is not None and pool.max_running_cap <= 0:  # SGLang: "Not enough GPU memory for hybrid ... state cache"
+        tokens = 0
+
+    def finish(n: int) -> int:  # --max-total-tokens, then the page
+        n = min(n, cfg.max_total_tokens) if cfg.max_total_tokens is not None else n
+        return n // page * page
+
+    tokens = finish(tokens)
+    low: int | None = tokens
+    high: int | None = tokens
+    range_why: list[str] = []
+    if varies and not learned and rest > 0 and tokens > 0:
+        def tokens_at(swa_ratio: float) -> int:
+            c = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v,
+                                draft=draft, spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=swa_ratio)
+            return finish(max(int(math.floor((rest * S.GIB - reserved) / c)), 0))
+
+        low, high, range_why = kv_rule_range(model, cfg, g, v, tokens, tokens_at)
+        if range_why:
+            uncertain = True  # the build's rule is not known until a launch shows its pool
+            notes.append("KV tokens " + _range_text(low, high) + ": " + "; ".join(range_why))
+    context = cfg.context_length or model.context_len
     mrr = default_max_running_requests(max(tokens, 0), context, v, speculative, cfg.max_running_requests,
                                        dp_size=attn_dp) if tokens else 0
+    if pool is not None and mrr > pool.max_running_cap:
+        notes.append(f"max_running_requests capped at {pool.max_running_cap} by the state pool "
+                     f"({pool.slots} slots // {pool.ratio} a request)")
+        mrr = pool.max_running_cap
 
     common: dict[str, Any] = dict(
         p_gib=round(p, 4),
@@ -419,6 +460,9 @@ def predict(
         notes=notes,
         pa_estimated=cal is None,
         server_kv_tokens=tokens * dp_attn * max(cfg.dp_size, 1),
+        kv_tokens_low=low,
+        kv_tokens_high=high,
+        kv_range=range_why,
     )
     # With estimated P/A, a negative formula is only trusted beyond a margin (lean towards launching).
     margin = (0.02 * p + (0.15 * weights if model.weight_bytes_estimated else 0.0)) if cal is None or rescaled else 0.0
@@ -440,6 +484,8 @@ def predict(
         )
 
     rows = req_to_token_pool_size(tokens, context, v, speculative, cfg.max_running_requests)
+    if pool is not None:
+        rows = min(rows, max(pool.max_running_cap, 1))
     tpr = draft_tokens if speculative and draft_tokens else 1
     prefill_on = not cfg.disable_cuda_graph and not g.rocm and _prefill_graphs_on(cfg, v, speculative=speculative,
                                                                    dp_attention=attn_dp > 1)
@@ -522,15 +568,54 @@ def _resolved_draft_tokens(spec: SpeculativeConfig, model: ModelProfile, v: Sgla
         return auto_speculative_params(spec.algorithm or "EAGLE", model.architecture)[2]
 
 
-def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfig) -> int:
-    """An unknown architecture's KV bytes per token, from a calibration launch of the same shape (tp,
-    DP attention, kv dtype): its ``rest / #tokens``. 0 when there is nothing to learn from."""
-    if not model.is_unknown or cal is None or not cal.kv_tokens or cal.mem_fraction_static is None:
+def _learned_cell(model: ModelProfile, cal: Calibration | None, cfg: ServerConfig, varies: bool = False,
+                  reserved_at: Callable[[float], float] | None = None) -> int:
+    """KV bytes per token learned from a calibration launch of the same shape (tp, DP attention): an unknown
+    architecture's, or a family's whose rule varies by build (:func:`rule_varies`): the launch's
+    ``(rest - reserved) / #tokens``. 0 when there is nothing to learn from."""
+    if not (model.is_unknown or varies) or cal is None or not cal.kv_tokens or cal.mem_fraction_static is None:
         return 0
     if (cal.tp_size or cfg.tp_size) != cfg.tp_size or cal.attn_dp_size != cfg.attn_dp_size:
         return 0
-    rest = float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)
-    return int(rest * S.GIB / cal.kv_tokens) if rest > 0 else 0
+    rest = (float(cal.a_gib or 0.0) - float(cal.p_gib or 0.0) * (1 - cal.mem_fraction_static)) * S.GIB
+    rest -= reserved_at(rest) if reserved_at is not None and not model.is_unknown and rest > 0 else 0.0
+    return int(rest / cal.kv_tokens) if rest > 0 else 0
+
+
+def rule_varies(model: ModelProfile) -> bool:
+    """Whether the family's pool rule varies by build or release beyond what the launch's knobs say:
+    DeepSeek V4 (its SWA ratio, request-cap mode and platform layouts)."""
+    return model.family == "dsv4"
+
+
+def kv_rule_range(model: ModelProfile, cfg: ServerConfig, gpu: GpuKind, v: SglangVersion, tokens: int,
+                  tokens_at: Callable[[float], int]) -> tuple[int | None, int | None, list[str]]:
+    """(low, high, why): where the KV tokens can be for a family whose rule varies by build or release;
+    ``tokens_at(swa_ratio)`` sizes the pool at another ``--swa-full-tokens-ratio``. None = unknown."""
+    low: int | None = tokens
+    high: int | None = tokens
+    why: list[str] = []
+    if model.family != "dsv4":
+        return low, high, why
+    if _float_flag(cfg, "--swa-full-tokens-ratio") is None:
+        low = min(tokens, tokens_at(0.8))
+        why.append("0.5.23 sets --swa-full-tokens-ratio 0.1 for DeepSeek V4 only when it is not given "
+                   "(arg_groups/model_overrides/deepseek_v4.py:44-49); a build without that override sizes the SWA "
+                   "pool at SGLang's generic 0.8 (0.5.9 server_args.py:339)")
+        if cfg.max_running_requests is not None and v.at_least("0.5.23"):
+            high = None
+            why.append("with --max-running-requests and no ratio, 0.5.23 sizes the SWA pool from the request cap "
+                       "instead (model_executor/pool_configurator.py:1328-1351): not modelled, the top is unknown")
+    if gpu.rocm:
+        low = None
+        why.append("on ROCm the pool's layout is the platform's (0.5.23 mem_cache/deepseek_v4_memory_pool.py:198-228; "
+                   "the unified ring of SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton, pool_configurator.py:1085-1095, "
+                   "1225-1241; a ROCm build's 'compressed' backend): not modelled, the low end is unknown")
+    return low, high, why
+
+
+def _range_text(low: int | None, high: int | None) -> str:
+    return f"{'?' if low is None else f'{low:,}'}..{'?' if high is None else f'{high:,}'}"
 
 
 def _swa_ratio(cfg: ServerConfig, model: ModelProfile | None = None, gpu: GpuKind | None = None,
@@ -545,18 +630,34 @@ def _swa_ratio(cfg: ServerConfig, model: ModelProfile | None = None, gpu: GpuKin
     return _float_flag(cfg, "--swa-full-tokens-ratio")
 
 
-def _mamba_slots(cfg: ServerConfig) -> int | None:
-    """``--max-mamba-cache-size`` per attention-DP rank (None when not given)."""
-    size = _float_flag(cfg, "--max-mamba-cache-size")
-    return None if size is None else max(int(size) // max(cfg.attn_dp_size, 1), 1)
+def mamba_knobs(cfg: ServerConfig, model: ModelProfile, v: SglangVersion, draft_tokens: int, page: int) -> MambaKnobs:
+    """What ``cfg`` sets that sizes a hybrid model's state pool (:mod:`autotune.sglang.profiles.mamba`):
+    searched flags and extra_args, by their ``server_args`` names."""
+    def arg(dest: str) -> Any:
+        flag = "--" + dest.replace("_", "-")
+        return _bool_flag(cfg, flag) if dest.startswith("disable_") else _str_flag(cfg, flag)
+
+    return knobs_from_args(arg, version=v, architecture=model.architecture, attn_dp=cfg.attn_dp_size,
+                           max_running_requests=cfg.max_running_requests, draft_tokens=draft_tokens, page_size=page)
 
 
-def _float_flag(cfg: ServerConfig, name: str) -> float | None:
-    """A numeric SGLang flag given as a searched flag or in extra_args (None when absent)."""
+def _bool_flag(cfg: ServerConfig, name: str) -> bool:
+    """A bare SGLang flag given as a searched flag (True) or in extra_args."""
+    return bool(cfg.flag(name)) or name in cfg.extra_args
+
+
+def _str_flag(cfg: ServerConfig, name: str) -> str | None:
+    """A flag's value given as a searched flag or in extra_args (None when absent)."""
     value = cfg.flag(name)
     args = list(cfg.extra_args)
     if value is None and name in args and args.index(name) + 1 < len(args):
         value = args[args.index(name) + 1]
+    return None if value is None else str(value)
+
+
+def _float_flag(cfg: ServerConfig, name: str) -> float | None:
+    """A numeric SGLang flag given as a searched flag or in extra_args (None when absent)."""
+    value = _str_flag(cfg, name)
     try:
         return float(value) if value is not None else None
     except (TypeError, ValueError):

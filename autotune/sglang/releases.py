@@ -16,6 +16,9 @@ __all__ = [
     "gpt_oss_disables_hybrid_swa",
     "max_bs_capped_by_max_running_requests",
     "mxfp4_pad_align",
+    "mamba_extra_buffer_auto",
+    "mamba_joint_spec_solve",
+    "mamba_pool_padding_slot",
     "mla_flat_prefill_reserve",
     "new_memory_brackets",
     "prefill_graphs_default_on",
@@ -58,6 +61,18 @@ MXFP4_PAD_128 = "0.5.23"
 #: with trtllm_mha attention backend"; late-2025 releases did it for GPT-OSS on every backend). 0.5.23's
 #: ``arg_groups/model_overrides/gpt_oss.py`` no longer does; the releases between were not read.
 GPT_OSS_HYBRID_SWA_ON_TRTLLM = "0.5.23"
+#: The Mamba state pool under speculative decoding: the draft's intermediate states solved jointly with the
+#: slots inside the memory ratio's budget (0.5.13 ``model_runner_kv_cache_mixin.py:82``, "Joint solve"),
+#: where 0.5.12 (``:78-137``) took ``max_running x draft tokens`` states first. Read in the 0.5.12 and 0.5.13 wheels.
+MAMBA_JOINT_SPEC_SOLVE = "0.5.13"
+#: Each Mamba pool's padding slot charged to the budget (``(slots + 1) x per_req``) and the radix-off slots
+#: ``max(1, max_running // dp)``: 0.5.17 ``mem_cache/kv_cache_configurator.py:1816-1960`` (0.5.16 ``:1703-1812``
+#: still ``slots x per_req``). Read in the 0.5.16 and 0.5.17 wheels.
+MAMBA_PAD_SLOT = "0.5.17"
+#: ``--mamba-radix-cache-strategy auto`` becomes ``extra_buffer`` for the architectures that support it when the
+#: overlap scheduler or paging is on: 0.5.14 ``server_args.py:4385`` (0.5.13 ``server_args.py:1225``: auto is
+#: ``no_buffer``). Read in the 0.5.13 and 0.5.14 wheels.
+MAMBA_EXTRA_BUFFER_AUTO = "0.5.14"
 
 
 def _v(version: str | SglangVersion) -> SglangVersion:
@@ -117,6 +132,18 @@ def mxfp4_pad_align(version: str | SglangVersion, *, sm_family: int = 0, rocm: b
     if _v(version).at_least(MXFP4_PAD_128):
         return 128, 128
     return (256, 256) if sm_family == 100 else (32, 1)
+
+
+def mamba_joint_spec_solve(version: str | SglangVersion) -> bool:
+    return _v(version).at_least(MAMBA_JOINT_SPEC_SOLVE)
+
+
+def mamba_pool_padding_slot(version: str | SglangVersion) -> bool:
+    return _v(version).at_least(MAMBA_PAD_SLOT)
+
+
+def mamba_extra_buffer_auto(version: str | SglangVersion) -> bool:
+    return _v(version).at_least(MAMBA_EXTRA_BUFFER_AUTO)
 
 
 def gpt_oss_disables_hybrid_swa(version: str | SglangVersion, architecture: str | None, *, sm_family: int = 0,

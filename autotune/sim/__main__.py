@@ -127,7 +127,8 @@ async def serve(launch: Launch, sim: SimOptions, model: ModelProfile, plan: Memo
         _die(log, children, exc)
     state = ServerState(served_model_name=launch.served_model_name, context_len=plan.context_len,
                         server_info=server_info(launch, sim, model, plan), model_info=model_info(launch, model),
-                        faults=sim.faults, emit=log.line, cache_report=bool(launch.raw.get("enable_cache_report")))
+                        faults=sim.faults, emit=log.line, cache_report=bool(launch.raw.get("enable_cache_report")),
+                        api_key=launch.raw.get("api_key") or None, admin_api_key=launch.raw.get("admin_api_key") or None)
 
     def on_runtime_oom(*_args: Any, **_kwargs: Any) -> None:
         state.dead = True

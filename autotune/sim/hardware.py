@@ -5,7 +5,9 @@ tries to predict; it uses SGLang's own formulas (imported from :mod:`autotune.sg
 and adds the physical quantities SGLang only measures. Every constant below says what
 it stands for. All sizes are GiB (2^30 bytes) per GPU unless the name says otherwise.
 
-Order of events (reference sections 1-3)::
+Order of events (SGLang 0.5.9 ``model_executor/model_runner.py`` ``ModelRunner.__init__`` and
+``model_runner_kv_cache_mixin.py`` ``profile_max_num_token``; 0.5.23
+``mem_cache/kv_cache_configurator.py`` and ``distributed/bootstrap.py``)::
 
     capacity - CUDA context - NCCL - custom-allreduce IPC - torch-symm-mem   = P (baseline)
     P - target weights (- draft weights, regime B) - loader residue          = A
@@ -27,8 +29,9 @@ from autotune.sglang.gpus import GpuKind
 from autotune.sglang.memory import cell_size_bytes
 from autotune.sglang.models import ModelProfile
 from autotune.sglang.profiles.dsv4 import DSV4_PAGE
+from autotune.sglang.profiles.mamba import MambaKnobs, knobs_from_args
 from autotune.sglang.profiles.mla import DSA_CUDA_PAGE
-from autotune.sglang.profiles.sizing import kv_reserved_bytes, weight_bytes_per_gpu
+from autotune.sglang.profiles.sizing import Reserve, kv_reserved, weight_bytes_per_gpu
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, parse_version
 from autotune.sim.args import Launch
@@ -36,12 +39,10 @@ from autotune.sim.args import Launch
 GIB = float(2**30)
 MIB = float(2**20)
 
-#: CUDA context plus the cuBLAS / NCCL library workspaces torch creates on first use.
-#: Calibrated (with NCCL_PER_RANK_GIB) so the seed case (rtx-pro-6000, 97,887 MiB, TP8,
-#: PCIe, custom allreduce auto-disabled) has P = 94.00 GiB, as its log showed.
-CUDA_CONTEXT_GIB = 0.5528
-#: NCCL communicator buffers (channels x peers) per rank of the TP group; 0 at TP1.
-NCCL_PER_RANK_GIB = 0.13
+#: The CUDA context and NCCL's communicator buffers before the weights load: the predictor's own figures
+#: (:func:`autotune.sglang._slack.base_overhead_gib`, by GPU, fabric and TP size, each read from a public
+#: log), so the simulated node and the memory model agree where a calibration launch has not measured it.
+#: The seed case (rtx-pro-6000, 97,887 MiB, TP 8, PCIe, custom allreduce auto-disabled) keeps P = 94.00 GiB.
 #: Legacy custom allreduce per rank: 8 MiB meta + 8 MiB IPC buffer + 8 MiB rank data.
 CUSTOM_AR_GIB = 24 * MIB / GIB
 #: ROCm: the buffer is 16 MiB instead of 8 (autotune.sglang.rocm.CUSTOM_AR_MAX_MIB), so 16 + 16 + 8 MiB.
@@ -148,7 +149,7 @@ class MemoryPlan:
 
 
 def resolve_speculative(launch: Launch, model: ModelProfile, version: SglangVersion) -> SpeculativeConfig:
-    """SGLang's speculative argument handling (reference section 4), via :mod:`autotune.sglang.speculative`.
+    """SGLang's speculative argument handling (``server_args.py``'s speculative checks), via :mod:`autotune.sglang.speculative`.
 
     Raises ConfigError where SGLang refuses the combination.
     """
@@ -210,7 +211,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         else:
             torch_symm = True
     ar_gib = CUSTOM_AR_ROCM_GIB if gpu.rocm else CUSTOM_AR_GIB
-    dist = (CUDA_CONTEXT_GIB + (NCCL_PER_RANK_GIB * tp if tp > 1 else 0.0) + (ar_gib if custom_ar else 0.0)
+    dist = (_slack.base_overhead_gib(gpu, tp, interconnect) + (ar_gib if custom_ar else 0.0)
             + (TORCH_SYMM_MEM_MIB.get(tp, 0) * MIB / GIB if torch_symm else 0.0))
     p = capacity - dist
 
@@ -254,21 +255,22 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
                                attention_backend=launch.raw.get("attention_backend"))
                            else launch.raw.get("swa_full_tokens_ratio"))
     # Mamba state slots / DeepSeek V4's fixed compressed state come out of the budget before the pool
-    mamba_cap = launch.raw.get("max_mamba_cache_size")
-    reserved = kv_reserved_bytes(model, rest * GIB, tp=tp // max(launch.attn_dp_size, 1),
-                                 max_running_requests=launch.max_running_requests,
-                                 mamba_ratio=launch.raw.get("mamba_full_memory_ratio"),
-                                 max_mamba_cache=max(int(mamba_cap) // launch.attn_dp_size, 1) if mamba_cap else None)
+    page = launch.page_size
+    if launch.raw.get("page_size") is None:  # SGLang's per-family default (DeepSeek V4 256, DSA on CUDA 64)
+        page = DSV4_PAGE if model.family == "dsv4" else (DSA_CUDA_PAGE if model.family == "dsa" else page)
+    res = kv_reserved(model, rest * GIB, tp=tp // max(launch.attn_dp_size, 1),
+                      max_running_requests=launch.max_running_requests,
+                      mamba=_mamba_knobs(launch, model, v, spec, page)) if rest > 0 else Reserve(0.0)
+    reserved, pool = res.bytes, res.mamba
     profiled = int((rest * GIB - reserved) // cell)
+    if pool is not None and pool.max_running_cap <= 0:  # "Not enough GPU memory for hybrid ... state cache"
+        profiled = 0
     n = profiled
     if launch.max_total_tokens:
         if launch.max_total_tokens > profiled:
             warnings.append(f"max_total_tokens={launch.max_total_tokens} is larger than the profiled value "
                             f"{profiled}. Use the profiled value instead.")
         n = min(n, launch.max_total_tokens)
-    page = launch.page_size
-    if launch.raw.get("page_size") is None:  # SGLang's per-family default (DeepSeek V4 256, DSA on CUDA 64)
-        page = DSV4_PAGE if model.family == "dsv4" else (DSA_CUDA_PAGE if model.family == "dsa" else page)
     n = n // page * page
     context_len = int(launch.context_length or model.context_len)
     fails_at = "kv_rest" if (rest <= 0 and v.at_least("0.5.14")) else ("kv_tokens" if n <= 0 else None)
@@ -279,8 +281,10 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     dp_div = launch.attn_dp_size  # a user --max-running-requests is split over attention-DP ranks (0.5.9 model_runner.py:310)
     mrr = defaults.default_max_running_requests(n_pos, context_len, v, spec.enabled,
                                                 user=launch.max_running_requests, dp_size=dp_div)
-    pool = defaults.req_to_token_pool_size(n_pos, context_len, v, spec.enabled, user=launch.max_running_requests)
-    table = pool * (context_len + 4 + (spec.num_draft_tokens or 0)) * 4 / GIB
+    pool_rows = defaults.req_to_token_pool_size(n_pos, context_len, v, spec.enabled, user=launch.max_running_requests)
+    if pool is not None:  # the state pool caps the running requests and the request table (slots // ratio)
+        mrr, pool_rows = min(mrr, pool.max_running_cap), min(pool_rows, max(pool.max_running_cap, 1))
+    table = pool_rows * (context_len + 4 + (spec.num_draft_tokens or 0)) * 4 / GIB
     attn_ws = (ATTN_WORKSPACE_QWEN_MIB if model.architecture.startswith("Qwen") else ATTN_WORKSPACE_MIB) * MIB / GIB
     if launch.disable_cuda_graph:
         graph_bs: list[int] = []
@@ -289,8 +293,8 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     else:
         graph_bs = list(defaults.decode_graph_batch_sizes(max_bs, speculative=spec.enabled, version=v,
                                                           disable_padding=launch.disable_cuda_graph_padding))
-    if graph_bs and max(graph_bs) > pool:
-        graph_bs = sorted({b for b in graph_bs if b <= pool} | {pool})
+    if graph_bs and max(graph_bs) > pool_rows:
+        graph_bs = sorted({b for b in graph_bs if b <= pool_rows} | {pool_rows})
     tpr = spec.num_draft_tokens if spec.enabled else 1
     graph = _slack.decode_graph_gib(model, graph_bs, tpr or 1, launch.attn_dp_size)
     prefill_graph = 0.0
@@ -329,7 +333,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
         version=v, capacity_gib=capacity, dist_init_gib=dist, p_gib=p, w_gib=w, a_gib=a, f=float(f),
         f_is_auto=f_is_auto, rest_gib=rest, cell_bytes=int(cell), kv_tokens=n, profiled_tokens=profiled,
         kv_gib=kv_gib, context_len=context_len, chunked_prefill_size=int(chunk), cuda_graph_max_bs=int(max_bs),
-        graph_bs=graph_bs, max_running_requests=int(mrr), req_pool_size=pool, req_table_gib=table,
+        graph_bs=graph_bs, max_running_requests=int(mrr), req_pool_size=pool_rows, req_table_gib=table,
         attn_workspace_gib=attn_ws, graph_gib=graph, prefill_graph_gib=prefill_graph, draft_graph_gib=draft_graph,
         fi_fusion_gib=fi_gib, symm_prealloc_gib=symm, draft_weights_gib=draft_weights, draft_kv_gib=draft_kv,
         prefill_bytes_per_token=per_token, prefill_oom_tokens=None, custom_ar_active=custom_ar,
@@ -349,6 +353,15 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
             fits = int(plan.final_free_gib * GIB // per_token)
             plan.prefill_oom_tokens = fits if fits < act_tokens else None
     return plan
+
+
+def _mamba_knobs(launch: Launch, model: ModelProfile, v: SglangVersion, spec: SpeculativeConfig,
+                 page: int) -> MambaKnobs:
+    """The launch's flags that size a hybrid model's state pool (the predictor reads the same ones:
+    :func:`autotune.sglang.memory.mamba_knobs`)."""
+    return knobs_from_args(launch.raw.get, version=v, architecture=model.architecture, attn_dp=launch.attn_dp_size,
+                           max_running_requests=launch.max_running_requests,
+                           draft_tokens=int(spec.num_draft_tokens or 0) if spec.enabled else 0, page_size=page)
 
 
 def load_draft(spec: SpeculativeConfig, model: ModelProfile) -> ModelProfile | None:

@@ -1,6 +1,6 @@
 """SGLang's HTTP endpoints, served by aiohttp for the simulated server.
 
-Shapes follow SGLang's ``http_server.py`` (reference section 7): ``/generate`` with
+Shapes follow SGLang's ``python/sglang/srt/entrypoints/http_server.py`` (0.5.9 and 0.5.23): ``/generate`` with
 cumulative SSE chunks and ``meta_info``, OpenAI ``/v1/completions`` and
 ``/v1/chat/completions`` (chunks, ``[DONE]``, the usage chunk of
 ``stream_options.include_usage``), ``/server_info``, ``/model_info``, ``/v1/models``,
@@ -18,6 +18,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -68,6 +69,8 @@ class ServerState:
     emit: Callable[[str], None] = lambda line: None  # writes one server log line
     in_flight: int = 0
     cache_report: bool = False  # --enable-cache-report: usage.prompt_tokens_details.cached_tokens
+    api_key: str | None = None  # --api-key: every endpoint but health wants it (auth_middleware)
+    admin_api_key: str | None = None  # --admin-api-key: /flush_cache wants it instead
     created: int = field(default_factory=lambda: int(time.time()))
     _rid_counter: itertools.count = field(default_factory=itertools.count)
 
@@ -452,9 +455,37 @@ async def handle_sim_stats(request: web.Request) -> web.Response:
     return web.json_response(stats)
 
 
+#: Endpoints SGLang marks ``AuthLevel.ADMIN_OPTIONAL`` among those the simulator serves.
+_ADMIN_OPTIONAL = ("/flush_cache",)
+
+
+def _bearer(header: str | None, key: str) -> bool:
+    scheme, _, token = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """SGLang's API keys, as 0.5.9 checks them (``sglang/srt/utils/auth.py``, ``decide_request_auth``):
+    OPTIONS, ``/health*`` and ``/metrics`` are open; an admin-optional endpoint wants
+    ``--admin-api-key`` when set, else ``--api-key``; every other endpoint wants ``--api-key``
+    when set, as ``Authorization: Bearer KEY``. A refusal is 401 ``{"error": "Unauthorized"}``."""
+    state: ServerState = request.app[STATE_KEY]
+    path = request.path
+    if request.method == "OPTIONS" or path.startswith(("/health", "/metrics")):
+        return await handler(request)
+    key = state.api_key
+    if path in _ADMIN_OPTIONAL and state.admin_api_key:
+        key = state.admin_api_key
+    if key and not _bearer(request.headers.get("Authorization"), key):
+        return web.json_response({"error": "Unauthorized"}, status=401)
+    return await handler(request)
+
+
 def build_app(state: ServerState) -> web.Application:
     """The aiohttp application serving SGLang's endpoints from ``state``."""
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024,
+                          middlewares=[auth_middleware] if state.api_key or state.admin_api_key else [])
     app[STATE_KEY] = state
     r = app.router
     for path in ("/health", "/health_generate"):

@@ -37,6 +37,7 @@ RETRIED = "retried"  # True on a trial that was re-run
 AFTER_DEATH = "after_death"  # a re-run after the first death of its Ray worker
 REUSED_FROM = "reused_from"  # N when the result of trial N (same launch argv) was reused
 WARM_FROM = "warm_from"  # "<study> trial N": a configuration carried from an earlier study (warm start)
+DROPPED = "dropped"  # the line that dropped the configuration queued in this trial's slot (not in the space)
 LAUNCH_KEY = "launch_key"  # the resolved launch argv (port left out), to find a launch already measured
 
 # ---- study user_attrs --------------------------------------------------------------------

@@ -21,6 +21,7 @@ import optuna
 from autotune import space
 from autotune.errors import ConfigError
 from autotune.outcome import FailureKind
+from autotune.redact import redact_value
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.flags import render_argv
 from autotune.sglang.installed import InstalledSglang, check_version, probe
@@ -57,12 +58,14 @@ class Refusal:
     reason: str
 
 
-def without_dead_knobs(spec: StudySpec, predictor: Predictor) -> tuple[StudySpec, list[Removed]]:
-    """The space without the knobs that cannot matter on this node and release (autotune.space_prune)."""
+def without_dead_knobs(spec: StudySpec, predictor: Predictor | None = None) -> tuple[StudySpec, list[Removed]]:
+    """The space without the knobs and values that cannot matter or run on this node and release
+    (autotune.space_prune), and what went: the one space after pruning. The driver (its sampler,
+    designed start, warm start, references), ``autotune plan`` and the benchmarks all draw from it."""
     sp = spec.search_space
     if not (sp.flags or sp.env or sp.custom_allreduce or sp.flashinfer_allreduce_fusion or sp.enable_torch_symm_mem):
         return spec, []
-    model, gpu, _ = predictor.profiles()
+    model, gpu, _ = (predictor or Predictor(spec, lambda: None)).profiles()
     return prune_space(spec, model, gpu)
 
 
@@ -100,10 +103,14 @@ class Candidates:
     """Builds and checks the study's candidates (the study is only read here).
 
     Knobs that cannot matter on this node and release leave the space here
-    (:func:`without_dead_knobs`); ``removed`` says which and why."""
+    (:func:`without_dead_knobs`), unless ``removed`` says the spec was pruned already (the
+    driver prunes once, before its sampler is chosen); ``removed`` says which and why."""
 
-    def __init__(self, spec: StudySpec, study: optuna.Study, predictor: Predictor) -> None:
-        self.spec, self.removed = without_dead_knobs(spec, predictor)
+    def __init__(self, spec: StudySpec, study: optuna.Study, predictor: Predictor,
+                 removed: Sequence[Removed] | None = None) -> None:
+        if removed is None:
+            spec, removed = without_dead_knobs(spec, predictor)
+        self.spec, self.removed = spec, list(removed)
         for r in self.removed:
             log.debug("%s", r.line())
         self.study = study
@@ -176,7 +183,8 @@ class Candidates:
             return
         if self.baseline_first():
             self.enqueue_baseline()
-        self.study.set_user_attr(attrs.SPEC, self.spec.model_dump(mode="json", exclude={"source_path"}))
+        # Secrets of server.env / extra_args stay in the study file, not in its records.
+        self.study.set_user_attr(attrs.SPEC, redact_value(self.spec.model_dump(mode="json", exclude={"source_path"})))
 
     def baseline_first(self) -> bool:
         """``search.baseline: first``, and where "last" does not apply: a grid launches every point,
@@ -209,6 +217,18 @@ class Candidates:
             self.study.enqueue_trial(params, user_attrs={attrs.BASELINE: True, attrs.RESOLVED: resolved})
             for name, ref in self.spec.search.references.items():  # e.g. the seed's hand-passed 0.88
                 self.study.enqueue_trial({**params, **ref}, user_attrs={attrs.REFERENCE: name})
+
+    def outside(self, params: dict[str, Any]) -> str | None:
+        """Why an enqueued configuration does not lie in the space after pruning (None: it does):
+        the first value the space does not hold, with the reason it left (``removed``)."""
+        hit = space.refused(self.widened_spec(), params)
+        if hit is None:
+            return None
+        name, value = hit
+        gone = next((r for r in self.removed if r.name == name and r.value == value), None)
+        if gone is None:
+            return f"{name}={value} is not one of the space's values"
+        return f"{name}={value} left the space before the study started: {gone.reason}"
 
     # ---- validation and prediction --------------------------------------------------------
     def config_of(self, params: dict[str, Any], *, baseline: bool) -> ServerConfig:

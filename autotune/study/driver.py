@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
@@ -39,7 +38,7 @@ from autotune.launch.cleanup import note_interrupt, raise_if_interrupted
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import attrs, race
-from autotune.study.candidates import Candidates
+from autotune.study.candidates import Candidates, without_dead_knobs
 from autotune.study.disk_fault import as_disk_fault
 from autotune.study.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
@@ -50,7 +49,7 @@ from autotune.study.record import Recorder
 from autotune.study.rerun import run_once_more
 from autotune.study.reuse import copy_result, launch_key, stored_result
 from autotune.study.search_policy import SearchPolicy
-from autotune.study.storage import artifact_store, open_storage, open_study
+from autotune.study.storage import artifact_store, open_storage, open_study, store_artifact
 from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart
 from autotune.trial.contract import TrialRequest, TrialResult
 from autotune.trial.contract import TrialState as BodyState
@@ -99,13 +98,18 @@ class _LoopState:
 
 class StudyDriver:
     def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None):
+        predictor = Predictor(spec, self._stored_calibration)
+        # The space after pruning (a value or knob that cannot run or matter on this node and
+        # release is out), once: the sampler, the designed start, the warm start's configurations,
+        # the references and every check below draw from it, never from the study file's lists.
+        spec, removed = without_dead_knobs(spec, predictor)
         self.spec = spec
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
         self.study = open_study(spec, storage=self.storage, say_sampler=True)  # the one "sampler: ..." line
         self.store = artifact_store(spec)
-        self.candidates = Candidates(spec, self.study, Predictor(spec, self._stored_calibration))
+        self.candidates = Candidates(spec, self.study, predictor, removed)
         self.recorder = Recorder(spec, self.study, self.candidates)
         self.phases = Phases(spec, self.study)
         self.phases.policy = SearchPolicy.for_study(spec, self.study, self.candidates)
@@ -126,7 +130,7 @@ class StudyDriver:
         if not self.warm:
             return
         widened = self.candidates.widened_spec()
-        self.warm.decide(widened)
+        self.warm.decide(widened, self.candidates.outside)
         for line in self.warm.lines():
             log.info("%s", line)
         if new:
@@ -173,13 +177,16 @@ class StudyDriver:
     def _requeue_interrupted(self, number: int, params: dict[str, Any], user_attrs: dict[str, Any],
                              reason: str) -> None:
         """FAIL (interrupted) trial ``number`` and enqueue its parameters again (outside the budget)."""
-        trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-            self.storage.get_study_id_from_name(self.spec.name), number)
+        trial_id = self._trial_id(number)
         for key, value in ((attrs.FAILURE_KIND, FailureKind.INTERRUPTED.value), (attrs.REASON, reason),
                            (attrs.RETRIED, True)):
             self.storage.set_trial_user_attr(trial_id, key, value)
         self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
         self._enqueue_retry(number, params, user_attrs)
+
+    def _trial_id(self, number: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(
+            self.storage.get_study_id_from_name(self.spec.name), number)
 
     def recover_interrupted(self) -> list[int]:
         """RUNNING trials of a dead run: FAIL (interrupted), parameters enqueued again."""
@@ -214,17 +221,11 @@ class StudyDriver:
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
         with DriverLock(spec.run_path / "driver.lock"):
-            self.candidates.preflight()
-            summary.reaped = self.reap_leftovers()
-            if summary.reaped:
-                log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
-            summary.interrupted = self.recover_interrupted()
-            if summary.interrupted:
-                log.warning("trials %s were interrupted by an earlier run; their parameters run again",
-                            summary.interrupted)
-            new = not self.study.get_trials(deepcopy=False)
-            self.candidates.ensure_baseline()
-            self._start_warm(new)
+            try:
+                self._prepare(summary)
+            except BaseException:  # a damaged study, a refused warm start: no Ray instance left behind
+                self.executor.shutdown(cancel=True)
+                raise
             if self.progress.on_start:
                 self.progress.on_start(self.study, spec.n_trials)
             old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
@@ -256,6 +257,21 @@ class StudyDriver:
         summary.finished = budget_used(self.study)
         summary.states = count_states(self.study)
         return summary
+
+    def _prepare(self, summary: RunSummary) -> None:
+        """Before the loop: the study's own checks, what an earlier run left (servers, trials
+        it was running), the baseline and the warm start."""
+        self.candidates.preflight()
+        summary.reaped = self.reap_leftovers()
+        if summary.reaped:
+            log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
+        summary.interrupted = self.recover_interrupted()
+        if summary.interrupted:
+            log.warning("trials %s were interrupted by an earlier run; their parameters run again",
+                        summary.interrupted)
+        new = not self.study.get_trials(deepcopy=False)
+        self.candidates.ensure_baseline()
+        self._start_warm(new)
 
     # ---- the loop, as named phases ----------------------------------------
     def _loop(self) -> None:
@@ -360,6 +376,7 @@ class StudyDriver:
     def _next_launch(self, *, confirming: bool) -> TrialRequest | None:
         """Ask for a trial; prune it before launch, reuse a stored result of the same launch, or
         return the request to run it."""
+        self._drop_outside()
         trial = self.study.ask()
         cand = self.candidates.candidate(trial)
         trial.set_user_attr(attrs.PREDICTION, cand.prediction.to_dict())
@@ -396,6 +413,26 @@ class StudyDriver:
             self.progress.on_launch(trial.number, shown)
         log.info("trial %d launching %s", trial.number, _fmt_params(shown))
         return req
+
+    def _drop_outside(self) -> None:
+        """Take every queued configuration the space after pruning does not hold out of the queue,
+        whatever queued it (a reference, a warm start, an earlier run of a resumed study), with one
+        line saying which value of which knob and why; optuna's ask would raise on it. Optuna cannot
+        delete a queued trial, and a finished one without parameters breaks the grid sampler, so the
+        queued trial loses its fixed parameters and the marks of what queued it: the sampler picks
+        its configuration (the slot a reference or a warm start would have taken goes to the search; a
+        re-run's slot, left in the queue of a study whose space changed since, is one search trial more)."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            why = self.candidates.outside(t.system_attrs.get(_FIXED_PARAMS) or {})
+            if why is None:
+                continue
+            line = f"queued {_queued_by(t.user_attrs)} dropped: {why}"
+            trial_id = self._trial_id(t.number)
+            self.storage.set_trial_system_attr(trial_id, _FIXED_PARAMS, {})
+            for key in t.user_attrs:
+                self.storage.set_trial_user_attr(trial_id, key, None)
+            self.storage.set_trial_user_attr(trial_id, attrs.DROPPED, line)
+            log.warning("trial %d: %s; the sampler picks this trial's configuration instead", t.number, line)
 
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
         """Tell ``trial`` what ``source`` measured for the same launch argv (no launch)."""
@@ -445,8 +482,7 @@ class StudyDriver:
             if os.path.isfile(path):
                 try:
                     mimetype = "text/plain" if path.endswith((".log", ".sh", ".jsonl")) else None
-                    upload_artifact(artifact_store=self.store, file_path=path, study_or_trial=trial,
-                                    mimetype=mimetype)
+                    store_artifact(self.store, trial, path, mimetype)
                 except Exception as exc:  # an artifact must never lose the trial
                     log.warning("could not store artifact %s of trial %d: %s", name, trial.number, exc)
 
@@ -462,6 +498,25 @@ def count_states(study: optuna.Study) -> dict[str, int]:
     for t in study.get_trials(deepcopy=False):
         out[t.state.name] = out.get(t.state.name, 0) + 1
     return out
+
+
+#: Where optuna keeps an enqueued trial's parameters (``Study.enqueue_trial``'s system attribute).
+_FIXED_PARAMS = "fixed_params"
+
+
+def _queued_by(user_attrs: dict[str, Any]) -> str:
+    """What queued a trial, from the marks its enqueue left (for the line that drops it)."""
+    if user_attrs.get(attrs.REFERENCE):
+        return f"reference {user_attrs[attrs.REFERENCE]!r}"
+    if user_attrs.get(attrs.WARM_FROM):
+        return f"warm start configuration ({user_attrs[attrs.WARM_FROM]})"
+    if user_attrs.get(attrs.STAGE) == "design":
+        return f"designed start point ({user_attrs.get('design') or 'design'})"
+    if user_attrs.get(attrs.CONFIRM_OF) is not None:
+        return f"re-run of trial {user_attrs[attrs.CONFIRM_OF]}"
+    if user_attrs.get(attrs.RETRY_OF) is not None:
+        return f"re-run of interrupted trial {user_attrs[attrs.RETRY_OF]}"
+    return "configuration"
 
 
 def _fmt_params(params: dict[str, Any]) -> str:

@@ -212,8 +212,13 @@ def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None, l
 
 def _tokens(pred: dict[str, Any]) -> int:
     """KV tokens of the whole server (every DP rank and ``--dp-size`` replica): what the workload's
-    live tokens (:func:`kv_demand`, over all replicas) are compared with."""
-    return int(pred.get("server_kv_tokens") or pred.get("kv_tokens") or 0)
+    live tokens (:func:`kv_demand`, over all replicas) are compared with. Where the family's rule varies
+    by build (``kv_range``) the low end counts: the top is not known to hold anything until a launch."""
+    server = int(pred.get("server_kv_tokens") or pred.get("kv_tokens") or 0)
+    if pred.get("kv_range") and pred.get("kv_tokens"):
+        low = pred.get("kv_tokens_low")
+        return int(server * (low or 0) / int(pred["kv_tokens"]))
+    return server
 
 
 def kv_demand(spec: StudySpec) -> int:

@@ -5,32 +5,30 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from autotune import space
 from autotune.errors import ConfigError
 from autotune.limits import GRID_CANDIDATES
+from autotune.redact import redact_argv
 from autotune.sglang.flags import render_argv
 from autotune.spec import StudySpec
+from autotune.storage_check import NoStudy
 from autotune.study import attrs
 from autotune.study.prediction import Predictor
 from autotune.study.storage import open_study
 
 ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
-            "server_kv_tokens")
+            "server_kv_tokens", "kv_tokens_low", "kv_tokens_high", "kv_range")
 
 
 def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
     """The study file's calibration, else what an earlier run or ``calibrate`` stored."""
     if spec.calibration is not None:
         return {**spec.calibration.model_dump(exclude_none=True), "source": "study file"}
-    url = spec.storage_url
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        return None
     try:
         return open_study(spec, create=False).user_attrs.get(attrs.CALIBRATION)
-    except ConfigError:
+    except NoStudy:  # nothing run yet; a storage of another application or a damaged one is refused
         return None
 
 
@@ -85,7 +83,7 @@ def warm_start(spec: StudySpec) -> WarmPlan:
         return WarmPlan()
     scratch = optuna.create_study(storage=optuna.storages.InMemoryStorage())  # the space, widened, without storage
     cands = Candidates(spec, scratch, Predictor(spec, lambda: stored_calibration(spec) or warm.calibration()))
-    warm.decide(cands.widened_spec())
+    warm.decide(cands.widened_spec(), cands.outside)
     return WarmPlan(warm.lines(), [src.to_dict() for src in warm.sources], warm.calibration())
 
 
@@ -110,8 +108,8 @@ def plan_rows(spec: StudySpec, sets: list[str] | None = None, warm: WarmPlan | N
         row["uncertain"] = p.get("uncertain")
         if notes:
             row["notes"] = notes
-        row["command"] = render_argv(cfg, spec.server.sglang_version, python="python3", module="sglang.launch_server",
-                                     check=False)
+        row["command"] = redact_argv(render_argv(cfg, spec.server.sglang_version, python="python3",
+                                                 module="sglang.launch_server", check=False))  # as shown
         rows.append(row)
     return rows
 

@@ -1,6 +1,7 @@
 """Connecting to Ray: an existing cluster, or a local instance bound to loopback.
 
-Why each setting (see /work/shared/reference/optuna-ray-facts.md sections 0 and 5):
+Why each setting (Ray's docs on starting Ray and on token authentication,
+https://docs.ray.io/en/latest/ray-core/starting-ray.html, and what Ray 2.60 did here):
 
 * Ray 2.60 turns token auth on for local instances and writes ``~/.ray/auth_token``;
   a driver that passes an explicit address does not pick that token up by itself
@@ -25,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.ray_address import check_address, resolve_address
 
 log = logging.getLogger(__name__)
 
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2
-
-
 def token_available() -> bool:
     """Whether a Ray auth token can be found (env or ``~/.ray/auth_token``)."""
     if os.environ.get("RAY_AUTH_TOKEN"):
@@ -39,14 +39,6 @@ def token_available() -> bool:
     if path:
         return Path(path).expanduser().is_file()
     return (Path.home() / ".ray" / "auth_token").is_file()
-
-
-def resolve_address(address: str | None) -> str | None:
-    """The cluster to join: the study's ``executor.address``, else ``RAY_ADDRESS``, else None (local)."""
-    addr = address or os.environ.get("RAY_ADDRESS") or None
-    if addr in (None, "", "local"):
-        return None
-    return addr
 
 
 def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespace: str = "autotune") -> bool:
@@ -67,6 +59,7 @@ def connect(address: str | None, *, num_cpus: int | None, num_gpus: int, namespa
         if explicit and "RAY_AUTH_MODE" not in os.environ and token_available():
             os.environ["RAY_AUTH_MODE"] = "token"
             log.info("RAY_AUTH_MODE=token (a Ray auth token is present; explicit address %s)", addr)
+        check_address(address)  # within seconds, not ray.init's minutes of retries
         log.info("joining the Ray cluster at %s", addr)
         try:
             ray.init(address=addr, namespace=namespace, logging_level=logging.WARNING)

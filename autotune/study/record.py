@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.outcome import FailureKind
+from autotune.redact import redact_argv, redact_text
 from autotune.sglang.flags import shell_line
 from autotune.sglang.gpus import get_gpu
 from autotune.sglang.memory import Calibration, calibration_problem
@@ -46,8 +47,12 @@ class Recorder:
     def record_result(self, trial: optuna.Trial, result: TrialResult) -> None:
         """Everything a finished trial carries (docs/ARCHITECTURE.md), then what it teaches."""
         t = trial
-        t.set_user_attr(attrs.COMMAND, result.command)
-        t.set_user_attr(attrs.SHELL, shell_line(result.command) if result.command else "")
+        # The launch's secrets (--api-key, a token in the argv) stay with the process: the study
+        # records the command with them hidden (autotune.redact), the server log's tail too.
+        command = redact_argv(result.command)
+        evidence = redact_text(result.evidence)
+        t.set_user_attr(attrs.COMMAND, command)
+        t.set_user_attr(attrs.SHELL, shell_line(command) if command else "")
         t.set_user_attr(attrs.OBSERVED, result.observed)
         t.set_user_attr(attrs.TIMINGS, {k: round(v, 3) for k, v in result.timings.items()})
         t.set_user_attr(attrs.GPU_SECONDS, round(result.gpu_seconds, 2))
@@ -73,9 +78,9 @@ class Recorder:
             t.set_user_attr(attrs.KV_TOKENS_ERROR_PCT, round(err, 3))
         if result.state != BodyState.COMPLETE:
             t.set_user_attr(attrs.FAILURE_KIND, (result.failure_kind or FailureKind.CRASHED).value)
-            t.set_user_attr(attrs.EVIDENCE, result.evidence[:2000])
-            t.set_user_attr(attrs.REASON, result.evidence.splitlines()[0][:500] if result.evidence else "")
-            t.set_user_attr(attrs.NOTE, f"{result.failure_kind}: {result.evidence[:300]}")
+            t.set_user_attr(attrs.EVIDENCE, evidence[:2000])
+            t.set_user_attr(attrs.REASON, evidence.splitlines()[0][:500] if evidence else "")
+            t.set_user_attr(attrs.NOTE, f"{result.failure_kind}: {evidence[:300]}")
         else:
             obj = self.spec.objective.metric
             value = f"{result.value:.1f}" if result.value is not None else "none"

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
 from autotune.errors import ConfigError
+from autotune.redact import redact_text, redact_url, redact_value
 from autotune.spec import StudySpec
+from autotune.storage_check import check_readable, check_writable, no_study
 from autotune.study.pruner import ClearlyWorsePruner
 from autotune.study.samplers import GridSampler, choose_sampler
 from autotune.study.storage_retry import (
@@ -72,39 +76,80 @@ def _schema_race(exc: BaseException) -> bool:
     return any(marker in text for marker in _SCHEMA_RACE)
 
 
-def open_storage(spec: StudySpec) -> optuna.storages.RDBStorage:
-    """The study's storage (SQLite by default; any SQLAlchemy URL)."""
-    url = _engine_url(spec.storage_url)
+class StudyStorage(RetryingRDBStorage):
+    """The study's storage: every user attribute passes through the one redaction rule
+    (:mod:`autotune.redact`) on its way to the database, so a secret of the launch (an
+    ``--api-key`` in ``extra_args``, a token in ``server.env``, a token-shaped value in a log
+    line) is never written to the study, whichever writer handed it over."""
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        super().set_trial_user_attr(trial_id, key, redact_value(value))
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        super().set_study_user_attr(study_id, key, redact_value(value))
+
+    def _create_new_trial(self, study_id: int,
+                          template_trial: optuna.trial.FrozenTrial | None = None) -> optuna.trial.FrozenTrial:
+        if template_trial is not None and template_trial.user_attrs:
+            template_trial = copy.copy(template_trial)
+            template_trial.user_attrs = redact_value(dict(template_trial.user_attrs))
+        return super()._create_new_trial(study_id, template_trial)
+
+
+def open_storage(spec: StudySpec, *, read_only: bool = False) -> optuna.storages.RDBStorage:
+    """The study's storage (SQLite by default; any SQLAlchemy URL). ``read_only``: for a command
+    that only reads (``status``, ``best``, ``export``, ``report``, ``plan``): an existing SQLite
+    file of optuna's, opened read-only, and no table created in any database
+    (:mod:`autotune.storage_check`)."""
+    shown = redact_url(spec.storage_url)
+    if read_only:
+        url = check_readable(spec.name, spec.storage_url)
+    else:
+        check_writable(spec.storage_url)
+        url = _engine_url(spec.storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for attempt in range(5):
         try:
-            return RetryingRDBStorage(url, engine_kwargs=engine_kwargs(url))
-        except StorageUnavailable:
+            return StudyStorage(url, engine_kwargs=engine_kwargs(url), skip_table_creation=read_only, where=shown)
+        except (StorageUnavailable, ConfigError):
             raise
         except Exception as exc:  # sqlalchemy raises many kinds for a bad URL
             # Two processes opening a new database at once race on creating optuna's schema;
             # the loser just opens what the winner created.
-            if _schema_race(exc) and attempt < 4:
+            if _schema_race(exc) and attempt < 4 and not read_only:
                 time.sleep(0.5)
                 continue
-            raise ConfigError(f"storage: cannot open {spec.storage_url!r}: {exc}".splitlines()[0]) from None
-    raise ConfigError(f"storage: cannot open {spec.storage_url!r}")  # pragma: no cover - the loop returns or raises
+            if read_only and _no_tables(exc):  # a server database without optuna's schema
+                raise no_study(spec.name, spec.storage_url) from None
+            first = (redact_url(str(exc)).splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(f"storage: cannot open {shown!r}: {first}") from None
+    raise ConfigError(f"storage: cannot open {shown!r}")  # pragma: no cover - the loop returns or raises
+
+
+def _no_tables(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps: optuna's StorageInternalError) says optuna's tables are missing."""
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            return False
+        text = str(cur)
+        if "no such table" in text or "does not exist" in text or "doesn't exist" in text:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def open_study(spec: StudySpec, *, create: bool = True,
                storage: optuna.storages.RDBStorage | None = None, say_sampler: bool = False) -> optuna.Study:
-    """Create or load the study. ``create=False`` raises ConfigError when it does not exist.
+    """Create or load the study. ``create=False`` (every command that only reads) opens the
+    storage read-only and raises ConfigError when the study does not exist.
     ``say_sampler``: log the sampler chosen (the driver, for the study it runs)."""
-    if not create and spec.storage_url.startswith("sqlite:///") and \
-            not Path(spec.storage_url.removeprefix("sqlite:///")).exists():
-        raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} (run `autotune run` first)")
-    storage = storage if storage is not None else open_storage(spec)
+    storage = storage if storage is not None else open_storage(spec, read_only=not create)
     if not create:
         try:
             return optuna.load_study(study_name=spec.name, storage=storage, sampler=make_sampler(spec))
         except KeyError:
-            raise ConfigError(f"name: no study {spec.name!r} in {spec.storage_url} "
-                              "(run `autotune run` first)") from None
+            raise no_study(spec.name, spec.storage_url) from None
     return optuna.create_study(
         study_name=spec.name,
         storage=storage,
@@ -127,6 +172,28 @@ def artifact_store(spec: StudySpec) -> FileSystemArtifactStore:
     path = spec.run_path / "artifacts"
     path.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(base_path=str(path))
+
+
+#: Artifacts uploaded through the redaction rule: the server's log (SGLang logs its ServerArgs,
+#: ``api_key='...'`` included, at startup), the launch files, the load summaries. The per-request
+#: records (``*.jsonl``: numbers the load generator measured, often the largest files) go as they are.
+_REDACTED_ARTIFACTS = (".log", ".sh", ".json", ".txt", ".out", ".err")
+
+
+def store_artifact(store: FileSystemArtifactStore, trial: optuna.Trial, path: str,
+                   mimetype: str | None = None) -> None:
+    """Upload the file ``path`` as an artifact of ``trial`` (what the dashboard serves), a text
+    file with every secret hidden (:func:`autotune.redact.redact_text`, line by line); the
+    trial directory keeps the server's own file."""
+    if not path.endswith(_REDACTED_ARTIFACTS):
+        upload_artifact(artifact_store=store, file_path=path, study_or_trial=trial, mimetype=mimetype)
+        return
+    with tempfile.TemporaryDirectory(prefix="autotune-artifact-") as tmp:
+        copy_path = Path(tmp) / Path(path).name
+        with open(path, encoding="utf-8", errors="replace") as src, open(copy_path, "w", encoding="utf-8") as dst:
+            for line in src:
+                dst.write(redact_text(line))
+        upload_artifact(artifact_store=store, file_path=str(copy_path), study_or_trial=trial, mimetype=mimetype)
 
 
 def trial_dir(spec: StudySpec, number: int) -> Path:

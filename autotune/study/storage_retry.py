@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 import optuna
 from optuna.storages import RDBStorage
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
+from autotune.redact import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,46 @@ def is_unreachable(exc: BaseException) -> bool:
         if isinstance(cur, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError)):
             text = str(cur).lower()
             # SQLite's "database is locked" is contention, not absence: retried the same way.
-            return "no such table" not in text and "syntax error" not in text
+            # A read-only or damaged file does not come back by waiting (storage_fault).
+            return "no such table" not in text and "syntax error" not in text and storage_fault(cur) is None
         if isinstance(cur, sa_exc.DBAPIError) and cur.connection_invalidated:
             return True
         cur = cur.__cause__ or cur.__context__
     return False
+
+
+#: What a database says when waiting cannot help, and what autotune says about it.
+_FAULTS = (
+    (("readonly database", "read-only database", "read-only file system"),
+     "is read-only: the study cannot record its trials there (make it writable, or point storage "
+     "at another file)"),
+    (("database disk image is malformed", "file is not a database", "database corruption"),
+     "is damaged: restore it from a copy, or point storage at another file"),
+)
+
+
+def storage_fault(exc: BaseException) -> str | None:
+    """What is wrong with a database that answers but cannot do its work (a read-only or
+    damaged SQLite file), in words; None for anything else."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur).lower()
+        for markers, words in _FAULTS:
+            hit = next((m for m in markers if m in text), None)
+            if hit is not None:
+                return f"{words} ({hit})"
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of what the database said, secrets hidden: optuna's "an exception is raised
+    during the commit" says nothing, the error it wraps does."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return redact_text((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def deadline_s() -> float:
@@ -72,8 +108,9 @@ class Backoff:
     """Retry ``fn`` while the database is unreachable: 0.25 s doubling to 8 s, for ``deadline_s``."""
 
     def __init__(self, deadline: float | None = None, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, where: str = "the study's database") -> None:
         self.deadline = deadline_s() if deadline is None else deadline
+        self.where = where  # the storage URL, its password hidden: named by a fault's one line
         self.sleep = sleep
         self.clock = clock
         self.retries = 0  # total retried calls, for the benchmarks and the logs
@@ -86,6 +123,9 @@ class Backoff:
             try:
                 return fn()
             except Exception as exc:
+                fault = storage_fault(exc)
+                if fault is not None:  # read-only or damaged: one line now, not retries for minutes
+                    raise ConfigError(f"storage: {self.where} {fault}") from None
                 if first is not None and on_retry is not None:
                     settled = on_retry(exc)  # a retried write that had committed after all
                     if settled is not None:
@@ -97,11 +137,11 @@ class Backoff:
                     first = now
                     self.outages += 1
                     log.warning("storage unreachable (%s): retrying for up to %.0f s: %s", what, self.deadline,
-                                str(exc).splitlines()[0][:200])
+                                _why(exc)[:200])
                 if now - first >= self.deadline:
                     raise StorageUnavailable(
-                        f"storage: unreachable for {now - first:.0f} s ({what}): "
-                        f"{str(exc).splitlines()[0][:160]}; the study resumes with `autotune run` "
+                        f"storage: unreachable for {now - first:.0f} s ({what}, {self.where}): "
+                        f"{_why(exc)[:160]}; the study resumes with `autotune run` "
                         "once it is back") from None
                 self.retries += 1
                 self.sleep(delay)
@@ -123,14 +163,17 @@ _RETRIED = (
 class RetryingRDBStorage(RDBStorage):
     """:class:`RDBStorage` whose calls retry while the database is unreachable (see module doc)."""
 
-    def __init__(self, url: str, *, backoff: Backoff | None = None, **kwargs: Any) -> None:
+    def __init__(self, url: str, *, backoff: Backoff | None = None, where: str | None = None,
+                 **kwargs: Any) -> None:
         self.backoff = backoff or Backoff()
+        if where is not None:
+            self.backoff.where = where
         # Opening is not riding out an outage: a database that is not there at the start is
         # reported within seconds, not after the whole deadline.
         opening = Backoff(min(self.backoff.deadline, OPEN_DEADLINE_S), sleep=self.backoff.sleep,
-                          clock=self.backoff.clock)
+                          clock=self.backoff.clock, where=self.backoff.where)
         opening.call("connect", lambda: RDBStorage.__init__(self, url, **kwargs))
-        if url.startswith("sqlite"):
+        if url.startswith("sqlite") and "mode=ro" not in url:  # a reader changes nothing, the journal mode included
             sqlite_fast_commits(self.engine)
 
     def set_trial_state_values(self, trial_id: int, state: optuna.trial.TrialState,
@@ -229,5 +272,5 @@ def probe_storage(url: str, timeout_s: float = 5.0) -> str | None:
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any failure is the answer
-        return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return redact_text((str(exc).splitlines() or [type(exc).__name__])[0][:200])
     return None

@@ -44,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.errors import ConfigError
 from autotune.limits import shown
+from autotune.redact import redact_url
 from autotune.sglang.flag_tables import table_for
 from autotune.sglang.knobs import exists_in, lookup
 from autotune.sglang.models import ModelProfile, load_model_profile
@@ -237,13 +238,16 @@ class Source:
 
 def _open(spec: StudySpec, path: str) -> optuna.Study:
     """The earlier study, loaded (optuna's load_study: no trial or attribute is written)."""
+    from autotune.storage_check import NoStudy
     from autotune.study.storage import open_study
 
     try:
         return open_study(spec, create=False)
-    except ConfigError:
-        raise ConfigError(f"warm_start: no study {spec.name!r} in {spec.storage_url} (from {shown(path, 200)}); "
-                          "run it first or remove it from warm_start") from None
+    except NoStudy:
+        raise ConfigError(f"warm_start: no study {spec.name!r} in {redact_url(spec.storage_url)} "
+                          f"(from {shown(path, 200)}); run it first or remove it from warm_start") from None
+    except ConfigError as exc:
+        raise ConfigError(f"warm_start {shown(path, 200)}: {exc}") from None
 
 
 #: The opener of earlier studies (the benchmark swaps in its in-memory ones).
@@ -303,7 +307,13 @@ def _failures(src: Source, new: StudySpec) -> tuple[list[Failure], Decision]:
                                                      f"{skipped}")
 
 
-def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[dict[str, Any], int]], Decision]:
+#: Why a configuration does not lie in this study's space after pruning (None: it does):
+#: :meth:`autotune.study.candidates.Candidates.outside`.
+Outside = Callable[[dict[str, Any]], str | None]
+
+
+def _top(src: Source, new: StudySpec, widened: StudySpec,
+         outside: Outside | None = None) -> tuple[list[tuple[dict[str, Any], int]], Decision]:
     from autotune.study.estimate import estimates, key_of
     from autotune.study.phases import ranked
 
@@ -321,12 +331,18 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
     # algorithm (none included), a choice a workload change can flip (module docstring)
     per_algorithm = not src.relation.same_workload
     algorithms: set[Any] = set()
+    left_out: dict[str, list[int]] = {}  # why -> the earlier trials a value this space lacks kept out
     for t in done:
         params, notes = translate(dict(t.params), src.spec, new)
         params = _with_new_knobs(params, widened)
         fixed = _fixed(params, widened)
         if fixed is None:
-            continue  # a value outside this space (another range or choice): not this study's candidate
+            # a value outside this space (another range or choice, or one this node removes):
+            # not this study's candidate; the next best is
+            why = outside(params) if outside is not None else None
+            if why:
+                left_out.setdefault(why, []).append(t.number)
+            continue
         kept = fixed[0]
         key = repr(sorted(kept.items()))
         if not kept or key in seen:
@@ -341,6 +357,8 @@ def _top(src: Source, new: StudySpec, widened: StudySpec) -> tuple[list[tuple[di
         out.append((kept, t.number))
         if not per_algorithm and len(out) >= TOP_K:
             break
+    for why, numbers in left_out.items():
+        src.notes.append(f"trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))} not carried: {why}")
     if not out:
         return [], Decision("top configurations", False, "no completed trial of the earlier study fits this space")
     which = f"its best by {basis} for each speculative algorithm it measured ({len(out)}: another workload)" \
@@ -391,12 +409,13 @@ class WarmStart:
     def __bool__(self) -> bool:
         return bool(self.sources)
 
-    def decide(self, widened: StudySpec) -> None:
-        """Decide what each earlier study carries (``widened``: this study's space with the baseline)."""
+    def decide(self, widened: StudySpec, outside: Outside | None = None) -> None:
+        """Decide what each earlier study carries (``widened``: this study's space after pruning, with the
+        baseline; ``outside``: why a configuration is not in it, said for a top one left out)."""
         if self._decided:
             return
         for src in self.sources:
-            src.top, d_top = _top(src, self.spec, widened)
+            src.top, d_top = _top(src, self.spec, widened, outside)
             src.decisions = [*src.decisions[:2], d_top, _prior_decision(src)]
         self._decided = True
 

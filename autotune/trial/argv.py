@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from autotune.sglang.config import ServerConfig
 from autotune.sglang.flags import render_argv
 from autotune.trial.contract import TrialRequest
 
-__all__ = ["build_argv"]
+__all__ = ["api_key", "build_argv"]
 
 
 def build_argv(req: TrialRequest, cfg: ServerConfig | None = None) -> list[str]:
@@ -29,3 +30,16 @@ def build_argv(req: TrialRequest, cfg: ServerConfig | None = None) -> list[str]:
     for fault in req.sim.faults:
         argv += ["--sim-fault", fault]
     return argv
+
+
+def api_key(argv: Sequence[str]) -> str | None:
+    """The ``--api-key`` a launch argv gives the server (the last one, as argparse keeps it):
+    the load generator must send it (``Authorization: Bearer KEY``) or every request is
+    refused with 401. It is read from the argv in memory, never from a record."""
+    key: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == "--api-key" and i + 1 < len(argv):
+            key = argv[i + 1]
+        elif arg.startswith("--api-key="):
+            key = arg.partition("=")[2]
+    return key or None

@@ -25,7 +25,7 @@ from autotune.launch.failures import line_failure
 from autotune.load import Snapshot, run_load
 from autotune.outcome import FailureKind, load_failure_kind
 from autotune.sglang.logparse import summarize
-from autotune.trial.argv import build_argv
+from autotune.trial.argv import api_key, build_argv
 from autotune.trial.contract import Reporter, TrialRequest, TrialResult, TrialState
 from autotune.trial.live_kill import LiveKill
 from autotune.trial.plan import LoadPoint, load_spec, run_trial_plan, workload_of
@@ -143,7 +143,8 @@ def _measure_plan(req: TrialRequest, url: str, result: TrialResult, report: Repo
 def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Reporter | None, art: Path,
                 point: LoadPoint, step: list[int]) -> Mapping[str, Any] | None:
     """Run one load point and record it; None when the trial ends here (failed or stopped early)."""
-    spec = load_spec(workload_of(req.workload, req.workloads, point), point, base_url=url, snapshot_interval_s=1.0)
+    spec = load_spec(workload_of(req.workload, req.workloads, point), point, base_url=url, snapshot_interval_s=1.0,
+                     api_key=api_key(req.config.extra_args))
     name = point.name
 
     def on_snapshot(snap: Snapshot) -> bool:

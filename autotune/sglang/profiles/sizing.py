@@ -3,15 +3,16 @@ weight bytes one GPU loads, for any :class:`autotune.sglang.models.ModelProfile`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.sglang.profiles.dsv4 import dsv4_coef, dsv4_fixed_bytes
 from autotune.sglang.profiles.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
 from autotune.sglang.profiles.layout import KvLayout
-from autotune.sglang.profiles.mamba import MAMBA_FULL_MEMORY_RATIO, mamba_reserve_bytes
+from autotune.sglang.profiles.mamba import MambaKnobs, MambaPool, mamba_pool
 from autotune.sglang.profiles.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
 
-__all__ = ["layout_of", "kv_cell_bytes", "kv_reserved_bytes", "weight_bytes_per_gpu"]
+__all__ = ["Reserve", "layout_of", "kv_cell_bytes", "kv_reserved", "kv_reserved_bytes", "weight_bytes_per_gpu"]
 
 
 def layout_of(model: Any) -> KvLayout:
@@ -22,12 +23,14 @@ def layout_of(model: Any) -> KvLayout:
 
 
 def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: str = "auto", gpu_sm: int = 0,
-                  swa_ratio: float = SWA_FULL_TOKENS_RATIO) -> float:
-    """KV bytes one full-attention token costs on one GPU, every pool of the family included."""
+                  swa_ratio: float | None = None) -> float:
+    """KV bytes one full-attention token costs on one GPU, every pool of the family included.
+    ``swa_ratio``: ``--swa-full-tokens-ratio`` when given, else the family's default (hybrid SWA 0.8,
+    DeepSeek V4 0.1)."""
     lay = layout_of(model)
     layers = lay.full_layers or model.num_layers
     if lay.family == "dsv4":
-        return dsv4_coef(lay.compress_ratios)
+        return dsv4_coef(lay.compress_ratios) if swa_ratio is None else dsv4_coef(lay.compress_ratios, swa_ratio)
     if lay.family == "dsa":
         fp8 = dsa_kv_is_fp8(kv_cache_dtype, gpu_sm, bool(getattr(model, "kv_cache_quant_fp8", False)))
         return dsa_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, lay.index_head_dim, lay.index_layers, fp8)
@@ -36,7 +39,7 @@ def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: 
     if lay.family == "swa":
         swa_heads = (lay.swa_kv_heads, lay.swa_head_dim, lay.swa_v_head_dim) if lay.swa_kv_heads else None
         return swa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, lay.full_layers, lay.swa_layers,
-                        attn_tp, kv_bytes, swa_ratio, swa_heads)
+                        attn_tp, kv_bytes, SWA_FULL_TOKENS_RATIO if swa_ratio is None else swa_ratio, swa_heads)
     return gqa_cell(model.num_kv_heads, model.head_dim, model.v_head_dim, layers, attn_tp, kv_bytes)
 
 
@@ -45,18 +48,37 @@ def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: 
 VLM_CACHE_BYTES = 100 * 2**20
 
 
-def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
-                      mamba_ratio: float | None = None, max_mamba_cache: int | None = None) -> float:
-    """Bytes SGLang takes out of ``rest`` before it sizes the KV pool: the multimodal cache, then Mamba
-    state slots or DeepSeek V4's fixed compressed state (0 for a text-only model of the other families)."""
+@dataclass(frozen=True)
+class Reserve:
+    """What SGLang takes out of ``rest`` before it sizes the KV pool."""
+
+    bytes: float
+    mamba: MambaPool | None = None  # the state pool of a Mamba / linear-attention hybrid
+
+
+def kv_reserved(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
+                mamba: MambaKnobs | None = None) -> Reserve:
+    """The multimodal cache, then the Mamba state pool (:func:`autotune.sglang.profiles.mamba.mamba_pool`,
+    sized by the launch's ``mamba`` knobs) or DeepSeek V4's fixed compressed state (nothing else for a
+    text-only model of the other families). ``tp`` is the attention TP (tp / attention-DP size)."""
     lay = layout_of(model)
     mm = float(VLM_CACHE_BYTES) if getattr(model, "vision_weight_bytes", 0) else 0.0
     if lay.family == "mamba" and lay.mamba is not None:
-        ratio = MAMBA_FULL_MEMORY_RATIO if mamba_ratio is None else mamba_ratio
-        return mm + mamba_reserve_bytes(lay.mamba, tp, rest_bytes - mm, ratio, max_mamba_cache)
+        knobs = mamba or MambaKnobs(architecture=getattr(model, "architecture", ""),
+                                    max_running_requests=max_running_requests)
+        if rest_bytes - mm <= 0:
+            return Reserve(mm)
+        pool = mamba_pool(lay.mamba, tp, rest_bytes - mm, knobs)
+        return Reserve(mm + pool.reserved_bytes, pool)
     if lay.family == "dsv4":
-        return mm + dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256)
-    return mm
+        return Reserve(mm + dsv4_fixed_bytes(lay.compress_ratios, max_running_requests or 256))
+    return Reserve(mm)
+
+
+def kv_reserved_bytes(model: Any, rest_bytes: float, *, tp: int, max_running_requests: int | None = None,
+                      mamba: MambaKnobs | None = None) -> float:
+    """:func:`kv_reserved`'s bytes."""
+    return kv_reserved(model, rest_bytes, tp=tp, max_running_requests=max_running_requests, mamba=mamba).bytes
 
 
 def weight_bytes_per_gpu(model: Any, tp: int, *, mxfp4_align: tuple[int, int] = (128, 128)) -> float:

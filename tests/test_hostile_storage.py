@@ -1,0 +1,312 @@
+"""Hostile or careless storage, Ray and host settings (issue 34): one line naming the field and the
+value, the right exit code, nothing written, nothing waited for.
+
+* a command that only reads (status, best, export, report, plan, dashboard) never writes: a SQLite
+  file of another application is refused and left byte for byte as it was; a missing file is one
+  line, not a new empty database; a database in memory is refused by every command;
+* a database with a damaged page, or a read-only one given to ``run``: one line, exit 2, no
+  traceback and no minutes of retries;
+* a PostgreSQL password in ``storage`` is in no message;
+* a Ray address that is malformed or does not resolve: exit 2 before ``ray.init`` (which retries
+  for minutes); one where nothing answers: exit 1;
+* ``server.host`` beyond loopback needs ``server.expose: true``; ``dashboard --host`` needs ``--expose``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autotune.cli import main
+
+MODELS = Path(__file__).resolve().parents[1] / "studies" / "models"
+
+pytestmark = pytest.mark.usefixtures("cli_signal_handlers")
+
+
+def _study(tmp_path: Path, *, storage: str | None = None, name: str = "guard", **over: Any) -> Path:
+    data: dict[str, Any] = {
+        "name": name, "n_trials": 2, "executor": {"kind": "inline"},
+        "server": {"backend": "sim", "model_path": str(MODELS / "kimi-k2-class"), "tp_size": 8,
+                   "sim": {"time_scale": 50}},
+        "hardware": {"gpu": "rtx-pro-6000", "num_gpus": 8, "interconnect": "pcie"},
+        "workload": {"input_len": 64, "output_len": 16, "num_prompts": 8, "concurrency": [4]},
+    }
+    if storage is not None:
+        data["storage"] = storage
+    for key, value in over.items():
+        data[key] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 2) -> str:
+    """Run ``argv``; it must exit ``code`` with exactly one line on stderr, no traceback. That line."""
+    assert main(argv) == code, argv
+    cap = capsys.readouterr()
+    lines = [ln for ln in cap.err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, cap.err
+    assert "Traceback" not in cap.err + cap.out
+    return lines[0]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+READERS = (["status"], ["best"], ["export", "-o", "{tmp}/t.csv"], ["report", "-o", "{tmp}/r.html"], ["plan"])
+
+
+def _argv(cmd: list[str], study: Path, tmp_path: Path) -> list[str]:
+    return [cmd[0], str(study), *(a.format(tmp=tmp_path) for a in cmd[1:])]
+
+
+# ---- read-only commands never write --------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", [*READERS, ["run", "--no-progress"]], ids=lambda c: c[0])
+def test_a_sqlite_file_of_another_application_is_refused_and_left_as_it_was(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cmd: list[str]) -> None:
+    other = tmp_path / "crm.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    con.executemany("INSERT INTO customers (name) VALUES (?)", [(f"c{i}",) for i in range(50)])
+    con.commit()
+    con.close()
+    before, listing = _sha(other), sorted(os.listdir(tmp_path))
+    study = _study(tmp_path, storage="crm.db")
+    line = _fails(capsys, _argv(cmd, study, tmp_path))
+    assert "storage:" in line and str(other) in line and "not an optuna study database" in line, line
+    assert _sha(other) == before  # not one of optuna's 25 tables created in it
+    assert sorted(os.listdir(tmp_path)) == sorted([*listing, study.name])  # no journal, no export
+
+
+@pytest.mark.parametrize("cmd", READERS, ids=lambda c: c[0])
+def test_a_missing_study_file_is_one_line_not_a_new_database(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cmd: list[str]) -> None:
+    study = _study(tmp_path, storage="nowhere/guard.db")
+    if cmd[0] == "plan":  # plan does without a stored study: it predicts from the study file alone
+        assert main(_argv(cmd, study, tmp_path)) == 0
+    else:
+        line = _fails(capsys, _argv(cmd, study, tmp_path))
+        assert "no study 'guard'" in line and str(tmp_path / "nowhere" / "guard.db") in line, line
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("storage", ["sqlite:///:memory:", "sqlite://"])
+@pytest.mark.parametrize("cmd", [["status"], ["best"], ["run", "--no-progress"]], ids=lambda c: c[0])
+def test_a_database_in_memory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], cmd: list[str],
+                                         storage: str) -> None:
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, storage=storage), tmp_path))
+    assert line.startswith("error: storage:") and "in memory" in line and repr(storage) in line, line
+
+
+# ---- a broken store -----------------------------------------------------------------------------
+
+def _finished_copy(finished_spec: Any, tmp_path: Path) -> tuple[Path, Path]:
+    """The finished results study, copied into one plain SQLite file (no WAL) beside a study file."""
+    src = sqlite3.connect(finished_spec.storage_url.removeprefix("sqlite:///"))
+    db = tmp_path / "study.db"
+    dst = sqlite3.connect(db)
+    src.backup(dst)
+    dst.execute("PRAGMA journal_mode=DELETE")
+    src.close()
+    dst.close()
+    study = tmp_path / "study.yaml"
+    data = yaml.safe_load(Path(finished_spec.source_path).read_text())
+    data["executor"] = {"kind": "inline"}  # `run` stops at the storage: no Ray instance to start for that
+    study.write_text(yaml.safe_dump(data))
+    return study, db
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["best"], ["export", "-o", "{tmp}/t.csv"], ["run", "--no-progress"]],
+                         ids=lambda c: c[0])
+def test_a_damaged_page_is_one_line(finished_spec: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    cmd: list[str]) -> None:
+    study, db = _finished_copy(finished_spec, tmp_path)
+    con = sqlite3.connect(db)
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'trial_user_attributes'").fetchone()[0]
+    con.close()
+    with db.open("r+b") as fh:  # one page of the trials' attributes overwritten: the b-tree is malformed
+        fh.seek((root - 1) * page)
+        fh.write(b"\xff" * page)
+    line = _fails(capsys, _argv(cmd, study, tmp_path))
+    assert line.startswith("error: storage:") and "is damaged" in line and str(db) in line, line
+
+
+def test_a_write_refused_by_the_database_is_one_line_at_once(finished_spec: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """What SQLite answers for a read-only file ("attempt to write a readonly database") is not an
+    outage: no retry (the backoff's sleep is never called), one line naming the storage."""
+    import optuna
+
+    from autotune.errors import ConfigError
+    from autotune.storage_check import read_only_url
+    from autotune.study.storage import StudyStorage
+    from autotune.study.storage_retry import Backoff
+
+    _, db = _finished_copy(finished_spec, tmp_path)
+
+    def no_sleep(self: Backoff, *_a: Any, **_k: Any) -> None:
+        raise AssertionError("a read-only database was retried")
+
+    monkeypatch.setattr(Backoff, "__init__", _with_sleep(Backoff.__init__, no_sleep))
+    storage = StudyStorage(read_only_url(db), skip_table_creation=True, where="study.db")
+    study = optuna.load_study(study_name=finished_spec.name, storage=storage)
+    with pytest.raises(ConfigError, match=r"^storage: study.db is read-only: .*\(readonly database\)$"):
+        study.set_user_attr("x", 1)
+
+
+def _with_sleep(init: Any, sleep: Any) -> Any:
+    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.sleep = lambda s: sleep(self, s)
+    return patched
+
+
+def _make_read_only(path: Path) -> bool:
+    """Make ``path`` unwritable for this process (chmod; chattr +i for root); False if impossible here."""
+    path.chmod(0o444)
+    if os.access(path, os.W_OK):
+        subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+    return not os.access(path, os.W_OK)
+
+
+def test_run_on_a_read_only_database_is_one_line_before_anything_starts(
+        finished_spec: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study, db = _finished_copy(finished_spec, tmp_path)
+    if not _make_read_only(db):
+        pytest.skip("cannot make a file read-only here (root without chattr)")
+    try:
+        before = _sha(db)
+        line = _fails(capsys, ["run", str(study), "--no-progress"])
+        assert line == f"error: storage: {db} is read-only: the study records every trial there " \
+                       "(make it writable, or point storage at another file)"
+        assert _sha(db) == before and not (tmp_path / "runs").exists()
+        assert main(["status", str(study)]) == 0  # reading it needs no write
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], capture_output=True, check=False)
+        db.chmod(0o644)
+
+
+# ---- passwords ------------------------------------------------------------------------------------
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["best"], ["run", "--no-progress"]], ids=lambda c: c[0])
+def test_a_storage_password_is_in_no_message(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+                                             cmd: list[str]) -> None:
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY_S", "0.5")  # nothing listens there: no need to wait for it
+    url = f"postgresql+psycopg://bob:hunter2pw@127.0.0.1:{_closed_port()}/studies"
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, storage=url), tmp_path), code=1)
+    assert "bob:***@127.0.0.1" in line and "hunter2pw" not in line, line
+    assert "hunter2pw" not in caplog.text
+
+
+# ---- Ray ----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_ray_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray")
+
+    def init(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("ray.init was handed an address that could have been refused first")
+
+    monkeypatch.setattr(ray, "init", init)
+
+
+@pytest.mark.usefixtures("no_ray_init")
+@pytest.mark.parametrize(("address", "says"), [
+    ("no-such-host.invalid:6379", "does not resolve"),
+    ("head.example:ray", "not a Ray address"),
+    ("10.0.0.1", "not a Ray address"),
+])
+def test_a_ray_address_that_cannot_be_used_is_one_line_before_ray(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str, says: str) -> None:
+    study = _study(tmp_path, executor={"kind": "ray", "address": address})
+    line = _fails(capsys, ["run", str(study), "--no-progress"])
+    assert line.startswith("error: executor.address:") and says in line and repr(address) in line, line
+    assert not (tmp_path / "guard.db").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.usefixtures("no_ray_init")
+def test_ray_address_from_the_environment_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "no-such-host.invalid:6379")
+    line = _fails(capsys, ["run", str(_study(tmp_path, executor={"kind": "ray"})), "--no-progress"])
+    assert line.startswith("error: RAY_ADDRESS: host 'no-such-host.invalid' does not resolve"), line
+
+
+@pytest.mark.usefixtures("no_ray_init")
+def test_a_ray_head_that_does_not_answer_is_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    address = f"127.0.0.1:{_closed_port()}"
+    study = _study(tmp_path, executor={"kind": "ray", "address": address})
+    line = _fails(capsys, ["run", str(study), "--no-progress"], code=1)
+    assert f"no Ray head answers at {address!r}" in line, line
+    assert not (tmp_path / "guard.db").exists()
+
+
+# ---- binding beyond loopback ---------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", [["plan"], ["run", "--no-progress"], ["status"]], ids=lambda c: c[0])
+def test_server_host_beyond_loopback_needs_the_study_to_say_so(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               cmd: list[str]) -> None:
+    server = {"backend": "sim", "model_path": str(MODELS / "kimi-k2-class"), "tp_size": 8, "host": "0.0.0.0"}
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, server=server), tmp_path))
+    assert "server.host: listens beyond loopback" in line and "server.expose: true" in line \
+        and "(got '0.0.0.0')" in line, line
+
+
+@pytest.mark.usefixtures("no_ray_init")
+def test_an_exposed_study_is_warned_about_at_the_start_of_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    server = {"backend": "sim", "model_path": str(MODELS / "kimi-k2-class"), "tp_size": 8, "host": "0.0.0.0",
+              "expose": True}
+    # The run stops at its Ray address, after the warning: nothing is launched on 0.0.0.0 here.
+    study = _study(tmp_path, server=server, executor={"kind": "ray", "address": "no-such-host.invalid:1"})
+    _fails(capsys, ["run", str(study), "--no-progress"])
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("server.host '0.0.0.0' (server.expose: true)" in m and "beyond loopback" in m for m in warned), warned
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        server = {"backend": "sim", "model_path": str(MODELS / "kimi-k2-class"), "tp_size": 8, "host": host}
+        assert main(["plan", str(_study(tmp_path, server=server)), "--json"]) == 0, host
+
+
+def test_the_dashboard_beyond_loopback_needs_expose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # No study was ever run here: the refusal comes before the storage is opened.
+    line = _fails(capsys, ["dashboard", str(_study(tmp_path)), "--host", "0.0.0.0", "--port", "0"])
+    assert line.startswith("error: --host: '0.0.0.0' listens beyond loopback") and "--expose" in line, line
+    assert not (tmp_path / "guard.db").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("cmd", READERS[:4], ids=lambda c: c[0])
+def test_a_server_database_without_the_study_gets_no_table(
+        pg: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], cmd: list[str]) -> None:
+    """On PostgreSQL too, a command that only reads creates nothing: optuna's tables are not
+    created in a database that lacks them (the study is just not there)."""
+    import sqlalchemy as sa
+
+    url = pg.createdb("no_study_here")
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, storage=url), tmp_path))
+    assert line.startswith("error: name: no study 'guard' in postgresql"), line
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert sa.inspect(conn).get_table_names() == []
+    finally:
+        engine.dispose()
