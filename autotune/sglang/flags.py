@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 from autotune.sglang._flag_table import FLAGS, Flag, human_readable_int
 from autotune.sglang.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.flag_tables import table_for
@@ -394,7 +395,7 @@ def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerC
             continue
         knob_value = getattr(ns_knobs, dest, None)
         if knob_value != getattr(base, dest, None) and knob_value != value:
-            raise ConfigError(f"server.extra_args: sets {dest}={value!r}, contradicting the knob's {knob_value!r} "
+            raise ConfigError(f"server.extra_args: sets {dest}={shown(value)}, contradicting the knob's {shown(knob_value)} "
                               "(set it in one place)")
     folded = config_from_namespace(ns_all, v)
     return replace(folded, extra_args=cfg.extra_args, flags=cfg.flags, env=cfg.env, host=cfg.host, port=cfg.port)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 from autotune.sglang import _slack as S
 from autotune.sglang import releases as R
 from autotune.sglang import rocm
@@ -43,7 +44,8 @@ from autotune.sglang.profiles.sizing import kv_cell_bytes, kv_reserved, weight_b
 from autotune.sglang.speculative import validate_speculative
 from autotune.sglang.versions import SglangVersion, as_version
 
-__all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
+__all__ = ["Calibration", "Prediction", "VERDICTS", "calibration_problem", "cell_size_bytes", "predict",
+           "kv_bytes_per_element"]
 
 VERDICTS = ("fits", "kv_oom", "graph_capture_oom", "runtime_oom_risk", "too_few_tokens")
 #: The verdicts that prune a candidate before launch (unless uncertain): THE prune rule, used by the driver.
@@ -70,7 +72,7 @@ def kv_bytes_per_element(kv_cache_dtype: str, model: ModelProfile) -> float:
         return 2.0
     if d in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
         return 0.5 + 1 / 16
-    raise ConfigError(f"kv_cache_dtype: unknown value {kv_cache_dtype!r}")
+    raise ConfigError(f"kv_cache_dtype: unknown value {shown(kv_cache_dtype)}")
 
 
 def _draft_layers(model: ModelProfile, draft: ModelProfile | None, algorithm: str) -> int:
@@ -160,6 +162,35 @@ class Calibration:
             speculative_algorithm=cfg.speculative.algorithm, num_draft_tokens=cfg.speculative.num_draft_tokens,
             attn_dp_size=cfg.attn_dp_size,
         )
+
+
+#: GiB a measured P may exceed the catalogue's capacity by (rounding of the logged figures).
+CAPACITY_TOLERANCE_GIB = 0.05
+
+
+def calibration_problem(values: dict[str, Any], capacity_gib: float) -> str | None:
+    """Why measured memory figures (``p_gib``, ``a_gib``, ``graph_gib``: GiB per GPU; ``kv_tokens``) cannot
+    be this GPU's (None when they can): each finite and not negative, P positive and the rest at most
+    the GPU's capacity, KV tokens at most one per byte of it. A value outside these is not a
+    measurement: stored, it would break every later prediction (1e300 GiB overflows the token count)."""
+    cap = capacity_gib + CAPACITY_TOLERANCE_GIB
+    for key in ("p_gib", "a_gib", "graph_gib"):
+        v = values.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{key}={shown(v)} is not a number"
+        if not math.isfinite(v) or v < 0 or (key == "p_gib" and v == 0):
+            return f"{key}={shown(v)} must be a finite number > 0"
+        if v > cap:
+            return f"{key}={shown(v)} GiB is more than the GPU's memory ({capacity_gib:.2f} GiB)"
+    tokens = values.get("kv_tokens")
+    if tokens is not None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            return f"kv_tokens={shown(tokens)} must be a whole number >= 0"
+        if tokens > cap * 2**30:
+            return f"kv_tokens={shown(tokens)} is more than one per byte of the GPU's memory ({capacity_gib:.2f} GiB)"
+    return None
 
 
 @dataclass
@@ -630,7 +661,7 @@ def _float_flag(cfg: ServerConfig, name: str) -> float | None:
     try:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
-        raise ConfigError(f"{name}: {value!r} is not a number") from None
+        raise ConfigError(f"{name}: {shown(value)} is not a number") from None
 
 
 def _page_size(cfg: ServerConfig, model: ModelProfile | None = None) -> int:

@@ -21,4 +21,6 @@ and studies the benchmarks need too live in the shipped package ``autotune.testi
 - ``browser``: headless Chromium for the dashboard and report tests.
 - ``tiny_llama``: ``write_tiny_llama``, a tiny Llama with a WordLevel tokenizer on disk.
 - ``benchmarks``: ``load_script``, a benchmark script imported as ``python benchmarks/x.py`` runs it.
+- ``hostile``: the hostile-input suite's small study to break and its bounded CLI runs (``study``,
+  ``setting``, ``cli``, ``cli_bounded``, ``one_line``, ``nothing_stored``).
 """
