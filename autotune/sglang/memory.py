@@ -94,6 +94,7 @@ def cell_size_bytes(
     attn_dp_size: int = 1,
     gpu_sm: int = 0,
     swa_ratio: float | None = None,
+    budget: bool = False,
 ) -> int:
     """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.profiles`).
 
@@ -103,12 +104,14 @@ def cell_size_bytes(
     window pool at the SWA ratio, DeepSeek V4 its compressed pools; Mamba hybrids count their
     attention layers only. Regime B with an EAGLE-family or STANDALONE draft:
     ``x (1 + L_draft / L_target)``. ``gpu_sm`` decides DSA's kv "auto" (fp8 from SM 100).
+    ``budget``: the bytes the release divides its KV budget by, where they differ from what the pool
+    stores (DSA in fp8 before 0.5.17: :data:`autotune.sglang.releases.DSA_FP8_ROW_BUDGETED`).
     """
     v = as_version(version)
     kv = kv_bytes_per_element(kv_cache_dtype, model)
     attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
     cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm,
-                         swa_ratio=swa_ratio)
+                         swa_ratio=swa_ratio, stored_fp8_row=not budget or R.dsa_budgets_stored_fp8_row(v))
     algo = (spec_algorithm or "").upper()
     if algo in _DRAFT_IN_CELL and v.regime == "B":
         cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
@@ -389,6 +392,10 @@ def predict(
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=draft,
                            spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
+    # What the release divides the budget by; the pool it then allocates holds `cell` a token (DSA fp8 < 0.5.17).
+    budget_cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v,
+                                  draft=draft, spec_algorithm=algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v),
+                                  budget=True)
     slack = p * (1 - f)
     rest = a - slack
     shown_min, launchable_min = _min_viable(a, p)
@@ -405,14 +412,14 @@ def predict(
         model, rest_b, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
         mamba=mamba_knobs(cfg, model, v, draft_tokens, page)).bytes)
     if learned:
-        cell = learned
+        cell = budget_cell = learned
         notes.append(f"KV cell {cell:,} B learned from the calibration launch (the "
                      f"{'architecture' if model.is_unknown else 'build'}'s rule is unknown)")
     if reserved > 0:
         head += f" ({reserved / S.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
         head += (f": {pool.slots} state slots x {pool.per_request_bytes / 2**20:.1f} MiB by {pool.rule})"
                  if pool is not None else ")")
-    tokens = max(int(math.floor((rest * S.GIB - reserved) / cell)), 0) if rest > 0 else 0
+    tokens = max(int(math.floor((rest * S.GIB - reserved) / budget_cell)), 0) if rest > 0 else 0
     if pool is not None and pool.max_running_cap <= 0:  # SGLang: "Not enough GPU memory for hybrid ... state cache"
         tokens = 0
 
@@ -511,6 +518,10 @@ def predict(
         "req_to_token": S.req_to_token_gib(rows, context, draft_tokens, v),
         "attention_workspace": S.attention_workspace_gib(model),
     }
+    if cell > budget_cell:  # the pool's rows outgrow the budget they were counted against: out of the slack
+        parts["kv_past_budget"] = tokens * (cell - budget_cell) / S.GIB
+        notes.append(f"KV tokens counted at {budget_cell:,} B, the pool holds {cell:,} B a token: "
+                     f"{parts['kv_past_budget']:.2f} GiB past the budget (DSA's fp8 rows before SGLang 0.5.17)")
     if S.fusion_enabled(model, g, tp, cfg.flashinfer_allreduce_fusion):
         parts["allreduce_fusion"] = S.fusion_workspace_gib(model, tp)
     if cfg.enable_symm_mem:
