@@ -35,7 +35,7 @@ class Direction(enum.StrEnum):
 def check_slo_key(key: str) -> None:
     """ValueError unless ``key`` names a latency metric an SLO can bound."""
     if not _SLO_KEY.match(key):
-        raise ValueError(f"unknown SLO metric {key!r}: "
+        raise ValueError(f"unknown SLO metric {key[:60]!r}: "  # (a leaf: limits.shown sits beside it)
                          "use <mean|median|p50|p90|p95|p99>_<ttft|itl|tpot|e2e_latency>_ms")
 
 

@@ -18,6 +18,7 @@ front: with topk 1 the number of draft tokens is not a free parameter.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -26,6 +27,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
+from autotune.limits import GRID_AXIS, GRID_CANDIDATES, MAX_KNOB_INT, shown
 from autotune.sglang.hardware.cpu import on_cpu
 from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 from autotune.spec import (
@@ -69,15 +71,141 @@ def _suggest(trial: optuna.Trial, name: str, dom: Any) -> Any:
     raise TypeError(f"no suggestion for {name}: {dom!r}")  # pragma: no cover - a programming error
 
 
-def _values(dom: Any) -> list[Any]:
+# ---- counting and listing an axis: never more than a limit ---------------------------------
+#: Stands for an axis too large to count as a float (a range over a subnormal step).
+_HUGE = 2**63
+
+
+def axis_size(dom: Any) -> int:
+    """Values of one axis of the space, counted without listing them (a float range without a step:
+    its two ends, as the grid takes it)."""
     if isinstance(dom, FloatRange):
         if dom.step is None:
-            return [dom.low, dom.high] if dom.low != dom.high else [dom.low]
-        n = int(round((dom.high - dom.low) / dom.step))
-        return [round(dom.low + i * dom.step, 10) for i in range(n + 1)]
+            return 1 if dom.low == dom.high else 2
+        q = (dom.high - dom.low) / dom.step
+        return int(round(q)) + 1 if math.isfinite(q) and q < _HUGE else _HUGE
     if isinstance(dom, IntRange):
-        return list(range(dom.low, dom.high + 1, dom.step))
+        return (dom.high - dom.low) // dom.step + 1
+    return len(dom.choices)
+
+
+def _value_at(dom: Any, i: int) -> Any:
+    if isinstance(dom, FloatRange):
+        if dom.step is None:
+            return dom.low if i == 0 else dom.high
+        return round(dom.low + i * dom.step, 10)
+    if isinstance(dom, IntRange):
+        return dom.low + i * dom.step
+    return dom.choices[i]
+
+
+def _values(dom: Any, field: str = "search_space", limit: int = GRID_AXIS) -> list[Any]:
+    """Every value of one axis; ConfigError naming ``field`` when there are more than ``limit``."""
+    n = axis_size(dom)
+    if n > limit:
+        raise ConfigError(f"{field}: {_count(n)} values, more than the {limit:,} autotune lists for one axis "
+                          "(a wider step, or a sampler that draws from it: sampler.kind tpe or random)")
+    return [_value_at(dom, i) for i in range(n)]
+
+
+def sample_values(dom: Any, limit: int = GRID_AXIS) -> list[Any]:
+    """The axis's values, or ``limit`` of them evenly spaced over it, both ends included, when it has
+    more (a designed start picks from these; the sampler draws from the whole axis later)."""
+    n = axis_size(dom)
+    if n <= limit:
+        return [_value_at(dom, i) for i in range(n)]
+    return list(dict.fromkeys(_value_at(dom, (i * (n - 1)) // (limit - 1)) for i in range(limit)))
+
+
+def _count(n: int) -> str:
+    return f"{n:,}" if n < _HUGE else f"more than {_HUGE:.1e}"
+
+
+def _axes(spec: StudySpec) -> list[tuple[str, str, Any]]:
+    """(param name, field of the study file, domain) of every non-speculative axis, in grid order."""
+    space = spec.search_space
+    out = [(name, f"search_space.{name}", getattr(space, name))
+           for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS)
+           if getattr(space, name) is not None]
+    if space.layout is not None:
+        out.append(("layout", "search_space.layout", space.layout))
+    out += [(name, f"search_space.flags.{name}", dom) for name, dom in space.flags.items()]
+    out += [(name, f"search_space.env.{name}", dom) for name, dom in space.env.items()]
+    return out
+
+
+def _spec_axes(sp: Any) -> list[tuple[str, Any]]:
+    return [(f"search_space.speculative.{k}", getattr(sp, k)) for k in ("num_steps", "eagle_topk", "num_draft_tokens")
+            if getattr(sp, k) is not None]
+
+
+def _spec_variant_count(sp: Any) -> int:
+    """How many speculative variants :func:`_spec_variants` yields, counted."""
+    n = 0
+    for algo in sp.algorithm.choices:
+        if algo == "none" or (algo != "NGRAM" and sp.num_steps is None):
+            n += 1
+        elif algo == "NGRAM":
+            n += axis_size(sp.num_draft_tokens) if sp.num_draft_tokens else 1
+        else:
+            topks = axis_size(sp.eagle_topk) if sp.eagle_topk else 1
+            ones = 1 if sp.eagle_topk is None or _holds_one(sp.eagle_topk) else 0
+            drafts = axis_size(sp.num_draft_tokens) if sp.num_draft_tokens else 1
+            n += axis_size(sp.num_steps) * (ones + (topks - ones) * drafts)
+    return n
+
+
+def _holds_one(dom: Any) -> bool:
+    if isinstance(dom, IntRange):
+        return dom.low <= 1 <= dom.high and (1 - dom.low) % dom.step == 0
+    return 1 in dom.choices
+
+
+def grid_size(spec: StudySpec) -> int:
+    """Candidates of the whole grid (:func:`iter_grid`), counted without listing one."""
+    n = math.prod(axis_size(dom) for _, _, dom in _axes(spec))
+    sp = spec.search_space.speculative
+    return n * (_spec_variant_count(sp) if sp is not None else 1)
+
+
+def largest_axis(spec: StudySpec) -> tuple[str, int]:
+    """The field of the study file with the most values, and how many (for an error naming it)."""
+    sizes = [(field, axis_size(dom)) for _, field, dom in _axes(spec)]
+    sp = spec.search_space.speculative
+    if sp is not None:
+        sizes += [(field, axis_size(dom)) for field, dom in _spec_axes(sp)]
+    return max(sizes, key=lambda fs: fs[1], default=("search_space", 1))
+
+
+def check_grid(spec: StudySpec, limit: int = GRID_CANDIDATES) -> int:
+    """:func:`grid_size`, or ConfigError (naming the largest axis) when the grid holds more than ``limit``."""
+    n = grid_size(spec)
+    if n > limit:
+        field, size = largest_axis(spec)
+        raise ConfigError(f"{field}: the search space's grid holds {_count(n)} candidates ({field}: {_count(size)} "
+                          f"values), more than the {limit:,} autotune lists: fix knobs with --set, or widen the steps")
+    return n
+
+
+def check_values(dom: Any) -> list[Any]:
+    """Values of one axis that stand for all of it when each is checked alone (a flag's rendering, a
+    parser's type): a range's ends, every choice."""
+    if isinstance(dom, (FloatRange, IntRange)):
+        n = axis_size(dom)
+        return list(dict.fromkeys([_value_at(dom, 0), _value_at(dom, n - 1) if n < _HUGE else dom.high]))
     return list(dom.choices)
+
+
+def nearest_value(dom: Any, want: float) -> Any:
+    """The axis's value nearest ``want`` (the lower one on a tie), found without listing the axis."""
+    step = getattr(dom, "step", None)
+    if isinstance(dom, (FloatRange, IntRange)) and step is not None:
+        n = axis_size(dom)
+        i = min(n - 1, max(0, math.floor((want - dom.low) / step))) if n < _HUGE else 0
+        near = [_value_at(dom, j) for j in (i, i + 1) if j < n]
+        return min(near, key=lambda v: (abs(float(v) - want), float(v)))
+    vals = check_values(dom)
+    return min(vals, key=lambda v: (abs(float(v) - want), float(v)))
 
 
 def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
@@ -174,14 +302,11 @@ def _named_axes(spec: StudySpec) -> list[tuple[str, Any]]:
 
 
 def iter_grid(spec: StudySpec) -> Iterator[dict[str, Any]]:
-    """Every candidate of the space, floats stepped by their step (for ``plan`` and grid search)."""
+    """Every candidate of the space, floats stepped by their step (for ``plan`` and grid search);
+    ConfigError first when it holds more than :data:`~autotune.limits.GRID_CANDIDATES`."""
+    check_grid(spec)
     space = spec.search_space
-    axes: list[tuple[str, list[Any]]] = []
-    for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *_SIMPLE_KNOBS):
-        dom = getattr(space, name)
-        if dom is not None:
-            axes.append((name, _values(dom)))
-    axes += [(name, _values(dom)) for name, dom in _named_axes(spec)]
+    axes = [(name, _values(dom, field)) for name, field, dom in _axes(spec)]
     spec_variants = list(_spec_variants(space.speculative)) if space.speculative else [{}]
     names = [a[0] for a in axes]
     for combo in itertools.product(*(a[1] for a in axes)):
@@ -189,21 +314,39 @@ def iter_grid(spec: StudySpec) -> Iterator[dict[str, Any]]:
             yield {**dict(zip(names, combo, strict=True)), **sv}
 
 
-def _spec_variants(sp: Any) -> Iterator[dict[str, Any]]:
+def spec_variants(sp: Any, limit: int = GRID_CANDIDATES) -> Iterator[dict[str, Any]]:
+    """Every speculative variant of the space when there are at most ``limit`` (counted first), else the
+    variants over evenly spaced samples of its axes (about ``limit`` of them): a stage that tries the
+    variants one by one picks from these, never from a list it cannot hold."""
+    n = _spec_variant_count(sp)
+    if n <= limit:
+        return _spec_variants(sp)
+    algos = max(1, len([a for a in sp.algorithm.choices if a != "none"]))
+    k = max(2, int((limit / algos) ** (1 / 3)))
+    return _spec_variants(sp, lambda dom: sample_values(dom, k))
+
+
+def spec_variant_count(sp: Any) -> int:
+    """Speculative variants of the space with an algorithm on (``none`` left out), counted."""
+    return _spec_variant_count(sp) - (1 if "none" in sp.algorithm.choices else 0)
+
+
+def _spec_variants(sp: Any, values: Any = None) -> Iterator[dict[str, Any]]:
+    vals = values or (lambda dom: _values(dom, "search_space.speculative"))
     for algo in sp.algorithm.choices:
         if algo == "none":
             yield {"speculative_algorithm": "none"}
             continue
         if algo == "NGRAM":
-            for d in _values(sp.num_draft_tokens) if sp.num_draft_tokens else [None]:
+            for d in vals(sp.num_draft_tokens) if sp.num_draft_tokens else [None]:
                 yield {"speculative_algorithm": algo, **({"speculative_num_draft_tokens": d} if d else {})}
             continue
         if sp.num_steps is None:
             yield {"speculative_algorithm": algo}
             continue
-        for steps in _values(sp.num_steps):
-            for topk in _values(sp.eagle_topk) if sp.eagle_topk else [1]:
-                drafts = _values(sp.num_draft_tokens) if (topk > 1 and sp.num_draft_tokens) else [steps + 1]
+        for steps in vals(sp.num_steps):
+            for topk in vals(sp.eagle_topk) if sp.eagle_topk else [1]:
+                drafts = vals(sp.num_draft_tokens) if (topk > 1 and sp.num_draft_tokens) else [steps + 1]
                 for d in drafts:
                     yield {
                         "speculative_algorithm": algo,
@@ -233,7 +376,7 @@ def parse_overrides(spec: StudySpec, items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"--set: expected KNOB=VALUE, got {item!r}")
+            raise ConfigError(f"--set: expected KNOB=VALUE, got {shown(item)}")
         key, raw = item.split("=", 1)
         key = key.strip()
         named = dict(_named_axes(spec))
@@ -242,7 +385,7 @@ def parse_overrides(spec: StudySpec, items: list[str]) -> dict[str, Any]:
             continue
         key = key.replace("-", "_")
         if key not in known:
-            raise ConfigError(f"--set: unknown knob {key!r}; known: {', '.join(sorted(known))}")
+            raise ConfigError(f"--set: unknown knob {shown(key)}; known: {', '.join(sorted(known))}")
         out[key] = _coerce(key, raw.strip())
     return out
 
@@ -252,7 +395,7 @@ def _coerce_named(key: str, dom: Any, raw: str) -> Any:
     for choice in dom.choices:
         if str(choice).lower() == raw.lower() or (not isinstance(choice, bool) and _same_number(choice, raw)):
             return choice
-    raise ConfigError(f"--set: bad value for {key}: {raw!r} (choices: {', '.join(map(str, dom.choices))})")
+    raise ConfigError(f"--set: bad value for {key}: {shown(raw)} (choices: {shown(list(dom.choices), 120)[1:-1]})")
 
 
 def _same_number(choice: Any, raw: str) -> bool:
@@ -283,12 +426,14 @@ def _coerce(key: str, raw: str) -> Any:
             return low in ("true", "1", "on", "yes")
         if key in ("kv_cache_dtype", "attention_backend", "speculative_algorithm"):
             return raw
+        if len(raw) > 20:  # more digits than any knob holds: never converted (int() of 4,300+ digits raises)
+            raise ValueError
         v = int(raw)
-        if v <= 0:
+        if not 0 < v <= MAX_KNOB_INT:
             raise ValueError
         return v
     except ValueError:
-        raise ConfigError(f"--set: bad value for {key}: {raw!r}") from None
+        raise ConfigError(f"--set: bad value for {key}: {shown(raw)}") from None
 
 
 def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False, port: int = 30000) -> ServerConfig:

@@ -1,6 +1,6 @@
 """The study file: pydantic models, ``extra="forbid"``, one-line errors with the dotted path.
 
-A study file is YAML (loaded with ``yaml.safe_load``)::
+A study file is YAML (loaded with ``yaml.safe_load``, within the bounds of :mod:`autotune.safe_yaml`)::
 
     name: demo
     n_trials: 30
@@ -17,12 +17,12 @@ resolved against the study file's directory, so a study runs from any cwd.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -37,7 +37,18 @@ from pydantic import (
 )
 
 from autotune.errors import ConfigError
-from autotune.load.spec import LoadTimeouts
+from autotune.limits import (
+    MAX_CHOICES,
+    MAX_KNOB_INT,
+    MAX_PROMPT_TOKENS,
+    MAX_PROMPTS,
+    MAX_SEED,
+    MAX_SEQUENCE_TOKENS,
+    STUDY_BYTES,
+    clip,
+    shown,
+)
+from autotune.load.spec import GOODPUT_KEYS, LoadTimeouts
 from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
 from autotune.redact import REDACTED, is_secret_name
@@ -72,10 +83,25 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def launch_text(value: str, what: str, *, echo: bool = True) -> str:
+    """``value`` when it can travel in a server's argv or environment: printable text (a NUL byte
+    makes ``exec`` fail at the first launch, with a trial left RUNNING; a newline or an escape
+    sequence is a copy-paste accident, and mangles the logged command). ``echo=False``: the error
+    gives the character's position, not the value (an environment variable may hold a secret)."""
+    if not value.isprintable():
+        at, bad = next((i, c) for i, c in enumerate(value) if not c.isprintable())
+        where = f"in {shown(value)}" if echo else f"at position {at} of the value"
+        raise ValueError(f"{what}: non-printable character {bad!r} {where}")
+    return value
+
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class SamplerSpec(_Model):
     # "auto": chosen by the space (autotune.study.search.samplers.choose_sampler says which and why).
     kind: Literal["auto", "tpe", "random", "grid", "gp"] = "auto"
-    seed: int | None = 0
+    seed: int | None = Field(default=0, ge=0, le=MAX_SEED)  # optuna's samplers take 0 .. 2**32 - 1
     n_startup_trials: int = Field(default=8, ge=0)
 
 
@@ -90,7 +116,7 @@ class ExecutorSpec(_Model):
 
 class SimSpec(_Model):
     time_scale: float = Field(default=10.0, gt=0)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     faults: list[str] = Field(default_factory=list)
 
 
@@ -129,7 +155,7 @@ class ServerSpec(_Model):
     @classmethod
     def _version(cls, v: str) -> str:
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", v):
-            raise ValueError(f"must look like 0.5.9, got {v!r}")
+            raise ValueError(f"must look like 0.5.9, got {shown(v)}")
         return v
 
     @field_validator("host")
@@ -150,9 +176,24 @@ class ServerSpec(_Model):
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
         for a in v:
+            launch_text(a, "argument")
             if a in ("--port", "--host", "--model-path", "--tp-size") or a.startswith(("--port=", "--host=")):
                 raise ValueError(f"{a!r} is set by autotune; use the study's own field instead")
         return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _ENV_NAME_RE.fullmatch(name):
+                raise ValueError(f"environment variable {shown(name)}: must look like SOME_VAR")
+            launch_text(value, name, echo=False)
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str | None) -> str | None:
+        return None if v is None else launch_text(v, "python")
 
 
 class HardwareSpec(_Model):
@@ -198,8 +239,8 @@ class FloatRange(_Model):
 
 
 class IntRange(_Model):
-    low: int
-    high: int
+    low: int = Field(ge=-MAX_KNOB_INT, le=MAX_KNOB_INT)
+    high: int = Field(ge=-MAX_KNOB_INT, le=MAX_KNOB_INT)
     step: int = 1
 
     @model_validator(mode="after")
@@ -212,23 +253,28 @@ class IntRange(_Model):
 
 
 class IntChoices(_Model):
-    choices: list[int] = Field(min_length=1)
+    choices: list[int] = Field(min_length=1, max_length=MAX_CHOICES)
 
     @field_validator("choices")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
-        bad = [c for c in v if c <= 0]
+        bad = [c for c in v if not 0 < c <= MAX_KNOB_INT]
         if bad:
-            raise ValueError(f"choices must be > 0, got {bad[0]}")
+            raise ValueError(f"choices must be > 0 and <= {MAX_KNOB_INT}, got {shown(bad[0])}")
         return list(dict.fromkeys(v))
 
 
 class BoolChoices(_Model):
-    choices: list[bool] = Field(min_length=1)
+    choices: list[bool] = Field(min_length=1, max_length=MAX_CHOICES)
 
 
 class StrChoices(_Model):
-    choices: list[str] = Field(min_length=1)
+    choices: list[str] = Field(min_length=1, max_length=MAX_CHOICES)
+
+    @field_validator("choices")
+    @classmethod
+    def _printable(cls, v: list[str]) -> list[str]:
+        return [launch_text(c, "choice") for c in v]
 
 
 class MemFractionRange(FloatRange):
@@ -251,7 +297,7 @@ class SpeculativeSpace(_Model):
     def _algos(cls, v: StrChoices) -> StrChoices:
         for a in v.choices:
             if a not in SPECULATIVE_ALGORITHMS:
-                raise ValueError(f"unknown algorithm {a!r}; known: {', '.join(SPECULATIVE_ALGORITHMS)}")
+                raise ValueError(f"unknown algorithm {shown(a)}; known: {', '.join(SPECULATIVE_ALGORITHMS)}")
         return v
 
     @model_validator(mode="after")
@@ -265,7 +311,19 @@ class SpeculativeSpace(_Model):
 class AnyChoices(_Model):
     """Choices of a flag or environment variable searched by name (bool, int, float or text)."""
 
-    choices: list[StrictBool | StrictInt | StrictFloat | str] = Field(min_length=1)
+    choices: list[StrictBool | StrictInt | StrictFloat | str] = Field(min_length=1, max_length=MAX_CHOICES)
+
+    @field_validator("choices")
+    @classmethod
+    def _values(cls, v: list[Any]) -> list[Any]:
+        for c in v:
+            if isinstance(c, str):
+                launch_text(c, "choice")
+            elif isinstance(c, float) and not math.isfinite(c):
+                raise ValueError(f"choices must be finite, got {c}")
+            elif isinstance(c, int) and not isinstance(c, bool) and abs(c) > MAX_KNOB_INT:
+                raise ValueError(f"choices must lie within +-{MAX_KNOB_INT}, got {shown(c)}")
+        return v
 
 
 _LAYOUT_RE = re.compile(r"tp(\d+)(?:-dp(\d+))?(?:-ep(\d+))?")
@@ -275,17 +333,17 @@ def parse_layout(text: str) -> tuple[int, int, int]:
     """``"tp4-dp2"`` -> (tp 4, dp 2, ep 1); ``"tp8-ep8"`` -> (8, 1, 8). ValueError on anything else."""
     m = _LAYOUT_RE.fullmatch(text.strip().lower())
     if not m or int(m.group(1)) < 1:
-        raise ValueError(f"layout {text!r}: expected tpN[-dpM][-epK], e.g. tp8, tp4-dp2, tp8-ep8")
+        raise ValueError(f"layout {shown(text)}: expected tpN[-dpM][-epK], e.g. tp8, tp4-dp2, tp8-ep8")
     tp, dp, ep = (int(g) if g else 1 for g in m.groups())
     if dp < 1 or ep < 1 or tp % ep:
-        raise ValueError(f"layout {text!r}: dp and ep must be >= 1 and ep must divide tp")
+        raise ValueError(f"layout {shown(text)}: dp and ep must be >= 1 and ep must divide tp")
     return tp, dp, ep
 
 
 class LayoutChoices(_Model):
     """TP x DP x EP per trial on one node: ``tp8``, ``tp4-dp2`` (two TP-4 replicas in one server), ``tp8-ep8``."""
 
-    choices: list[str] = Field(min_length=1)
+    choices: list[str] = Field(min_length=1, max_length=MAX_CHOICES)
 
     @field_validator("choices")
     @classmethod
@@ -318,7 +376,7 @@ class SearchSpace(_Model):
     def _flag_names(cls, v: dict[str, AnyChoices]) -> dict[str, AnyChoices]:
         for name in v:
             if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", name):
-                raise ValueError(f"flag {name!r}: must look like --some-flag")
+                raise ValueError(f"flag {shown(name)}: must look like --some-flag")
             if name in ("--port", "--host", "--model-path", "--tp-size", "--dp-size"):
                 raise ValueError(f"flag {name!r} is set by autotune; use the study's own field instead")
         return v
@@ -327,8 +385,8 @@ class SearchSpace(_Model):
     @classmethod
     def _env_names(cls, v: dict[str, AnyChoices]) -> dict[str, AnyChoices]:
         for name in v:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise ValueError(f"environment variable {name!r}: must look like SOME_VAR")
+            if not _ENV_NAME_RE.fullmatch(name):
+                raise ValueError(f"environment variable {shown(name)}: must look like SOME_VAR")
         return v
 
 
@@ -349,10 +407,10 @@ class RateSearchSpec(_Model):
 
 class WorkloadSpec(_Model):
     backend: Literal["sglang", "openai", "openai-chat"] = "sglang"
-    input_len: int = Field(default=1024, ge=1)
-    output_len: int = Field(default=256, ge=1)
+    input_len: int = Field(default=1024, ge=1, le=MAX_SEQUENCE_TOKENS)
+    output_len: int = Field(default=256, ge=1, le=MAX_SEQUENCE_TOKENS)
     range_ratio: float = Field(default=1.0, gt=0, le=1)
-    num_prompts: int | None = Field(default=512, ge=1)
+    num_prompts: int | None = Field(default=512, ge=1, le=MAX_PROMPTS)
     duration_s: float | None = Field(default=None, gt=0)
     concurrency: list[int] = Field(default_factory=lambda: [64], min_length=1)
     request_rate: float | None = Field(default=None, gt=0)
@@ -368,7 +426,7 @@ class WorkloadSpec(_Model):
     tokenizer: str | None = None
     # Per-request ceilings for goodput (ttft_ms, tpot_ms, e2e_latency_ms): requests/s that met them.
     goodput_slo: dict[str, float] = Field(default_factory=dict)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     # Per-request limits of the load generator (wall seconds): a short between_tokens_s ends a
     # load point on a hung server sooner (default 600 s to the first token, 60 s between tokens).
     timeouts: LoadTimeouts = Field(default_factory=lambda: LoadTimeouts.model_validate({}))
@@ -381,6 +439,17 @@ class WorkloadSpec(_Model):
             raise ValueError(f"concurrency levels must be >= 1, got {bad[0]}")
         return v
 
+    @field_validator("goodput_slo")
+    @classmethod
+    def _goodput(cls, v: dict[str, float]) -> dict[str, float]:
+        # the load generator's own rule (autotune.load.spec.LoadSpec), checked before the first launch
+        for key, ceiling in v.items():
+            if key not in GOODPUT_KEYS:
+                raise ValueError(f"unknown key {shown(key)}; known: ttft_ms, tpot_ms, e2e_latency_ms")
+            if not ceiling > 0:
+                raise ValueError(f"{key} ceiling must be > 0, got {ceiling}")
+        return v
+
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadSpec:
         finite = self.dataset is not None and self.dataset.kind != "random"
@@ -388,6 +457,10 @@ class WorkloadSpec(_Model):
             raise ValueError("set num_prompts or duration_s (or both)")
         if finite and "num_prompts" not in self.model_fields_set:
             object.__setattr__(self, "num_prompts", None)  # the dataset's own size, not the 512 default
+        tokens = (self.num_prompts or 0) * self.input_len if self.dataset is None else 0
+        if tokens > MAX_PROMPT_TOKENS:
+            raise ValueError(f"num_prompts x input_len = {tokens:,} prompt tokens, more than the "
+                             f"{MAX_PROMPT_TOKENS:,} a load point builds")
         return self
 
 
@@ -407,7 +480,7 @@ class MixWorkloadSpec(WorkloadSpec):
     @classmethod
     def _mix_name(cls, v: str) -> str:
         if not _MIX_NAME_RE.match(v):
-            raise ValueError(f"must start with a letter, then letters, digits, '_' or '-' (32 at most), got {v!r}")
+            raise ValueError(f"must start with a letter, then letters, digits, '_' or '-' (32 at most), got {shown(v)}")
         return v
 
     @field_validator("slo")
@@ -436,7 +509,7 @@ class ObjectiveSpec(_Model):
     @classmethod
     def _metric(cls, v: str) -> str:
         if v not in OBJECTIVE_METRICS:
-            raise ValueError(f"unknown metric {v!r}; known: {', '.join(OBJECTIVE_METRICS)}")
+            raise ValueError(f"unknown metric {shown(v)}; known: {', '.join(OBJECTIVE_METRICS)}")
         return v
 
     @property
@@ -498,10 +571,20 @@ class BudgetSpec(_Model):
 
 
 class CalibrationSpec(_Model):
-    p_gib: float = Field(gt=0)
-    a_gib: float
-    kv_tokens: int | None = None
-    graph_gib: float | None = None
+    """A launch's measured memory (``autotune calibrate`` stores the same): P the free memory before
+    the weights, A after them, both GiB per GPU; finite, A within P (the GPU's capacity: StudySpec)."""
+
+    p_gib: float = Field(gt=0, allow_inf_nan=False)
+    a_gib: float = Field(gt=0, allow_inf_nan=False)
+    kv_tokens: int | None = Field(default=None, ge=0, le=2**40)
+    graph_gib: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _within_p(self) -> CalibrationSpec:
+        if self.a_gib > self.p_gib:
+            raise ValueError(f"a_gib ({self.a_gib}) is memory left after the weights: it cannot exceed "
+                             f"p_gib ({self.p_gib})")
+        return self
 
 
 class StudySpec(_Model):
@@ -533,7 +616,7 @@ class StudySpec(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
-            raise ValueError(f"must be letters, digits, '_', '-' or '.', got {v!r}")
+            raise ValueError(f"must be letters, digits, '_', '-' or '.', got {shown(v)}")
         return v
 
     @model_validator(mode="after")
@@ -560,7 +643,7 @@ class StudySpec(_Model):
         names = [w.name for w in self.workloads]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"workloads: names must be unique, {dup[0]!r} repeats")
+            raise ValueError(f"workloads: names must be unique, {shown(dup[0])} repeats")
         for i, w in enumerate(self.workloads):
             if w.rate_search is not None and not (w.slo or self.objective.slo):
                 raise ValueError(f"workloads[{i}].rate_search needs an SLO (its own slo or objective.slo)")
@@ -578,13 +661,25 @@ class StudySpec(_Model):
         return [("workload", self.workload)]
 
     @model_validator(mode="after")
+    def _calibration_fits_the_gpu(self) -> StudySpec:
+        if self.calibration is None:
+            return self
+        from autotune.sglang.hardware.gpus import get_gpu
+        from autotune.sglang.memory.predictor import calibration_problem
+
+        problem = calibration_problem(self.calibration.model_dump(), get_gpu(self.hardware.gpu).memory_gib)
+        if problem:
+            raise ValueError(f"calibration: {problem} ({self.hardware.gpu})")
+        return self
+
+    @model_validator(mode="after")
     def _fits(self) -> StudySpec:
         need = self.server.tp_size * self.server.dp_size
         if self.search_space.layout is not None:
             for item in self.search_space.layout.choices:
                 tp, dp, _ = parse_layout(item)
                 if tp * dp > self.hardware.num_gpus:
-                    raise ValueError(f"search_space.layout {item!r} needs {tp * dp} GPUs, more than "
+                    raise ValueError(f"search_space.layout {shown(item)} needs {tp * dp} GPUs, more than "
                                      f"hardware.num_gpus = {self.hardware.num_gpus}")
         if need > self.hardware.num_gpus:
             raise ValueError(
@@ -655,14 +750,39 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     value = first.get("input")
     if any(is_secret_name(str(p)) for p in first["loc"]) and not isinstance(value, (bool, int, float, type(None))):
         value = REDACTED  # server.env.HF_TOKEN: a text (or a list of them) is not shown; a number is
-    shown = "" if first["type"] == "missing" else f" (got {_short(value)})"
     more = f" [and {len(errors) - 1} more]" if len(errors) > 1 else ""
-    return f"{loc or '<study>'}: {msg}{shown}{more}"
+    if not loc:  # a rule across fields: its message names them, and the value is the whole study
+        return f"{clip(msg, 300)}{more}"
+    got = "" if first["type"] == "missing" else f" (got {shown(value)})"
+    if loc == "server.env" or loc.startswith("server.env."):  # variables may hold secrets: their names only
+        got = f" (got the variables {shown(list(value))})" if isinstance(value, dict) else ""
+    return f"{clip(loc)}: {clip(msg, 200)}{got}{more}"
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _bad_text(data: Any) -> str | None:
+    """The dotted path of the first string (key or value) holding a NUL byte or a lone surrogate:
+    neither can reach a file name, an argv, the environment or the study's storage."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                name = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and _unwritable(key):
+                    return f"{clip(name)}: a NUL byte or a lone surrogate in the key (got {shown(key)})"
+                stack.append((name, item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, str) and _unwritable(value):
+            if where.startswith("server.env."):  # a variable may hold a secret: its position, not its value
+                at = next(i for i, c in enumerate(value) if c == "\x00" or "\ud800" <= c <= "\udfff")
+                return f"{clip(where)}: a NUL byte or a lone surrogate at position {at} of the value"
+            return f"{clip(where)}: a NUL byte or a lone surrogate (got {shown(value)})"
+    return None
+
+
+def _unwritable(text: str) -> bool:
+    return "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text)
 
 
 #: Fills a study's hardware block in before validation (``hardware: auto`` read from the node, a GPU
@@ -678,15 +798,18 @@ def parse_study(data: Any, *, source_path: str | None = None, hardware: Hardware
     ``hardware: auto`` is refused with one line saying where it is read."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source_path or 'study'}: the study file must be a mapping, got {type(data).__name__}")
+    prefix = f"{source_path}: " if source_path else ""
+    bad = _bad_text(data)
+    if bad:
+        raise ConfigError(prefix + bad)
     if hardware is not None:
         data = hardware(data)
     elif _reads_the_node(data.get("hardware")):
-        raise ConfigError(f"{source_path + ': ' if source_path else ''}hardware.gpu: 'auto' is read from the node "
-                          "where a command loads the study (autotune.node.study_file.load_study); name the GPU here")
+        raise ConfigError(prefix + "hardware.gpu: 'auto' is read from the node where a command loads the study "
+                          "(autotune.node.study_file.load_study); name the GPU here")
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
-        prefix = f"{source_path}: " if source_path else ""
         raise ConfigError(prefix + format_validation_error(exc, data)) from None
     return spec.model_copy(update={"source_path": source_path})
 
@@ -696,15 +819,13 @@ def _reads_the_node(hw: Any) -> bool:
 
 
 def load_study_spec(path: str | Path, *, hardware: HardwareResolver | None = None) -> StudySpec:
-    """Load and validate a study file (``hardware``: as :func:`parse_study`)."""
+    """Load and validate a study file: a regular UTF-8 file of at most ``STUDY_BYTES``, YAML within
+    :mod:`autotune.safe_yaml`'s bounds (``hardware``: as :func:`parse_study`)."""
+    from autotune.files import read_text
+    from autotune.safe_yaml import load_yaml
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"study file not found: {path}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}:{where}: {problem}") from None
+    if not os.path.lexists(p):
+        raise ConfigError(f"study file not found: {shown(str(path), 200)}")
+    data = load_yaml(read_text(p, "study file", STUDY_BYTES), str(path))
     return parse_study(data, source_path=str(p), hardware=hardware)

@@ -28,7 +28,10 @@ Everything is measured here; nothing is modelled except the servers themselves
 
     python benchmarks/faults.py                 # every fault (~10-25 min on 2 cores)
     python benchmarks/faults.py --only sigstop,port
-    python benchmarks/faults.py --engine real-cpu [--sglang-version 0.5.9]   # real SGLang: faults_real.py
+    python benchmarks/faults.py --engine real-cpu [--sglang-version 0.5.9]   # real SGLang: runs faults_real.py
+
+What both tables share is benchmarks/harness/faults.py (and fault_child.py, the driver with a fault
+patched in).
 """
 
 from __future__ import annotations
@@ -39,34 +42,31 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import yaml
+from harness.faults import (
+    WATCHDOG_GRACE_S,
+    Row,
+    budget,
+    clean_up,
+    measure,
+    servers_of,
+    settle,
+    snapshot,
+    start_run,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "studies" / "models" / "kimi-k2-class"
 N_TRIALS = 4
-WATCHDOG_GRACE_S = 15.0
-
-
-@dataclass
-class Row:
-    fault: str
-    lost: int = 0
-    repeated: int = 0
-    left: int = 0
-    recovery_s: float | None = None
-    note: str = ""
-    runs: list[int] = field(default_factory=list)  # exit codes of the driver runs
 
 
 # ---- the study and its processes -------------------------------------------------------
@@ -107,40 +107,6 @@ def write_study(root: Path, *, executor: str = "inline", storage: str | None = N
     return path
 
 
-def start_run(study: Path, log: Path, child: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "autotune", "run", str(study), "--no-progress"]
-    if child:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--child", child, str(study)]
-    e = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-         "RAY_USAGE_STATS_ENABLED": "0", MARK: str(study.parent), **(env or {})}
-    with log.open("a") as out:
-        # SIGINT as a terminal delivers it: a harness started in the background inherits SIG_IGN.
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=e,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
-
-
-MARK = "AUTOTUNE_FAULT_ROOT"  # in the driver's environment, so in every server it starts
-
-
-def marked_processes(root: Path, needles: tuple[str, ...]) -> list[psutil.Process]:
-    """Processes whose command line holds one of ``needles`` and whose environment carries this
-    fault's marker, wherever they were reparented."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info.get("cmdline") or [])
-        if not any(n in cmd for n in needles):
-            continue
-        with contextlib.suppress(psutil.Error):
-            if p.environ().get(MARK) == str(root):
-                out.append(p)
-    return out
-
-
-def servers_of(root: Path) -> list[psutil.Process]:
-    """Simulated servers (and watchdogs) started for this fault, wherever they were reparented."""
-    return marked_processes(root, ("autotune.sim", "autotune.launch.watchdog"))
-
-
 def sim_servers_of(root: Path) -> list[psutil.Process]:
     return [p for p in servers_of(root) if "autotune.sim" in " ".join(_cmd(p))]
 
@@ -170,14 +136,6 @@ def wait_under_load(root: Path, proc: subprocess.Popen, *, min_trial: int = 1, t
     raise RuntimeError("no trial came under load in time")
 
 
-def settle(proc: subprocess.Popen, timeout: float = 300) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
-
-
 def left_after_grace(root: Path) -> int:
     alive = servers_of(root)
     _, still = psutil.wait_procs(alive, timeout=WATCHDOG_GRACE_S)
@@ -186,62 +144,6 @@ def left_after_grace(root: Path) -> int:
         with contextlib.suppress(psutil.Error):
             p.kill()
     return n
-
-
-# ---- measuring ---------------------------------------------------------------------------
-def snapshot(study_path: Path) -> dict[int, str]:
-    import optuna
-
-    from autotune.spec import load_study_spec
-    from autotune.study.storage.opening import open_study
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    try:
-        st = open_study(load_study_spec(study_path), create=False)
-    except Exception:  # noqa: BLE001 - not created yet
-        return {}
-    return {t.number: t.state.name for t in st.get_trials(deepcopy=False)}
-
-
-def measure(row: Row, study_path: Path, victim: int, before: dict[int, str], t_fault: float) -> None:
-    from datetime import datetime
-
-    from autotune.spec import load_study_spec
-    from autotune.study.observer import budget_used
-    from autotune.study.storage.opening import open_study
-
-    st = open_study(load_study_spec(study_path), create=False)
-    trials = st.get_trials(deepcopy=False)
-    by_n = {t.number: t for t in trials}
-    complete_before = {n for n, s in before.items() if s == "COMPLETE"}
-    gone = [n for n in complete_before if by_n.get(n) is None or by_n[n].state.name != "COMPLETE"]
-
-    def measured(n: int, depth: int = 0) -> bool:
-        t = by_n.get(n)
-        if t is None or depth > 5:
-            return False
-        if t.state.name == "COMPLETE" or (t.state.name in ("FAIL", "PRUNED") and not _fault_kind(t)):
-            return True
-        return any(measured(r.number, depth + 1) for r in trials if r.user_attrs.get("retry_of") == n)
-
-    row.lost = len(gone) + (0 if measured(victim) else 1) + max(0, N_TRIALS - budget_used(st))
-    row.repeated = sum(1 for t in trials if t.user_attrs.get("retry_of") is not None)
-    wall = datetime.fromtimestamp(t_fault)
-    after = [t.datetime_complete for t in trials if t.state.name == "COMPLETE" and t.datetime_complete
-             and t.datetime_complete > wall]
-    row.recovery_s = (min(after) - wall).total_seconds() if after else None
-    if not measured(victim):
-        t = by_n.get(victim)
-        row.note = (row.note + f"; hit trial {victim} ended {t.state.name if t else '?'} "
-                    f"({t.user_attrs.get('failure_kind') if t else ''}), not re-run").lstrip("; ")
-
-
-# Failure kinds the faults cause (a trial ending in one of these and never re-run is lost).
-FAULT_KINDS = {"interrupted", "worker_died", "crashed", "load_failed", "port_in_use", "startup_timeout"}
-
-
-def _fault_kind(t: Any) -> bool:
-    return t.user_attrs.get("failure_kind") in FAULT_KINDS
 
 
 # ---- the faults ----------------------------------------------------------------------------
@@ -313,19 +215,11 @@ def fault_raylet(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str]
     raylet.kill()
     row.runs.append(settle(proc))
     row.left = left_after_grace(root)
-    if row.runs[-1] != 0 or snapshot(study) and _budget(study) < N_TRIALS:
+    if row.runs[-1] != 0 or snapshot(study) and budget(study) < N_TRIALS:
         again = start_run(study, root / "resume.log")
         row.runs.append(settle(again))
         row.left = max(row.left, left_after_grace(root))
     return victim, before, t
-
-
-def _budget(study: Path) -> int:
-    from autotune.spec import load_study_spec
-    from autotune.study.observer import budget_used
-    from autotune.study.storage.opening import open_study
-
-    return budget_used(open_study(load_study_spec(study), create=False))
 
 
 def fault_sigstop(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str], float]:
@@ -459,17 +353,16 @@ def _finish_and_resume_if_stopped(root: Path, study: Path, row: Row, proc: subpr
     row.runs.append(settle(proc))
     row.left = left_after_grace(root)
     repair()
-    if row.runs[-1] != 0 or _budget(study) < N_TRIALS:
+    if row.runs[-1] != 0 or budget(study) < N_TRIALS:
         again = start_run(study, root / "resume.log")
         row.runs.append(settle(again))
         row.left = max(row.left, left_after_grace(root))
 
 
 def fault_storage(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str], float]:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from pg_server import PgServer, _bindir  # the test suite's throwaway PostgreSQL
+    from autotune.testing.pg_server import PgServer, find_bindir  # the test suite's throwaway PostgreSQL
 
-    bindir = _bindir()
+    bindir = find_bindir()
     if bindir is None:
         raise _Skip("PostgreSQL not installed")
     pgroot = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
@@ -487,11 +380,11 @@ def fault_storage(root: Path, study: Path, row: Row) -> tuple[int, dict[int, str
         row.note = "PostgreSQL stopped for 5 s"
         row.runs.append(settle(proc))
         row.left = left_after_grace(root)
-        if row.runs[-1] != 0 or _budget(study) < N_TRIALS:
+        if row.runs[-1] != 0 or budget(study) < N_TRIALS:
             again = start_run(study, root / "resume.log")
             row.runs.append(settle(again))
             row.left = max(row.left, left_after_grace(root))
-        measure(row, study, victim, before, t)
+        measure(row, study, victim, before, t, N_TRIALS)
         return -1, {}, 0.0  # measured here, while the database runs
     finally:
         pg.stop("immediate")
@@ -517,52 +410,6 @@ FAULTS: dict[str, tuple[str, Callable[..., tuple[int, dict[int, str], float]]]] 
 }
 
 
-# ---- child mode: a driver with one fault patched in ------------------------------------------
-def child(kind: str, study: str) -> int:
-    import errno
-
-    root = Path(study).resolve().parent
-    if kind == "port":
-        from autotune import launch
-
-        real = launch.free_port
-        calls = {"n": 0}
-        squat_call = int(os.environ.get("AUTOTUNE_FAULT_PORT_CALL", "2"))  # the second launch by default
-        squatters: list[socket.socket] = []
-
-        def free_port(host: str = "127.0.0.1") -> int:
-            port = real(host)
-            calls["n"] += 1
-            if calls["n"] == squat_call:  # that launch: someone binds the port after the probe
-                s = socket.socket()
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind((host, port))
-                s.listen(1)
-                squatters.append(s)
-                trials = sorted((root / "run" / "trials").glob("0*"))
-                n = int(trials[-1].name) if trials else 1
-                (root / "port.taken").write_text(f"{n} {time.time()}")
-            return port
-
-        launch.free_port = free_port
-    elif kind in ("erofs", "enospc"):
-        from autotune.launch import artifacts
-
-        code = errno.EROFS if kind == "erofs" else errno.ENOSPC
-        flag = root / f"{kind}.now"
-        real_write = artifacts.write_launch_artifacts
-
-        def write(*a: Any, **kw: Any) -> Any:
-            if flag.exists():
-                raise OSError(code, os.strerror(code), str(a[0]))
-            return real_write(*a, **kw)
-
-        artifacts.write_launch_artifacts = write
-    from autotune.cli import main
-
-    return main(["run", study, "--no-progress"])
-
-
 def run_fault(key: str) -> Row:
     label, fn = FAULTS[key]
     row = Row(label)
@@ -572,7 +419,7 @@ def run_fault(key: str) -> Row:
         victim, before, t = fn(root, study, row)
         if victim >= 0:
             study = root / "study.yaml"
-            measure(row, study, victim, before, t)
+            measure(row, study, victim, before, t, N_TRIALS)
     except _Skip as exc:
         row.note, row.lost, row.left = f"skipped: {exc}", -1, -1
     except Exception as exc:  # noqa: BLE001 - a harness failure is a row, not a crash
@@ -584,33 +431,17 @@ def run_fault(key: str) -> Row:
     return row
 
 
-def clean_up(root: Path, row: Row, procs: list[psutil.Process]) -> None:
-    """Kill what a fault left (counted already), and remove its directory (AUTOTUNE_FAULTS_KEEP keeps it)."""
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    if not os.environ.get("AUTOTUNE_FAULTS_KEEP"):
-        shutil.rmtree(root, ignore_errors=True)
-    else:
-        row.note += f" [{root}]"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated fault keys: " + ",".join(FAULTS))
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("study", nargs="?", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
     ap.add_argument("--engine", choices=("sim", "real-cpu"), default="sim",
                     help="sim: the simulated server (default); real-cpu: real SGLang on CPU (faults_real.py)")
     ap.add_argument("--sglang-version", default="0.5.23", help="real-cpu: the CPU venv's SGLang version")
     args = ap.parse_args()
-    if args.child:
-        return child(args.child, args.study)
-    if args.engine == "real-cpu":
-        import faults_real
-
-        return faults_real.main([k for k in args.only.split(",") if k], args.sglang_version)
+    if args.engine == "real-cpu":  # its own script: hand this process over to it
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).with_name("faults_real.py")),
+                                  "--only", args.only, "--sglang-version", args.sglang_version])
     keys = [k for k in args.only.split(",") if k] or list(FAULTS)
     rows = []
     print(f"{'fault':38} {'lost':>5} {'repeated':>9} {'left':>5} {'recovery s':>11}  runs  note", flush=True)

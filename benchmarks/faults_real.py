@@ -1,4 +1,5 @@
-"""The fault table against real SGLang on CPU (``python benchmarks/faults.py --engine real-cpu``).
+"""The fault table against real SGLang on CPU (``python benchmarks/faults.py --engine real-cpu``, or
+``python benchmarks/faults_real.py [--only KEYS] [--sglang-version V]``).
 
 Real SGLang is a process tree: the launcher (HTTP and tokenizer manager), ``sglang::scheduler``
 and ``sglang::detokenizer``. Each fault hits a short study (studies/real-cpu-tiny.yaml made
@@ -24,6 +25,7 @@ the port taken between the probe and the bind; the Ray worker running the trial 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -36,28 +38,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import faults as sim  # benchmarks/faults.py: Row, start_run, settle, measure, snapshot, the --child patches
 import psutil
 import yaml
-from real_sglang import small_study  # noqa: E402 - the tests' own small real study
+from harness import faults as shared  # Row, start_run, settle, measure, snapshot, the fault_child patches
 
 from autotune.launch.tree import command_line, is_sglang
+from autotune.testing.real_cpu_study import small_study  # the tests' own small real study
 
-ROOT = sim.ROOT
 STALL_S = 20.0  # the study's between-tokens limit: a hung server fails its load point after this
 N_TRIALS = int(os.environ.get("AUTOTUNE_FAULTS_TRIALS", "2"))  # 1: the hit trial and its re-run only
 
 
-def write_study(root: Path, version: str, python: str, *, executor: str = "inline",
-                space: dict[str, Any] | None = None) -> Path:
+Ctx = dict[str, Any]  # one fault's row, root, version, python, tree, study, n_trials, before, left
+
+
+def write_study(ctx: Ctx, *, executor: str = "inline", space: dict[str, Any] | None = None) -> Path:
     ex: dict[str, Any] = {"kind": executor}
     if executor == "ray":
         ex.update(num_cpus=2, num_gpus=1, max_parallel=1)
     n = max(N_TRIALS, 2) if space else N_TRIALS  # a space of its own: SGLang's defaults run first
-    sim.N_TRIALS = n  # measure() counts a budget not reached as lost
-    return small_study(root, python, name="faults-real", version=version, stall_s=STALL_S, executor=ex, space=space,
-                       n_trials=n)
+    ctx["n_trials"] = n  # measure() counts a budget not reached as lost
+    ctx["study"] = small_study(ctx["root"], ctx["python"], name="faults-real", version=ctx["version"], stall_s=STALL_S,
+                               executor=ex, space=space, n_trials=n)
+    return ctx["study"]
 
 
 # ---- this study's processes ----------------------------------------------------------------
@@ -72,7 +75,7 @@ class Tree:
         with contextlib.suppress(psutil.Error):
             for p in psutil.Process(proc.pid).children(recursive=True):
                 self.seen.setdefault(p.pid, p)
-        for p in sim.servers_of(self.root):  # the watchdogs, and anything reparented away
+        for p in shared.servers_of(self.root):  # the watchdogs, and anything reparented away
             self.seen.setdefault(p.pid, p)
         return self.alive()
 
@@ -93,14 +96,14 @@ class Tree:
 
 def _marked(root: Path) -> list[psutil.Process]:
     """SGLang processes whose environment carries this fault's marker (orphans reparented to init)."""
-    return sim.marked_processes(root, ("sglang.launch_server", "sglang::"))
+    return shared.marked_processes(root, ("sglang.launch_server", "sglang::"))
 
 
 def left_after_grace(tree: Tree, root: Path) -> tuple[int, int]:
     """(by title, by registry) after the watchdog's grace; the harness then ends what it counted."""
     from autotune.launch import ProcessRegistry
 
-    deadline = time.monotonic() + sim.WATCHDOG_GRACE_S
+    deadline = time.monotonic() + shared.WATCHDOG_GRACE_S
     while time.monotonic() < deadline and tree.sglang():
         time.sleep(0.5)
     by_title = tree.sglang()
@@ -140,16 +143,15 @@ def _wait(root: Path, proc: subprocess.Popen, tree: Tree, ok: Callable[[str], bo
 
 
 # ---- the faults ----------------------------------------------------------------------------
-Ctx = dict[str, Any]
 
 
 def _run(ctx: Ctx, proc: subprocess.Popen, *, resume: bool) -> None:
     """Let the faulted run end, count what is left, then (``resume``) run the study again as is."""
     row, root, tree = ctx["row"], ctx["root"], ctx["tree"]
-    row.runs.append(sim.settle(proc, timeout=1800))
+    row.runs.append(shared.settle(proc, timeout=1800))
     ctx["left"] = left_after_grace(tree, root)
-    if resume or row.runs[-1] != 0 or sim._budget(ctx["study"]) < sim.N_TRIALS:
-        again = sim.start_run(ctx["study"], root / "resume.log")
+    if resume or row.runs[-1] != 0 or shared.budget(ctx["study"]) < ctx["n_trials"]:
+        again = shared.start_run(ctx["study"], root / "resume.log")
         ctx["tree2"] = Tree(root)
         while again.poll() is None:
             ctx["tree2"].walk(again)
@@ -168,9 +170,9 @@ def _walk_until_end(ctx: Ctx, proc: subprocess.Popen) -> None:
 def _signal_driver(sig: int, moment: Callable[..., int]) -> Callable[[Ctx], tuple[int, float]]:
     """``sig`` to the driver at ``moment`` (under load, or during a startup), then a plain re-run."""
     def fault(ctx: Ctx) -> tuple[int, float]:
-        proc = sim.start_run(ctx["study"], ctx["root"] / "run.log")
+        proc = shared.start_run(ctx["study"], ctx["root"] / "run.log")
         victim = moment(ctx["root"], proc, ctx["tree"])
-        ctx["before"], t = sim.snapshot(ctx["study"]), time.time()
+        ctx["before"], t = shared.snapshot(ctx["study"]), time.time()
         proc.send_signal(sig)
         _run(ctx, proc, resume=True)
         return victim, t
@@ -179,12 +181,12 @@ def _signal_driver(sig: int, moment: Callable[..., int]) -> Callable[[Ctx], tupl
 
 def _kill_titled(prefix: str) -> Callable[[Ctx], tuple[int, float]]:
     def fault(ctx: Ctx) -> tuple[int, float]:
-        proc = sim.start_run(ctx["study"], ctx["root"] / "run.log")
+        proc = shared.start_run(ctx["study"], ctx["root"] / "run.log")
         victim = wait_under_load(ctx["root"], proc, ctx["tree"])
         targets = ctx["tree"].titled(prefix)
         if not targets:
             raise RuntimeError(f"no {prefix} process in the study's tree")
-        ctx["before"], t = sim.snapshot(ctx["study"]), time.time()
+        ctx["before"], t = shared.snapshot(ctx["study"]), time.time()
         ctx["row"].note = f"SIGKILL to {', '.join(command_line(p).split()[0] for p in targets)}"
         for p in targets:
             p.kill()
@@ -195,10 +197,10 @@ def _kill_titled(prefix: str) -> Callable[[Ctx], tuple[int, float]]:
 
 
 def fault_sigstop(ctx: Ctx) -> tuple[int, float]:
-    proc = sim.start_run(ctx["study"], ctx["root"] / "run.log")
+    proc = shared.start_run(ctx["study"], ctx["root"] / "run.log")
     victim = wait_under_load(ctx["root"], proc, ctx["tree"])
     tree = [p for p in ctx["tree"].sglang()]
-    ctx["before"], t = sim.snapshot(ctx["study"]), time.time()
+    ctx["before"], t = shared.snapshot(ctx["study"]), time.time()
     for p in tree:
         p.suspend()
     ctx["row"].note = f"SIGSTOP to the whole tree ({len(tree)} processes)"
@@ -216,7 +218,7 @@ def fault_startup(ctx: Ctx) -> tuple[int, float]:
     data["server"]["extra_args"] = [*data["server"].get("extra_args", []), "--context-length", "4096"]
     study.write_text(yaml.safe_dump(data))
     ctx["before"], t = {}, time.time()
-    proc = sim.start_run(study, ctx["root"] / "run.log")
+    proc = shared.start_run(study, ctx["root"] / "run.log")
     _walk_until_end(ctx, proc)
     _run(ctx, proc, resume=False)
     return _first_failed(study), t
@@ -224,8 +226,8 @@ def fault_startup(ctx: Ctx) -> tuple[int, float]:
 
 def fault_port(ctx: Ctx) -> tuple[int, float]:
     root = ctx["root"]
-    squat = "1" if sim.N_TRIALS == 1 else "2"  # the launch whose port is taken
-    proc = sim.start_run(ctx["study"], root / "run.log", child="port", env={"AUTOTUNE_FAULT_PORT_CALL": squat})
+    squat = "1" if ctx["n_trials"] == 1 else "2"  # the launch whose port is taken
+    proc = shared.start_run(ctx["study"], root / "run.log", child="port", env={"AUTOTUNE_FAULT_PORT_CALL": squat})
     mark = root / "port.taken"
     while not mark.exists() and proc.poll() is None:
         ctx["tree"].walk(proc)
@@ -233,22 +235,21 @@ def fault_port(ctx: Ctx) -> tuple[int, float]:
     if not mark.exists():
         raise RuntimeError("the port was never taken")
     victim, t = int(mark.read_text().split()[0]), float(mark.read_text().split()[1])
-    ctx["before"] = sim.snapshot(ctx["study"])
+    ctx["before"] = shared.snapshot(ctx["study"])
     _walk_until_end(ctx, proc)
     _run(ctx, proc, resume=False)
     return victim, t
 
 
 def fault_ray_worker(ctx: Ctx) -> tuple[int, float]:
-    study = write_study(ctx["root"], ctx["version"], ctx["python"], executor="ray")
-    ctx["study"] = study
-    proc = sim.start_run(study, ctx["root"] / "run.log")
+    study = write_study(ctx, executor="ray")
+    proc = shared.start_run(study, ctx["root"] / "run.log")
     victim = wait_under_load(ctx["root"], proc, ctx["tree"])
     launcher = next((p for p in ctx["tree"].sglang() if "sglang.launch_server" in command_line(p)), None)
     worker = next((p for p in (launcher.parents() if launcher else []) if command_line(p).startswith("ray::")), None)
     if worker is None:
         raise RuntimeError("no ray:: worker above the real server")
-    ctx["before"], t = sim.snapshot(study), time.time()
+    ctx["before"], t = shared.snapshot(study), time.time()
     worker.kill()
     _walk_until_end(ctx, proc)
     _run(ctx, proc, resume=False)
@@ -298,18 +299,18 @@ def _evidence(root: Path, study: Path, victim: int, rx: str) -> tuple[str, str, 
     return kind, first, hit
 
 
-def run_fault(key: str, version: str, python: str) -> tuple[sim.Row, str, str, str, tuple[int, int]]:
+def run_fault(key: str, version: str, python: str) -> tuple[shared.Row, str, str, str, tuple[int, int]]:
     label, fn, rx = FAULTS[key]
-    row = sim.Row(label)
+    row = shared.Row(label)
     root = Path(tempfile.mkdtemp(prefix=f"autotune-fault-real-{key}-"))
     ctx: Ctx = {"row": row, "root": root, "version": version, "python": python, "tree": Tree(root),
                 "left": (-1, -1), "before": {}}
     kind = evidence = proof = ""
     try:
-        ctx["study"] = write_study(root, version, python)
+        write_study(ctx)
         victim, t = fn(ctx)
         if victim >= 0:
-            sim.measure(row, ctx["study"], victim, ctx["before"], t)
+            shared.measure(row, ctx["study"], victim, ctx["before"], t, ctx["n_trials"])
             kind, evidence, proof = _evidence(root, ctx["study"], victim, rx)
         row.left = ctx["left"][0]
     except Exception as exc:  # noqa: BLE001 - a harness failure is a row, not a crash
@@ -318,7 +319,7 @@ def run_fault(key: str, version: str, python: str) -> tuple[sim.Row, str, str, s
         ctx["left"] = left_after_grace(ctx["tree"], root)
         row.left = ctx["left"][0]
     finally:
-        sim.clean_up(root, row, ctx["tree"].alive())
+        shared.clean_up(root, row, ctx["tree"].alive())
     return row, kind, evidence, proof, ctx["left"]
 
 
@@ -346,3 +347,15 @@ def main(only: list[str], version: str) -> int:
     print("every fault: 0 lost, 0 SGLang processes left (by title / by registry)" if not bad
           else f"{bad} fault(s) lost a trial or left a process")
     return 1 if bad else 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated fault keys: " + ",".join(FAULTS))
+    ap.add_argument("--sglang-version", default="0.5.23", help="the CPU venv's SGLang version")
+    args = ap.parse_args(argv)
+    return main([k for k in args.only.split(",") if k], args.sglang_version)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

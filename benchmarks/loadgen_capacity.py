@@ -1,6 +1,6 @@
 """How many output tokens per second can the load generator take in, and at what CPU cost?
 
-Starts tests/loadgen_fake_server.py streaming as fast as the client reads (no pacing;
+Starts autotune/testing/loadgen_fake_server.py streaming as fast as the client reads (no pacing;
 uvloop, back-pressure aware), then runs, one after the other against fresh servers:
 
 * ours: ``python -m autotune.cli bench --json`` (its own figures: output tok/s, client CPU
@@ -38,10 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from autotune.testing.loadgen_fake_server import FakeServer, running
 
-from loadgen_fake_server import FakeServer, running  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 # Runs sglang's benchmark module without sglang's package __init__s (they import torch); stubs the
 # one constant it takes from a torch-importing module. Install: see the module docstring.

@@ -1,7 +1,7 @@
 """Can the load generator keep up with a realistic engine, with every workload kind, and does it
 report the truth?
 
-Starts tests/loadgen_fake_server.py pacing one token per ``--delay-ms`` per stream on one
+Starts autotune/testing/loadgen_fake_server.py pacing one token per ``--delay-ms`` per stream on one
 decode-step ticker (10 ms: 100 tok/s per stream, 25,600 tok/s at concurrency 256) and runs
 one load point per workload kind (``--workload all``, or one kind), each against a fresh
 server, printing next to the server's own ground truth:
@@ -43,14 +43,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from loadgen_fake_server import running  # noqa: E402
-
-from autotune.load import LoadSpec, run_load  # noqa: E402
-from autotune.load.samples import trace_rows, write_sharegpt  # noqa: E402
-from autotune.load.workloads import validate_workload  # noqa: E402
+from autotune.load import LoadSpec, run_load
+from autotune.load.samples import trace_rows, write_sharegpt
+from autotune.load.workloads import validate_workload
+from autotune.testing.loadgen_fake_server import running
 
 KINDS = ("random", "generated-shared-prefix", "sharegpt", "file", "multi-turn", "trace")
 

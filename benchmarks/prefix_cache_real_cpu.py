@@ -27,12 +27,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from autotune.launch import ServerProcess
+from autotune.load import LoadSpec, run_load
+from autotune.load.workloads import validate_workload
 
-from autotune.launch import ServerProcess  # noqa: E402
-from autotune.load import LoadSpec, run_load  # noqa: E402
-from autotune.load.workloads import validate_workload  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CPU_FLAGS = ["--device", "cpu", "--disable-overlap-schedule", "--sleep-on-idle", "--attention-backend",
              "torch_native", "--max-total-tokens", "8192", "--load-format", "dummy", "--enable-cache-report"]

@@ -37,11 +37,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from autotune.load import LoadSpec, run_load
+from autotune.load.workloads import validate_workload
 
-from autotune.load import LoadSpec, run_load  # noqa: E402
-from autotune.load.workloads import validate_workload  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 MODEL = REPO / "studies" / "models" / "qwen3-32b-class"
 GSP = {"kind": "generated-shared-prefix", "num_groups": 16, "prompts_per_group": 32, "system_prompt_len": 2048,

@@ -71,12 +71,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from autotune.launch import ServerProcess, free_port
+from autotune.sglang.hardware.cpu import CPU_ENV, cpu_flags
+from autotune.sglang_env.install import SglangEnv, check, default_prefix
 
-from autotune.launch import ServerProcess, free_port  # noqa: E402
-from autotune.sglang.hardware.cpu import CPU_ENV, cpu_flags  # noqa: E402
-from autotune.sglang_env.install import SglangEnv, check, default_prefix  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 MODEL = REPO / "studies" / "models" / "tiny-llama-cpu"
 

@@ -165,13 +165,13 @@ def per_trial(marks: list[float]) -> str:
 
 
 def postgres_overhead(n: int) -> list[float] | str:
-    sys.path.insert(0, str(ROOT / "tests"))
     try:
         import psycopg  # noqa: F401
-        from pg_server import PgServer, _bindir
     except ImportError as exc:
         return f"skipped: {exc}"
-    bindir = _bindir()
+    from autotune.testing.pg_server import PgServer, find_bindir
+
+    bindir = find_bindir()
     if bindir is None:
         return "skipped: PostgreSQL not installed"
     root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))

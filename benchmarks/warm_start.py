@@ -48,16 +48,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import optuna
+from harness.search import LAST_STUDY, OUT, Noise, Run, Table, header, run_driver
+
+from autotune import space
+from autotune.spec import load_study_spec
+from autotune.study import warm_start
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import optuna  # noqa: E402
-from search_efficiency import LAST_STUDY, OUT, Noise, Run, Table, header, run_driver  # noqa: E402
-
-from autotune import space  # noqa: E402
-from autotune.spec import load_study_spec  # noqa: E402
-from autotune.study import warm_start  # noqa: E402
 
 PAIRS_DIR = ROOT / "benchmarks" / "warm_start"
 PAIRS = {

@@ -1,16 +1,17 @@
 """Fixtures shared across test modules, the leak guard, and the suite's process-wide settings."""
 
-import os
 import signal
 from collections.abc import Iterator
 
 import pytest
+from support.ci import SLOW_TIER_MARKERS, in_ci
 
+# Fixtures and hooks live in tests/support/ (its __init__ is the map); no test module imports another.
 pytest_plugins = (
-    "leak_guard",  # fails the test that leaves a process, port, Ray instance, handler, env var or cwd behind
-    "test_results_fixture",  # finished_spec: one finished study for the results tests
-    "pg_server",  # pg: a throwaway PostgreSQL server (skips outside CI when it cannot start)
-    "real_sglang",  # real_server: one real SGLang server on CPU shared by the tests that only load it
+    "support.leak_guard",  # fails the test that leaves a process, port, Ray instance, handler, env var or cwd behind
+    "support.finished_study",  # finished_spec: one finished study for the results tests
+    "support.postgres",  # pg: a throwaway PostgreSQL server (skips outside CI when it cannot start)
+    "support.real_sglang",  # real_server: one real SGLang server on CPU shared by the tests that only load it
     "pytester",  # tests/test_leak_guard.py runs a leaky inner session
 )
 
@@ -25,11 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The slow tier: deselected by the default command (pyproject's addopts: -m "not slow_tier"),
-# run with `python3 -m pytest -q -m slow_tier`. A test joins it through any of these markers.
-SLOW_TIER_MARKERS = ("real_sglang", "postgres", "browser", "faults")
-
-
+# The slow tier (support/ci.py SLOW_TIER_MARKERS): deselected by the default command (pyproject's
+# addopts: -m "not slow_tier"), run with `python3 -m pytest -q -m slow_tier`.
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -48,10 +46,6 @@ def cli_signal_handlers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("true", "1")
 
 
 @pytest.hookimpl(hookwrapper=True)

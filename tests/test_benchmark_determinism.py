@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_offline_benchmark import _load_script
+from support.benchmarks import BENCHMARKS, load_harness, load_script
+
+from autotune import space
+from autotune.spec import load_study_spec
+from autotune.trial.contract import TrialResult, TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "search_efficiency.py"
 
 
 def _study(tmp_path: Path) -> Path:
@@ -40,15 +43,15 @@ def _study(tmp_path: Path) -> Path:
 
 
 _DRIVE = """
-import importlib.util, json, sys
+import json, sys
 from pathlib import Path
-spec = importlib.util.spec_from_file_location("se", sys.argv[1])
-mod = importlib.util.module_from_spec(spec); sys.modules["se"] = mod; spec.loader.exec_module(mod)
 import optuna
+from harness import search as mod
+from autotune.spec import load_study_spec
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-path = Path(sys.argv[2])
-study = mod.load_study_spec(path)
-table = mod.Table.load(study, path, Path(sys.argv[3]))
+path = Path(sys.argv[1])
+study = load_study_spec(path)
+table = mod.Table.load(study, path, Path(sys.argv[2]))
 run = mod.run_driver(table, study.n_trials, mod.Noise(0.04, 3), 1.0, sampler={"seed": 3})
 st = mod.LAST_STUDY[0]
 print(json.dumps({"design": st.user_attrs.get("design_points"),
@@ -63,8 +66,8 @@ def test_driver_run_is_identical_under_two_string_hash_seeds(tmp_path: Path) -> 
     study = _study(tmp_path)
     outs = []
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-c", _DRIVE, str(SCRIPT), str(study), str(tmp_path / f"out{seed}")],
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCHMARKS)])}
+        done = subprocess.run([sys.executable, "-c", _DRIVE, str(study), str(tmp_path / f"out{seed}")],
                               capture_output=True, text=True, env=env, timeout=240, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
         outs.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -75,28 +78,28 @@ def test_driver_run_is_identical_under_two_string_hash_seeds(tmp_path: Path) -> 
 
 
 def test_noise_and_cache_keys_do_not_depend_on_where_the_checkout_lies(monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = _load_script(monkeypatch)
+    h = load_harness("search", monkeypatch)
     here = {"model_path": str(ROOT / "studies" / "models" / "qwen3-32b-class"), "port": 30000,
             "speculative": {"draft_model_path": str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")}}
     relative = {"model_path": "studies/models/qwen3-32b-class",
                 "speculative": {"draft_model_path": "studies/models/kimi-k2-class-eagle3"}}
-    assert mod._config_key(here) == mod._config_key(relative)
-    assert str(ROOT) not in mod._config_key(here)
+    assert h.config_key(here) == h.config_key(relative)
+    assert str(ROOT) not in h.config_key(here)
     # a path outside the checkout is kept as it is (another model directory is another configuration)
-    assert "/models/elsewhere" in mod._config_key({"model_path": "/models/elsewhere"})
+    assert "/models/elsewhere" in h.config_key({"model_path": "/models/elsewhere"})
 
 
 def test_noise_draws_are_the_recorded_ones(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The modelled noise of a (seed, configuration, repeat) is a fixed number: a change of the key or of
     numpy's Generator stream (which the README's table rests on) shows here, not as moved figures."""
-    mod = _load_script(monkeypatch)
+    h = load_harness("search", monkeypatch)
     cfg = {"model_path": str(ROOT / "studies" / "models" / "qwen3-32b-class"), "mem_fraction_static": 0.9}
 
     class Fixed:  # a table whose every launch measures 1000.0 without noise
         def result(self, config):
-            return mod.TrialResult(state=mod.TrialState.COMPLETE, value=1000.0)
+            return TrialResult(state=TrialState.COMPLETE, value=1000.0)
 
-    noise = mod.Noise(0.04, 7)
+    noise = h.Noise(0.04, 7)
     values = [noise.measure(Fixed(), cfg).value for _ in range(2)]  # type: ignore[arg-type]
     assert values == pytest.approx([RECORDED_FIRST, RECORDED_SECOND], rel=1e-12)
 
@@ -109,22 +112,22 @@ def test_every_launch_is_charged_alike_whatever_was_evaluated_before(monkeypatch
                                                                      tmp_path: Path) -> None:
     """A configuration's modelled cost is the same evaluated first or after others (the evaluator's
     per-study page cache would charge whichever came first a cold weight read)."""
-    mod = _load_script(monkeypatch)
+    h = load_harness("search", monkeypatch)
     path = _study(tmp_path)
-    spec = mod.load_study_spec(path)
-    a = mod.space.to_config(spec, {"mem_fraction_static": 0.9, "chunked_prefill_size": 2048,
+    spec = load_study_spec(path)
+    a = space.to_config(spec, {"mem_fraction_static": 0.9, "chunked_prefill_size": 2048,
                                    "max_running_requests": 16}).to_dict()
-    b = mod.space.to_config(spec, {"mem_fraction_static": 0.88, "chunked_prefill_size": 2048,
+    b = space.to_config(spec, {"mem_fraction_static": 0.88, "chunked_prefill_size": 2048,
                                    "max_running_requests": 16}).to_dict()
-    first = mod.Table.load(spec, path, tmp_path / "one")
+    first = h.Table.load(spec, path, tmp_path / "one")
     cost_a_first = first.result(a).gpu_seconds
-    second = mod.Table.load(spec, path, tmp_path / "two")
+    second = h.Table.load(spec, path, tmp_path / "two")
     second.result(b)
     assert second.result(a).gpu_seconds == pytest.approx(cost_a_first, rel=1e-12)
 
 
 def test_versions_are_printed_and_compared_with_the_pins(monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = _load_script(monkeypatch)
+    mod = load_script("search_efficiency", monkeypatch)
     env = mod.versions()
     assert set(env) == {"python", *mod.VERSIONED}
     pins = mod.pinned()

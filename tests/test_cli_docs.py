@@ -41,7 +41,7 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
 def test_contributing_names_both_tiers_and_ci_runs_the_fast_one_first():
     import tomllib
 
-    from conftest import SLOW_TIER_MARKERS
+    from support.ci import SLOW_TIER_MARKERS
 
     block = CONTRIBUTING.split("## Development", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     fast = next(line for line in block.splitlines() if "pytest" in line).split("&&", 1)[1].split("#")[0].strip()

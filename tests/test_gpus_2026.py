@@ -173,7 +173,7 @@ class FakeAmdSmi:
 
 
 def _amd_node(monkeypatch: pytest.MonkeyPatch, fake: FakeAmdSmi) -> None:
-    from fake_nvml import node_of
+    from support.fake_nvml import node_of
 
     from autotune.node import auto
     from autotune.node.amd import read_amd_node

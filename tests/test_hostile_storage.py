@@ -150,7 +150,7 @@ def test_a_write_refused_by_the_database_is_one_line_at_once(finished_spec: Any,
     import optuna
 
     from autotune.errors import ConfigError
-    from autotune.study.storage.check import read_only_url
+    from autotune.storage_check import read_only_url
     from autotune.study.storage.opening import StudyStorage
     from autotune.study.storage.retry import Backoff
 

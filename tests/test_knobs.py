@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
+from support.demo import demo_data, demo_spec
 
 from autotune.cli import main
 from autotune.errors import ConfigError
@@ -17,7 +17,7 @@ from autotune.sglang.knobs.config import ServerConfig, SpeculativeConfig
 from autotune.sglang.knobs.rules import resolve
 from autotune.sglang.models.profile import load_model_profile
 from autotune.space_prune import prune_space
-from autotune.spec import load_study_spec, parse_study
+from autotune.spec import parse_study
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 
@@ -121,14 +121,11 @@ def test_plan_lists_removed_knobs_and_the_space_that_remains(capsys: pytest.Capt
 
 
 def _study(tmp_path: Path, flags: dict, env: dict, n: int) -> object:
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(KIMI)
+    data = demo_data()
     data["search_space"] = {"flags": flags, "env": env}
     data["workload"].update({"num_prompts": 32, "output_len": 16, "concurrency": [16]})
     data.update({"n_trials": n, "sampler": {"kind": "grid"}, "search": {"confirm_top": 0}, "executor": {"kind": "inline"}})
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_study_spec(path)
+    return demo_spec(tmp_path, data)
 
 
 def test_an_unknown_flag_and_env_var_run_on_the_simulator(tmp_path: Path) -> None:

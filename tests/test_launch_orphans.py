@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from test_launch_fakes import kill_quietly, wait_all_gone
+from support.launch_fakes import kill_quietly, wait_all_gone
 
 from autotune.launch import free_port
 
 ORCHESTRATOR = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from test_launch_fakes import fake_argv, grandchild_pids
+from support.launch_fakes import fake_argv, grandchild_pids
 from autotune.launch import ServerProcess, install_signal_handlers
 opts = json.loads(sys.argv[3])
 install_signal_handlers(grace_s=1.0)
@@ -98,7 +98,7 @@ def test_sigkill_of_orchestrator_server_dies_via_watchdog(tmp_path: Path, from_t
 
 
 def test_stop_all_shares_one_grace_between_servers(tmp_path: Path) -> None:
-    from test_launch_fakes import fake_argv
+    from support.launch_fakes import fake_argv
 
     from autotune.launch import ServerProcess, live_servers, stop_all
 
@@ -126,7 +126,7 @@ def test_stop_all_shares_one_grace_between_servers(tmp_path: Path) -> None:
 
 
 def test_watchdog_exits_when_its_server_ends_by_itself(tmp_path: Path) -> None:
-    from test_launch_fakes import fake_argv
+    from support.launch_fakes import fake_argv
 
     from autotune.launch import ServerProcess
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_launch_fakes import fake_argv, grandchild_pids, kill_quietly, wait_all_gone
+from support.launch_fakes import fake_argv, grandchild_pids, kill_quietly, wait_all_gone
 
 from autotune.errors import ConfigError, LaunchError, ServerNotReady
 from autotune.launch import ServerProcess, free_port, live_servers

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_launch_fakes import alive, fake_argv, grandchild_pids, kill_quietly, wait_all_gone
+from support.launch_fakes import alive, fake_argv, grandchild_pids, kill_quietly, wait_all_gone
 
 from autotune.launch import ProcessRegistry, ServerProcess, free_port
 

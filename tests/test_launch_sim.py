@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from test_launch_fakes import kill_quietly, wait_all_gone
+from support.launch_fakes import kill_quietly, wait_all_gone
 
 from autotune.errors import LaunchError, ServerNotReady
 from autotune.launch import ServerProcess, free_port

@@ -1,4 +1,4 @@
-"""The suite's leak guard (tests/leak_guard.py) catches each kind of state a test can leave behind.
+"""The suite's leak guard (tests/support/leak_guard.py) catches each kind of state a test can leave behind.
 
 Its check is called directly on deliberately leaky functions, and a pytester run proves the
 plugin itself: the leaky test fails (as an error of that test), the next test starts clean,
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from leak_guard import SESSION_ENV, leaky
+from support.leak_guard import SESSION_ENV, leaky
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -174,7 +174,7 @@ def test_the_plugin_fails_the_leaky_test_and_the_next_one_starts_clean(pytester:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv(SESSION_ENV)  # the inner session marks its own processes
     pytester.makepyfile(test_inner=INNER, test_inner_forgetful=INNER_FORGETFUL)
-    result = pytester.runpytest_subprocess("-p", "leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
+    result = pytester.runpytest_subprocess("-p", "support.leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
                                            "--timeout=120")
     out = result.stdout.str()
     sections = _sections(out)
@@ -194,7 +194,7 @@ def test_the_plugin_fails_the_leaky_test_and_the_next_one_starts_clean(pytester:
 INNER_RESTART = '''
 import subprocess, sys
 import pytest
-from leak_guard import held_by
+from support.leak_guard import held_by
 
 
 class Holder:
@@ -239,7 +239,7 @@ def test_a_shared_server_started_again_by_a_test_stays_the_fixtures(pytester: py
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv(SESSION_ENV)
     pytester.makepyfile(test_inner_restart=INNER_RESTART)
-    result = pytester.runpytest_subprocess("-p", "leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
+    result = pytester.runpytest_subprocess("-p", "support.leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
                                            "--timeout=120")
     out = result.stdout.str()
     sections = _sections(out)

@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 import pytest
-from loadgen_fake_server import running
 
 from autotune.load import LoadSpec, run_load
+from autotune.testing.loadgen_fake_server import running
 
 QUIET = os.getloadavg()[0] < (os.cpu_count() or 1)
 REL = 0.01 if QUIET else 0.05  # throughput and TPOT, relative

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from loadgen_fake_server import running
 
 from autotune.cli import main
+from autotune.testing.loadgen_fake_server import running
 
 BENCH_KEYS = {
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from loadgen_fake_server import running
 
 from autotune.errors import LoadGenError
 from autotune.load import LoadPointFailed, LoadSpec, LoadTimeouts, Snapshot, run_load
+from autotune.testing.loadgen_fake_server import running
 
 
 def spec(**kw: object) -> LoadSpec:

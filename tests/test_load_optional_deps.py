@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 SCRIPT = r"""
 import sys
 sys.modules["uvloop"] = None  # makes `import uvloop` raise ImportError
 sys.modules["orjson"] = None
-sys.path.insert(0, sys.argv[1])
-from loadgen_fake_server import running
+from autotune.testing.loadgen_fake_server import running
 from autotune.load import LoadSpec, run_load
 import autotune.load.run as run_mod, autotune.load.transport.stream as stream_mod
 assert run_mod._loop_factory is None and stream_mod.loads.__module__ == "json"
@@ -25,7 +23,6 @@ print("ok")
 
 
 def test_runs_without_uvloop_and_orjson() -> None:
-    tests_dir = str(Path(__file__).resolve().parent)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, tests_dir], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"

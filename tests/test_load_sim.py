@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sim_server import MODEL, sim_server
+from support.sim_server import MODEL, sim_server
 
 from autotune.load import LoadSpec, run_load
 

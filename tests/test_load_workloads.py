@@ -159,7 +159,7 @@ def test_without_a_tokenizer_counts_are_estimates_and_say_so(tmp_path: Path) -> 
 
 def test_prompts_are_drawn_from_the_models_own_vocabulary(tmp_path: Path) -> None:
     pytest.importorskip("tokenizers")
-    from test_real_sglang_prefix_cache import write_tiny_llama
+    from support.tiny_llama import write_tiny_llama
 
     model = write_tiny_llama(tmp_path / "tiny")
     vocab = json.loads((model / "tokenizer.json").read_text())["model"]["vocab"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_server import MODEL, sim_server
+from support.sim_server import MODEL, sim_server
 
 from autotune.load import LoadSpec, run_load
 from autotune.load.samples import write_samples

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_nvml import node_of
+from support.fake_nvml import node_of
 
 from autotune.errors import ConfigError
 from autotune.node import auto
@@ -121,7 +121,7 @@ def test_auto_without_a_driver_is_a_config_error(monkeypatch: pytest.MonkeyPatch
 
 
 def test_mixed_gpu_kinds_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fake_nvml import FakeNvml
+    from support.fake_nvml import FakeNvml
 
     nv = FakeNvml([("NVIDIA H100 80GB HBM3", 81559, (9, 0), []), ("NVIDIA L4", 23034, (8, 9), [])])
     _patch_node(monkeypatch, nv, None)

@@ -7,36 +7,32 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_nvml import node_of
+from support.demo import demo_data, write_study
+from support.fake_nvml import node_of
 
 from autotune.cli import main
 from autotune.doctor import run_checks
 from autotune.sglang.flags.installed import InstalledSglang
 from autotune.spec import load_study_spec
 
-ROOT = Path(__file__).resolve().parents[1]
 H100 = ("NVIDIA H100 80GB HBM3", 81559, (9, 0))
 
 
 def _study(tmp_path: Path, **over: object) -> Path:
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
+    data = demo_data()
     # The demo's node and model on SGLang 0.5.9 (the checks below name its dialect), without the
     # demo's 0.5.23-only searched flags and env vars.
     data["server"]["sglang_version"] = "0.5.9"
     for key in ("flags", "env"):
         data["search_space"].pop(key, None)
-    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
     for key, value in over.items():
         data[key] = value
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_study(data, tmp_path)
 
 
 def _real(tmp_path: Path, **over: object) -> Path:
-    server = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())["server"]
-    server.update(backend="sglang", sglang_version="0.5.9", model_path=str(ROOT / "studies" / "models" / "kimi-k2-class"))
+    server = demo_data()["server"]
+    server.update(backend="sglang", sglang_version="0.5.9")
     return _study(tmp_path, server=server, hardware={"gpu": "h100", "num_gpus": 8, "interconnect": "nvlink"},
                   executor={"kind": "inline"}, **over)
 

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.benchmarks import load_harness, load_script
+
+from autotune import space
+from autotune.spec import load_study_spec
+from autotune.trial import offline
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "search_efficiency.py"
-
-
-def _load_script(monkeypatch: pytest.MonkeyPatch):
-    name = "search_efficiency_under_test"
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    monkeypatch.setitem(sys.modules, name, mod)  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _tiny_study(tmp_path: Path) -> Path:
@@ -47,7 +39,7 @@ def _tiny_study(tmp_path: Path) -> Path:
 
 def test_benchmark_prints_medians_and_reuses_its_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = _load_script(monkeypatch)
+    mod = load_script("search_efficiency", monkeypatch)
     study = _tiny_study(tmp_path)
     out = tmp_path / "out"
     argv = ["--study", str(study), "--seeds", "2", "--budget", "6", "--out", str(out)]
@@ -77,7 +69,7 @@ def test_benchmark_prints_medians_and_reuses_its_cache(tmp_path: Path, capsys: p
     def refuse(_request):
         raise AssertionError("evaluated again despite the cache")
 
-    monkeypatch.setattr(mod.offline, "evaluate", refuse)
+    monkeypatch.setattr(offline, "evaluate", refuse)
     assert mod.main(argv) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     again.pop("elapsed_s"), summary.pop("elapsed_s")
@@ -87,28 +79,21 @@ def test_benchmark_prints_medians_and_reuses_its_cache(tmp_path: Path, capsys: p
 
 def test_noise_is_repeatable_per_seed_and_differs_between_repeats(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = _load_script(monkeypatch)
+    h = load_harness("search", monkeypatch)
     path = _tiny_study(tmp_path)
-    spec = mod.load_study_spec(path)
-    table = mod.Table.load(spec, path, tmp_path / "out")
-    cfg = mod.space.to_config(spec, {"mem_fraction_static": 0.8, "cuda_graph_max_bs": 64}).to_dict()
+    spec = load_study_spec(path)
+    table = h.Table.load(spec, path, tmp_path / "out")
+    cfg = space.to_config(spec, {"mem_fraction_static": 0.8, "cuda_graph_max_bs": 64}).to_dict()
     truth = table.result(cfg).value
-    a, b = mod.Noise(0.04, 0), mod.Noise(0.04, 0)
+    a, b = h.Noise(0.04, 0), h.Noise(0.04, 0)
     first = [a.measure(table, cfg).value for _ in range(3)]
     assert first == [b.measure(table, cfg).value for _ in range(3)]  # keyed: same seed, same draws
     assert len(set(first)) == 3 and all(abs(v / truth - 1) < 0.25 for v in first)
-    assert mod.Noise(0.0, 0).measure(table, cfg).value == truth
+    assert h.Noise(0.0, 0).measure(table, cfg).value == truth
 
 
-def test_time_to_target_needs_the_pick_to_stay_on_target() -> None:
-    import importlib.util as iu
-
-    spec = iu.spec_from_file_location("se_t", SCRIPT)
-    mod = iu.module_from_spec(spec)
-    sys.modules["se_t"] = mod
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    run = mod.Run(events=[(10.0, 90.0), (20.0, 99.0), (30.0, 97.0), (40.0, 99.5)])
+def test_time_to_target_needs_the_pick_to_stay_on_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = load_harness("search", monkeypatch).Run(events=[(10.0, 90.0), (20.0, 99.0), (30.0, 97.0), (40.0, 99.5)])
     assert run.to_target(98.0, 1.0) == 40.0  # on target at 20, off at 30: only the last launch counts
     assert run.to_target(96.0, 1.0) == 20.0
     run.events.append((50.0, None))
@@ -124,7 +109,7 @@ def test_the_drivers_pick_is_what_best_would_hand_over_after_each_launch(monkeyp
     import optuna
     from optuna.distributions import CategoricalDistribution
 
-    mod = _load_script(monkeypatch)
+    h = load_harness("search", monkeypatch)
     dist = {"a": CategoricalDistribution(["a1", "a2"]), "b": CategoricalDistribution(["b1", "b2", "b3"])}
     # truth: value = 100 x A x B, A: a1 1.00, a2 0.97; B: b1 1.00, b2 0.98, b3 0.90
     truth = {("a1", "b1"): 100.0, ("a1", "b2"): 98.0, ("a1", "b3"): 90.0,
@@ -139,7 +124,7 @@ def test_the_drivers_pick_is_what_best_would_hand_over_after_each_launch(monkeyp
         study.add_trial(optuna.trial.create_trial(params={"a": a, "b": b}, distributions=dist, value=value,
                                                   user_attrs=attrs))
         truth_of[n] = truth[(a, b)]
-    events = mod.pick_timeline(study, truth_of)
+    events = h.pick_timeline(study, truth_of)
     assert [s for s, _ in events] == [10.0 * i for i in range(1, 9)]
     picks = [v for _, v in events]
     assert picks[:5] == [100.0] * 5
@@ -156,7 +141,7 @@ def test_study_whose_node_removes_a_searched_value_draws_every_strategy_from_the
     driver on the designed start's DP-8 point), and the scenario says what pruning took out."""
     from autotune.spec import load_study_spec
 
-    mod = _load_script(monkeypatch)
+    mod = load_script("search_efficiency", monkeypatch)
     path = _tiny_study(tmp_path)
     data = yaml.safe_load(path.read_text())
     data["server"].update(model_path=str(ROOT / "studies" / "models" / "qwen3-32b-class"), tp_size=2)
@@ -168,4 +153,4 @@ def test_study_whose_node_removes_a_searched_value_draws_every_strategy_from_the
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["scenarios"]["tiny"]
     assert r["grid_size"] == 6 and len(r["removed"]) == 1
     assert r["removed"][0].startswith("removed --attn-dp-size=8: 8 divides no TP size of the space (2)")
-    assert all(t.params["--attn-dp-size"] == 1 for t in mod.LAST_STUDY[0].trials)  # grid+prune's, the last driver run
+    assert all(t.params["--attn-dp-size"] == 1 for t in load_harness("search", monkeypatch).LAST_STUDY[0].trials)  # grid+prune's, the last driver run

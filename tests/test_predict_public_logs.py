@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from support.benchmarks import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "predict_public_logs.py"
@@ -53,11 +54,7 @@ def test_missing_manifest_exits_2(tmp_path: Path) -> None:
 
 
 def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("predict_public_logs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("predict_public_logs")
 
 
 def test_release_from_the_version_line_else_the_log_date() -> None:

@@ -8,20 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from support.demo import demo_data, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "studies" / "models"
 
 
 def _study(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(MODELS / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(MODELS / "kimi-k2-class-eagle3")
+    data = demo_data()
     edit(data)
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_study(data, tmp_path)
 
 
 def _bad_dataset(tmp_path: Path):  # type: ignore[no-untyped-def]

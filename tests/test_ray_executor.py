@@ -447,7 +447,7 @@ def test_the_issues_study_runs_to_its_budget_on_ray(ray_owner: RayExecutor, tmp_
     trials, no confirmation re-runs: each Ray trial starts a worker of its own (seconds on a 2-core
     box); on the old code the second ask raised, before the first trial ended."""
     import optuna
-    from test_study_pruned_space import DP8, issue_study
+    from support.pruned_space import DP8, issue_study
 
     from autotune.spec import load_study_spec
     from autotune.study.driver import run_study

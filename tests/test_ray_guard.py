@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from autotune import ray_address
 from autotune.errors import ConfigError
 from autotune.study.execution.ray import cluster as ray_cluster
 from autotune.study.execution.ray import guard as ray_guard
@@ -83,12 +84,12 @@ def test_sweep_leaves_unmarked_processes_alone() -> None:
 
 def test_address_comes_from_the_spec_then_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    assert ray_cluster.resolve_address("10.0.0.9:6379") == "10.0.0.9:6379"
-    assert ray_cluster.resolve_address(None) == "10.0.0.5:6379"
+    assert ray_address.resolve_address("10.0.0.9:6379") == "10.0.0.9:6379"
+    assert ray_address.resolve_address(None) == "10.0.0.5:6379"
     monkeypatch.setenv("RAY_ADDRESS", "local")
-    assert ray_cluster.resolve_address(None) is None
+    assert ray_address.resolve_address(None) is None
     monkeypatch.delenv("RAY_ADDRESS")
-    assert ray_cluster.resolve_address(None) is None
+    assert ray_address.resolve_address(None) is None
 
 
 def test_token_is_found_in_env_or_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from real_sglang import TINY_LLAMA, free_port, need_real_sglang, server_argv
+from support.real_sglang import free_port, need_real_sglang, server_argv
 
 from autotune.errors import LaunchError
 from autotune.launch import ServerProcess
@@ -31,6 +31,7 @@ from autotune.sglang.flags.installed import probe
 from autotune.sglang.hardware.cpu import CPU_ENV, on_cpu
 from autotune.sglang.knobs.config import ServerConfig
 from autotune.spec import WorkloadSpec
+from autotune.testing.real_cpu_study import TINY_LLAMA
 from autotune.trial import TrialRequest
 from autotune.trial.live import run_trial_body
 

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from real_sglang import need_real_sglang, small_study
+from support.real_sglang import need_real_sglang
 
 from autotune.cli import main
 from autotune.launch import ProcessRegistry
 from autotune.launch.tree import command_line, is_sglang
 from autotune.spec import load_study_spec
 from autotune.study.storage.opening import open_study
+from autotune.testing.real_cpu_study import small_study
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from real_sglang import need_real_sglang
+from support.real_sglang import need_real_sglang
 
 from autotune.sglang_env.install import STAND_IN
 

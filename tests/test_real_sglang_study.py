@@ -22,12 +22,13 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from leak_guard import SESSION_ENV
-from real_sglang import REPO, need_real_sglang
+from support.leak_guard import SESSION_ENV
+from support.real_sglang import need_real_sglang
 
 from autotune.cli import main
 from autotune.sglang.flags.installed import probe
 
+REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.usefixtures("cli_signal_handlers")]
 
@@ -81,9 +82,9 @@ def test_real_study_survives_kill_9_and_reaches_its_budget(tmp_path: Path, capsy
                                                             version: str) -> None:
     started = time.time()
     if version not in _REQUIRED:
-        from real_sglang import _find
+        from support.real_sglang import find_venv
 
-        if _find(version)[0] is None:
+        if find_venv(version)[0] is None:
             pytest.skip(f"SGLang {version} CPU venv not built (autotune sglang-env install --version {version} "
                         f"--device cpu); AUTOTUNE_REAL_SGLANG_VERSIONS={','.join(_REQUIRED)}")
     env = need_real_sglang(version)

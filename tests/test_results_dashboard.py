@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
-from test_results_fixture import make_finished_study
+from support.browser import artifacts_dir, chromium, console_errors, needs_chromium
+from support.finished_study import make_finished_study
 
 from autotune.results.dashboard import serve_in_thread, url_of
 from autotune.study.storage.opening import open_study

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_results_fixture import POINTS
+from support.finished_study import POINTS
 
 from autotune.cli import main
 from autotune.errors import ConfigError

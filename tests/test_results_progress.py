@@ -9,17 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from support.finished_study import replay_progress
+
 from autotune.results.progress import Tracker, fmt_duration, make_progress
 from autotune.study.storage.opening import open_study
-
-
-def _replay(progress, study, n_trials):
-    """Drive the hooks the way the driver does, over an already finished study."""
-    progress.on_start(study, n_trials)
-    for t in study.trials:
-        if t.user_attrs.get("failure_kind") != "predicted_oom":
-            progress.on_launch(t.number, dict(t.params))
-        progress.on_trial_end(study, t)
 
 
 def test_plain_lines_carry_counts_best_and_eta(finished_spec, caplog):
@@ -27,7 +20,7 @@ def test_plain_lines_carry_counts_best_and_eta(finished_spec, caplog):
     n = len(study.trials)
     best = max(t.value for t in study.trials if t.value is not None)
     caplog.set_level(logging.INFO, logger="autotune.progress")
-    _replay(make_progress(False), study, n + 4)
+    replay_progress(make_progress(False), study, n + 4)
     lines = [r.getMessage() for r in caplog.records if r.name == "autotune.progress"]
     ends = [line for line in lines if " | " in line and line.startswith("trial ")]
     assert len(ends) == n
@@ -41,7 +34,7 @@ def test_enabled_without_a_terminal_is_plain(finished_spec, caplog):
     # pytest captures stderr: not a terminal, so the same plain lines
     caplog.set_level(logging.INFO, logger="autotune.progress")
     study = open_study(finished_spec, create=False)
-    _replay(make_progress(True), study, len(study.trials))
+    replay_progress(make_progress(True), study, len(study.trials))
     assert any("finished" in r.getMessage() for r in caplog.records if r.name == "autotune.progress")
 
 
@@ -52,7 +45,7 @@ def test_live_view_renders_counts_and_best(finished_spec):
     console = Console(file=buf, force_terminal=True, width=140, color_system=None)
     study = open_study(finished_spec, create=False)
     n = len(study.trials)
-    _replay(make_progress(True, console=console), study, n)  # the last trial ends the view
+    replay_progress(make_progress(True, console=console), study, n)  # the last trial ends the view
     text = buf.getvalue()
     assert f"{n}/{n} finished" in text
     assert "complete" in text and "pruned 1" in text and "failed 2" in text and "best" in text
@@ -80,9 +73,9 @@ def test_stdout_and_stderr_pipes_do_not_break(finished_spec):
         from autotune.spec import load_study_spec
         from autotune.study.storage.opening import open_study
         from autotune.results.progress import make_progress
-        from test_results_progress import _replay
+        from support.finished_study import replay_progress
         study = open_study(load_study_spec({finished_spec.source_path!r}), create=False)
-        _replay(make_progress(True), study, len(study.trials))
+        replay_progress(make_progress(True), study, len(study.trials))
         print("ok")
     """)
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

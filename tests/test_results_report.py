@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_results_browser_util import artifacts_dir, chromium, console_errors, needs_chromium
-from test_results_fixture import MIN_VIABLE_F, make_finished_study
+from support.browser import artifacts_dir, chromium, console_errors, needs_chromium
+from support.finished_study import MIN_VIABLE_F, make_finished_study
 
 from autotune.cli import main
 from autotune.results import report_plots

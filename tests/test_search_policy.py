@@ -5,28 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-import yaml
+from support.demo import demo_data, demo_spec
 
-from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 from autotune.study.observer import budget_used
 from autotune.study.search import initial_design
 from autotune.study.search.samplers import choose_sampler
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _spec(tmp_path: Path, **over):
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data = demo_data()
     data["workload"].update({"num_prompts": 64, "output_len": 32})
     data.pop("sampler")
     data.update({"n_trials": 16, "search": {"confirm_top": 0}, **over})
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_study_spec(path)
+    return demo_spec(tmp_path, data)
 
 
 def test_f_interval_bisects_both_edges_of_a_feasible_run():

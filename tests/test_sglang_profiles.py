@@ -413,6 +413,55 @@ def test_gpt_oss_on_trtllm_mha_has_no_hybrid_swa_pool_before_0_5_23(tmp_path: Pa
     assert plan.cell_bytes == pred.cell_bytes == 2 * 36864 and plan.kv_tokens == pred.kv_tokens > 0
 
 
+def test_dsa_fp8_budget_divides_by_576_byte_rows_before_0_5_17() -> None:
+    """Up to 0.5.16 SGLang divided a DSA model's KV budget by (kv_lora_rank + rope) x 1 B + the indexer
+    (0.5.3.post1 model_runner.py:1277-1293, SGLang PR #11309; 0.5.9 model_runner_kv_cache_mixin.py:47-80;
+    0.5.16 pool_configurator.py:187-216) while its fp8 pool stores 656 B rows (0.5.9 memory_pool.py:1407-1418);
+    0.5.17 divides by the stored row (pool_configurator.py:199-212, kv_cache_configurator.py:1985-2036).
+    In bf16 the two are the same row."""
+    from autotune.sglang.releases import dsa_budgets_stored_fp8_row
+
+    p = profile_from_config(_v32())
+    stored, old_budget = (656 + 132) * 61, (576 + 132) * 61
+    for v, budget in (("0.5.9", old_budget), ("0.5.16", old_budget), ("0.5.17", stored), ("0.5.23", stored)):
+        assert dsa_budgets_stored_fp8_row(v) is (budget == stored)
+        assert cell_size_bytes(p, tp_size=1, version=v, gpu_sm=100, budget=True) == budget
+        assert cell_size_bytes(p, tp_size=1, version=v, gpu_sm=100) == stored == 48068  # what the pool holds
+    assert cell_size_bytes(p, tp_size=1, version="0.5.9", gpu_sm=90, budget=True) == (1152 + 132) * 61  # bf16
+    mla = profile_from_config({k: v for k, v in _v32().items() if k != "index_topk"})
+    assert cell_size_bytes(mla, tp_size=8, kv_cache_dtype="fp8_e4m3", version="0.5.9", budget=True) == 576 * 61
+
+
+def test_dsa_pool_past_its_budget_comes_out_of_the_slack_in_predictor_and_simulator(tmp_path: Path) -> None:
+    """SGLang PR #11309's B200 launch (TP 8, DP attention 8, fp8 KV): tokens are counted at 43,188 B before
+    0.5.17, and the pool then takes 48,068 B each, 4,880 B a token more than the budget, out of the slack.
+    The simulated server sizes and allocates the pool alike."""
+    from autotune.sglang.hardware.gpus import get_gpu
+    from autotune.sglang.knobs.config import ServerConfig
+    from autotune.sglang.memory.predictor import Calibration, predict
+    from autotune.sim.args import parse_args
+    from autotune.sim.hardware import plan_memory
+
+    (tmp_path / "config.json").write_text(json.dumps(_v32()))
+    model = load_model_profile(tmp_path)
+    server = ServerConfig(model_path=str(tmp_path), tp_size=8, attn_dp_size=8, mem_fraction_static=0.8)
+    old, new = (predict(model, get_gpu("b200"), server, version=v) for v in ("0.5.9", "0.5.23"))
+    assert old.cell_bytes == new.cell_bytes == 48068 and old.kv_gib == pytest.approx(new.kv_gib, abs=1e-3)
+    assert old.kv_tokens == int(old.kv_gib * GIB / 43188) // 64 * 64
+    assert new.kv_tokens == int(new.kv_gib * GIB / 48068) // 64 * 64
+    assert old.slack_parts["kv_past_budget"] == pytest.approx(old.kv_tokens * 4880 / GIB, abs=1e-4)
+    assert "kv_past_budget" not in new.slack_parts
+    launch, sim = parse_args(f"--model-path {tmp_path} --tp-size 8 --dp-size 8 --enable-dp-attention "
+                             "--mem-fraction-static 0.8 --sim-gpu b200 --sim-interconnect nvlink "
+                             "--sim-sglang-version 0.5.9".split())
+    plan = plan_memory(launch, model, None, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+    assert plan.profiled_tokens == int(plan.rest_gib * GIB // 43188) and plan.cell_bytes == 48068
+    assert plan.kv_gib == pytest.approx((plan.kv_tokens + 64) * 48068 / GIB) and plan.kv_gib > plan.rest_gib
+    cal = Calibration(p_gib=plan.p_gib, a_gib=plan.a_gib, tp_size=8, attn_dp_size=8, mem_fraction_static=0.8,
+                      f_is_auto=False)
+    assert predict(model, get_gpu("b200"), server, version="0.5.9", calibration=cal).kv_tokens == plan.kv_tokens
+
+
 def test_vlm_auto_fraction_factor_and_cache_reserve() -> None:
     from autotune.sglang.models.profile import vlm_mem_fraction_factor
     from autotune.sglang.models.sizing import VLM_CACHE_BYTES

@@ -8,17 +8,10 @@ import itertools
 from typing import Any
 
 import pytest
-from test_sim_engine import RecordingPerf, make_engine
+from support.sim_engine import RecordingPerf, make_engine, run_to_idle
 
-from autotune.sim.engine import Chunk, Engine, EngineStopped, StepResult
+from autotune.sim.engine import Chunk, EngineStopped
 from autotune.sim.engine_req import TOKEN_ID_BASE, TOKEN_ID_RANGE
-
-
-def run_to_idle(engine: Engine) -> list[StepResult]:
-    steps = []
-    while (step := engine.step_once()) is not None:
-        steps.append(step)
-    return steps
 
 
 def test_stepping_runs_requests_to_completion_in_modelled_time() -> None:

@@ -4,8 +4,7 @@ locks under running requests, flush; and the tree itself."""
 from __future__ import annotations
 
 import pytest
-from test_sim_engine import RecordingPerf, make_engine
-from test_sim_engine_step import run_to_idle
+from support.sim_engine import RecordingPerf, make_engine, run_to_idle
 
 from autotune.sim.engine import Engine
 from autotune.sim.engine_cache import RadixCache

@@ -23,13 +23,13 @@ import optuna
 import psutil
 import pytest
 import yaml
-from pg_server import PgServer
 
 from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 from autotune.study.observer import budget_used
 from autotune.study.storage.retry import StorageUnavailable
+from autotune.testing.pg_server import PgServer
 
 pytestmark = pytest.mark.postgres
 

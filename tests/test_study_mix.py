@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from support.demo import demo_data, write_study
 
 from autotune.cli import main
 from autotune.objective import Direction, Objective, Picked
@@ -58,9 +59,7 @@ def test_a_point_that_ends_the_trial_ends_the_mix() -> None:
 
 def test_a_two_workload_study_finishes_on_the_simulator_and_best_shows_each(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data = demo_data()
     wl = data.pop("workload")
     data["workloads"] = [
         {**wl, "name": "chat", "weight": 3, "num_prompts": None, "concurrency": [16],
@@ -70,8 +69,7 @@ def test_a_two_workload_study_finishes_on_the_simulator_and_best_shows_each(
          "slo": {"p99_ttft_ms": 600000}},
     ]
     data.update({"n_trials": 3, "search": {"confirm_top": 0, "stages": "off"}})
-    path = tmp_path / "mix.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_study(data, tmp_path, "mix.yaml")
     spec = load_study_spec(path)
     run_study(spec, executor=OfflineExecutor())
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)

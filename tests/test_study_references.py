@@ -6,27 +6,20 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
+from support.demo import demo_data, demo_spec
 
 from autotune.results.report import build_report
-from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_the_demo_runs_the_seeds_own_start_beside_the_automatic_baseline(tmp_path: Path) -> None:
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data = demo_data()
     data["workload"].update({"num_prompts": 32, "output_len": 16})
     data["n_trials"] = 3
     data["search"]["confirm_top"] = 0
     assert data["search"]["references"]  # the demo names the seed's start
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    spec = load_study_spec(path)
+    spec = demo_spec(tmp_path, data)
     run_study(spec, executor=OfflineExecutor())
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
     base = next(t for t in study.trials if t.user_attrs.get("baseline"))

@@ -6,27 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-import yaml
+from support.demo import demo_data, demo_spec
 
 from autotune.outcome import FailureKind
-from autotune.spec import load_study_spec
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 from autotune.study.observer import budget_used
 from autotune.study.rerun import run_once_more
 from autotune.trial.contract import TrialResult, TrialState
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _spec(tmp_path: Path):  # type: ignore[no-untyped-def]
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data = demo_data()
     data.update({"n_trials": 6, "search": {"confirm_top": 0}})
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_study_spec(path)
+    return demo_spec(tmp_path, data)
 
 
 def test_policy() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from support.demo import demo_data, demo_spec, write_study
 
 from autotune.errors import ConfigError
 from autotune.results.export import trials_frame
@@ -14,13 +14,9 @@ from autotune.spec import load_study_spec, parse_study, resolve_workload
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _data(**workload: object) -> dict:
-    data = yaml.safe_load((ROOT / "studies" / "demo.yaml").read_text())
-    data["server"]["model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class")
-    data["search_space"]["speculative"]["draft_model_path"] = str(ROOT / "studies" / "models" / "kimi-k2-class-eagle3")
+    data = demo_data()
     data["workload"].update(workload)
     return data
 
@@ -36,9 +32,7 @@ def test_a_bad_workload_kind_or_field_is_one_line_naming_the_path() -> None:
 def test_dataset_paths_resolve_against_the_study_file(tmp_path: Path) -> None:
     data = _data(dataset={"kind": "trace", "path": "traces/t.jsonl"})
     del data["workload"]["num_prompts"]
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
-    spec = load_study_spec(path)
+    spec = load_study_spec(write_study(data, tmp_path, "s.yaml"))
     got = resolve_workload(spec, spec.workload)
     assert str(got.dataset.path) == str(tmp_path / "traces" / "t.jsonl")  # type: ignore[union-attr]
     assert got.tokenizer is None  # the demo model directory has no tokenizer.json
@@ -50,9 +44,7 @@ def test_a_shared_prefix_study_records_hit_rates_and_exports_them(tmp_path: Path
                           "system_prompt_len": 1024, "question_len": 64, "output_len": 16},
                  num_prompts=None, concurrency=[8])
     data.update({"n_trials": 3, "search": {"confirm_top": 0, "stages": "off"}})
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    spec = load_study_spec(path)
+    spec = demo_spec(tmp_path, data)
     run_study(spec, executor=OfflineExecutor())
     frame = trials_frame(spec)
     done = frame[frame["state"] == "COMPLETE"]

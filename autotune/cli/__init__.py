@@ -20,6 +20,7 @@ import sys
 
 from autotune import __version__
 from autotune.errors import AutotuneError, ConfigError
+from autotune.limits import clip
 from autotune.redact import RedactingFilter, redact_text
 
 # Command modules, in the order --help lists them.
@@ -42,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so main() owns the exit code."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{self.prog}: {message}")
+        raise ConfigError(f"{self.prog}: {clip(message, 300)}")  # argparse echoes a whole bad value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,15 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from autotune.errors import ConfigError
+from autotune.files import check_writable, regular_file
+from autotune.limits import DATASET_BYTES, clip, shown
 from autotune.load import build_spec, run_load
 from autotune.load.report import append_jsonl, format_table, summary_line, write_records
-from autotune.load.spec import GOODPUT_KEYS
+from autotune.load.spec import GOODPUT_KEYS, url_problem
+from autotune.load.tokens import tokenizer_file
 from autotune.load.workloads import validate_workload
 
 # workload field -> the option that sets it, per --dataset-name
@@ -64,9 +69,9 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be at least 1")
     return value
 
 
@@ -74,9 +79,9 @@ def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be 0 or more")
     return value
 
 
@@ -84,9 +89,9 @@ def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
     if not value > 0 or math.isnan(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be greater than 0")
     return value
 
 
@@ -94,9 +99,9 @@ def _ratio(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be between 0 and 1")
     return value
 
 
@@ -158,8 +163,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=None, help="served model name (default: from /v1/models)")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the timed run")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--output-file", type=Path, default=None, help="append the result as a JSONL line")
-    p.add_argument("--output-details", type=Path, default=None, help="write per-request records as JSONL")
+    p.add_argument("--output-file", type=Path, default=None,
+                   help="append the result as a JSONL line (its directory is checked before the run)")
+    p.add_argument("--output-details", type=Path, default=None, help="write per-request records as JSONL (likewise)")
     p.add_argument("--tag", default=None, help="free text stored in the --output-file line")
     p.set_defaults(func=handler)
 
@@ -189,10 +195,16 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         "tokenizer": args.tokenizer,
         "goodput_slo": _goodput(args.goodput),
     }
-    if not str(args.url).startswith(("http://", "https://")):
-        raise ConfigError(f"--url={args.url!r}: must start with http:// or https://")
-    if args.dataset is not None and not args.dataset.is_file():
-        raise ConfigError(f"--dataset={str(args.dataset)!r}: no such file")
+    problem = url_problem(str(args.url))
+    if problem:  # a malformed URL is bad input (2), a server that does not answer is not (1)
+        raise ConfigError(f"--url={shown(args.url)}: {problem}")
+    if args.dataset is not None:
+        _input_file(args.dataset, "--dataset", DATASET_BYTES)
+    if args.tokenizer is not None:
+        tokenizer_file(args.tokenizer, "--tokenizer")
+    for option, path in (("--output-file", args.output_file), ("--output-details", args.output_details)):
+        if path is not None:
+            check_writable(path, option)  # before the benchmark, not after it
     try:
         return build_spec(**fields)
     except ConfigError as exc:
@@ -212,8 +224,7 @@ def workload_from_args(args: argparse.Namespace) -> Any:
     if name in ("sharegpt", "mooncake", "trace", "file", "custom"):
         if path is None:
             raise ConfigError(f"--dataset-path=None: --dataset-name {name} needs a file")
-        if not path.is_file():
-            raise ConfigError(f"--dataset-path={str(path)!r}: no such file")
+        _input_file(path, "--dataset-path", DATASET_BYTES)
     data: dict[str, Any]
     if name == "sharegpt":
         data = {"kind": "sharegpt", "path": path, "turns": args.sharegpt_turns, "output_len": args.sharegpt_output_len,
@@ -239,7 +250,14 @@ def workload_from_args(args: argparse.Namespace) -> Any:
         field = str(err["loc"][-1]) if err.get("loc") else "dataset"
         option = _WORKLOAD_OPTION.get(field, f"--{field.replace('_', '-')}")
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        raise ConfigError(f"{option}={err.get('input')!r}: {msg}") from None
+        raise ConfigError(f"{option}={shown(err.get('input'))}: {clip(msg, 200)}") from None
+
+
+def _input_file(path: Path, option: str, limit: int) -> None:
+    """A file the benchmark will read: there, a regular file (not /dev/zero, not a FIFO), within ``limit``."""
+    if not os.path.lexists(path):
+        raise ConfigError(f"{option}={shown(str(path), 200)}: no such file")
+    regular_file(path, option, limit)
 
 
 def _goodput(items: list[str] | None) -> dict[str, float]:
@@ -251,23 +269,24 @@ def _goodput(items: list[str] | None) -> dict[str, float]:
         except ValueError:
             out[key] = float("nan")
         if not out[key] > 0:
-            raise ConfigError(f"--goodput={item!r}: expected KEY:MILLISECONDS with a positive number")
+            raise ConfigError(f"--goodput={shown(item)}: expected KEY:MILLISECONDS with a positive number")
         if key not in GOODPUT_KEYS:
-            raise ConfigError(f"--goodput={item!r}: unknown key {key!r}; known: ttft_ms, tpot_ms, e2e_latency_ms "
+            raise ConfigError(f"--goodput={shown(item)}: unknown key {shown(key)}; known: ttft_ms, tpot_ms, e2e_latency_ms "
                               "(or vLLM's ttft, tpot, e2el)")
     return out
 
 
 def handler(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
+    spec = spec_from_args(args)  # every option, the output paths included, checked before the run
     result = run_load(args.url, spec)
-    if args.output_details is not None:
-        write_records(args.output_details, result)
     line = summary_line(result, spec, tag=args.tag)
-    if args.output_file is not None:
-        append_jsonl(args.output_file, line)
-    if args.json:
+    if args.json:  # the figures first: a file that cannot be written after all does not lose them
         print(json.dumps(line))
     else:
         print(format_table(result, spec))
+    sys.stdout.flush()
+    if args.output_details is not None:
+        write_records(args.output_details, result)
+    if args.output_file is not None:
+        append_jsonl(args.output_file, line)
     return 0

@@ -18,16 +18,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from-log", required=True, metavar="server.log", help="an SGLang server log")
     p.add_argument("--force", action="store_true",
                    help="store it even where the log contradicts the study (another architecture, TP/DP size, "
-                        "or a P the study's GPU cannot have); without it such a log exits 2 and stores nothing")
+                        "a P the study's GPU cannot have, or another model's weights); without it such a log exits 2 "
+                        "and stores nothing. Figures that are no measurement (not finite, beyond the GPU's memory) "
+                        "are never stored")
     add_json_flag(p)
     p.set_defaults(func=_calibrate)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
     from autotune.node.study_file import load_study
+    from autotune.preflight import check_study
     from autotune.study.calibration import calibrate_from_log
 
-    cal = calibrate_from_log(load_study(args.study), args.from_log, force=args.force)
+    spec = load_study(args.study)
+    check_study(spec)  # a study that run would refuse gets nothing stored
+    cal = calibrate_from_log(spec, args.from_log, force=args.force)
     if args.json:
         print_json({k: cal.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
                    | {"source": cal["source"], "forced": cal.get("forced", [])})

@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="The memory verdict (fits, kv_oom, graph_capture_oom, runtime_oom_risk, too_few_tokens; unknown for "
         "a model whose architecture the memory model does not know, until a launch calibrates it) for every "
         "candidate on the search-space grid, or for the candidates fixed by --set (other knobs at SGLang's "
-        "defaults). Uses the study's calibration when it has one. First, what each warm_start study carries "
+        "defaults); a grid of more than 100,000 candidates is refused with its size. The study is checked first "
+        "as run checks it. Uses the study's calibration when it has one. First, what each warm_start study carries "
         "and why, and the knobs that leave the space. --json prints one object: warm_start {studies: [{study, "
         "file, sglang_version, differences, carried, decisions: [{what, carried, reason}], notes}], "
         "calibration}, removed [{name, value, reason, line}], space [lines], candidates [one row each]. Where the "
@@ -31,9 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from autotune.node.study_file import load_study
+    from autotune.preflight import check_study
     from autotune.study.plan import ROW_KEYS, plan_document, plan_rows, plan_space, warm_start
 
     spec = load_study(args.study)
+    check_study(spec, writes=False)  # the checks run makes: a study plan accepts does not fail later on a value
     warm = warm_start(spec)
     rows = plan_rows(spec, args.set, warm)
     space = plan_space(spec)

@@ -24,14 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from autotune.errors import ConfigError
+    from autotune.limits import shown
     from autotune.node.study_file import load_study
     from autotune.study.driver import run_study
 
     spec = load_study(args.study)
     updates = {}
     if args.n_trials is not None:
-        if args.n_trials < 1:
-            raise ConfigError(f"--n-trials: must be >= 1, got {args.n_trials}")
+        if not 1 <= args.n_trials <= 100_000:  # the study file's own bound (StudySpec.n_trials)
+            raise ConfigError(f"--n-trials: must be from 1 to 100000, got {shown(args.n_trials)}")
         updates["n_trials"] = args.n_trials
     if args.executor:
         updates["executor"] = spec.executor.model_copy(update={"kind": args.executor})

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.files import read_text
+from autotune.limits import DATASET_BYTES, MAX_SEQUENCE_TOKENS, clip, shown
 
 
 class DatasetError(ConfigError):
@@ -54,14 +56,17 @@ class PromptRow:
 def _read_text(path: Path) -> str:
     try:
         stat = path.stat()
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        if key in _TEXT_CACHE:
-            return _TEXT_CACHE[key]
-        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise DatasetError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key in _TEXT_CACHE:
+        return _TEXT_CACHE[key]
+    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8
+        text = read_text(path, "dataset", DATASET_BYTES)
+    except ConfigError as exc:
+        raise DatasetError(f"{path}: {str(exc).removeprefix('dataset: ').split(' (got ')[0]}") from None
     if not text.strip():
         raise DatasetError(f"{path}:1: empty file (no requests)")
     _TEXT_CACHE.clear()  # the last file read only: a load point reads its file a few times
@@ -78,8 +83,9 @@ def _pos_int(path: Path, line: int, row: dict[str, Any], key: str, *, required: 
             raise DatasetError(f"{path}:{line}: {key}: missing")
         return None
     v = row[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise DatasetError(f"{path}:{line}: {key}={v!r}: must be a positive integer")
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_SEQUENCE_TOKENS:
+        raise DatasetError(f"{path}:{line}: {key}={shown(v)}: must be a positive integer "
+                           f"(at most {MAX_SEQUENCE_TOKENS:,})")
     return v
 
 
@@ -90,8 +96,9 @@ def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError; an int of 4,300+ digits; deep nesting
+            raise DatasetError(f"{path}:{number}: not JSON ({clip(getattr(exc, 'msg', None) or str(exc), 80)})") \
+                from None
         if not isinstance(row, dict):
             raise DatasetError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
         rows.append((number, row))
@@ -116,6 +123,8 @@ def _json_array_items(path: Path, text: str) -> list[tuple[int, Any]]:
             obj, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # an int of 4,300+ digits; deep nesting
+            raise DatasetError(f"{path}:{line}: not JSON ({clip(str(exc), 80)})") from None
         items.append((line, obj))
 
 
@@ -136,7 +145,7 @@ def read_sharegpt(path: Path) -> list[tuple[int, list[tuple[str, str]]]]:
                 raise DatasetError(f"{path}:{line}: conversations[{k}]: expected an object")
             role, value = msg.get("from"), msg.get("value")
             if role not in ("human", "gpt", "system", "user", "assistant", "chatgpt", "bing", "bard"):
-                raise DatasetError(f"{path}:{line}: conversations[{k}].from={role!r}: unknown role")
+                raise DatasetError(f"{path}:{line}: conversations[{k}].from={shown(role)}: unknown role")
             if not isinstance(value, str):
                 raise DatasetError(f"{path}:{line}: conversations[{k}].value: missing or not a string")
             turns.append(("human" if role in ("human", "user") else "system" if role == "system" else "gpt", value))
@@ -160,8 +169,8 @@ def read_mooncake(path: Path) -> list[TraceRow]:
         ts = row.get("timestamp")
         if ts is None:
             raise DatasetError(f"{path}:{line}: timestamp: missing")
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
-            raise DatasetError(f"{path}:{line}: timestamp={ts!r}: must be a number of ms >= 0")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < 1e15:  # ms: 30,000 years
+            raise DatasetError(f"{path}:{line}: timestamp={shown(ts)}: must be a number of ms >= 0")
         n_in = _pos_int(path, line, row, "input_length")
         n_out = _pos_int(path, line, row, "output_length")
         hashes = row.get("hash_ids")
@@ -180,15 +189,19 @@ def read_mooncake(path: Path) -> list[TraceRow]:
 def _azure_time(path: Path, line: int, text: str) -> float:
     text = text.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not 0 <= seconds < 1e12:  # NaN, inf, or before 1970 / past the year 33,000
+            raise DatasetError(f"{path}:{line}: TIMESTAMP={shown(text)}: not a number of seconds >= 0")
+        return seconds
     head, _, frac = text.partition(".")
     try:
         base = datetime.fromisoformat(head)
         return base.timestamp() + (float("0." + frac) if frac else 0.0)
     except ValueError:
-        raise DatasetError(f"{path}:{line}: TIMESTAMP={text!r}: not a date-time or a number of seconds") from None
+        raise DatasetError(f"{path}:{line}: TIMESTAMP={shown(text)}: not a date-time or a number of seconds") from None
 
 
 def read_azure(path: Path) -> list[TraceRow]:
@@ -207,7 +220,7 @@ def read_azure(path: Path) -> list[TraceRow]:
             try:
                 vals[key] = int(raw)
             except ValueError:
-                raise DatasetError(f"{path}:{line}: {key}={raw!r}: must be a positive integer") from None
+                raise DatasetError(f"{path}:{line}: {key}={shown(raw)}: must be a positive integer") from None
             _pos_int(path, line, vals, key)
         rows.append(TraceRow(line, _azure_time(path, line, rec.get("TIMESTAMP") or ""),
                              vals["ContextTokens"], vals["GeneratedTokens"]))

@@ -17,10 +17,13 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from autotune.errors import ConfigError
+from autotune.files import read_json, read_text
+from autotune.limits import DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, clip, shown
 from autotune.load.spec import LoadSpec
 
 # Token ids drawn for synthetic sglang prompts: clear of the special ids at the
@@ -104,20 +107,23 @@ def token_id_range(model_dir: str | Path) -> tuple[int, int] | None:
     """
     root = Path(model_dir)
     try:
-        config = json.loads((root / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        config = read_json(root / "config.json", "config.json", JSON_BYTES)  # bounded: never /dev/zero
+    except ConfigError:
         return None
-    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    if not isinstance(config, dict):
+        return None
+    inner = config.get("text_config")
+    text_config: dict[str, Any] = inner if isinstance(inner, dict) else {}
     vocab = config.get("vocab_size") or text_config.get("vocab_size")
     if not isinstance(vocab, int) or vocab < 2:
         return None
     special: set[int] = set()
     try:
-        tok = json.loads((root / "tokenizer.json").read_text())
+        tok = read_json(root / "tokenizer.json", "tokenizer.json", JSON_BYTES)
         size = len(tok.get("model", {}).get("vocab") or {}) + len(tok.get("added_tokens") or [])
         vocab = min(vocab, size) if size > 1 else vocab
         special = {int(t["id"]) for t in tok.get("added_tokens") or [] if t.get("special", True)}
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (ConfigError, AttributeError, KeyError, TypeError, ValueError, OverflowError):
         pass
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         ids = config.get(key)
@@ -136,23 +142,21 @@ def token_id_range(model_dir: str | Path) -> tuple[int, int] | None:
 def load_dataset(path: Path, backend: str) -> list[Prompt]:
     """Read a JSONL dataset of ``{"prompt": str | "input_ids": [int], "output_len": int}`` lines."""
     prompts: list[Prompt] = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"dataset_path={str(path)!r}: cannot read ({exc.strerror})") from None
+    lines = read_text(path, "dataset_path", DATASET_BYTES).splitlines()  # a regular file, bounded
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        where = f"dataset_path={str(path)!r} line {number}"
+        where = f"dataset_path={shown(str(path), 200)} line {number}"
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError; an int of 4,300+ digits; deep nesting
+            raise ConfigError(f"{where}: not JSON ({clip(getattr(exc, 'msg', None) or str(exc), 80)})") from None
         if not isinstance(row, dict):
             raise ConfigError(f"{where}: expected an object, got {type(row).__name__}")
         out = row.get("output_len")
-        if not isinstance(out, int) or isinstance(out, bool) or out < 1:
-            raise ConfigError(f"{where}: output_len={out!r} must be a positive integer")
+        if not isinstance(out, int) or isinstance(out, bool) or not 1 <= out <= MAX_SEQUENCE_TOKENS:
+            raise ConfigError(f"{where}: output_len={shown(out)} must be a whole number from 1 to "
+                              f"{MAX_SEQUENCE_TOKENS:,}")
         if isinstance(row.get("input_ids"), list):
             ids = row["input_ids"]
             if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -165,7 +169,7 @@ def load_dataset(path: Path, backend: str) -> list[Prompt]:
         else:
             raise ConfigError(f"{where}: needs a non-empty 'prompt' string or an 'input_ids' list")
     if not prompts:
-        raise ConfigError(f"dataset_path={str(path)!r}: no prompts")
+        raise ConfigError(f"dataset_path={shown(str(path), 200)}: no prompts")
     return prompts
 
 

@@ -18,10 +18,11 @@ from typing import Any
 import aiohttp
 
 from autotune.errors import ConfigError, LoadGenError
+from autotune.limits import shown
 from autotune.load.result import LoadPointFailed, LoadResult
 from autotune.load.runner import LoadRunner, SnapshotCallback
 from autotune.load.sources import check_files
-from autotune.load.spec import LoadSpec
+from autotune.load.spec import LoadSpec, url_problem
 from autotune.load.transport.http import StreamPool
 
 try:  # optional speed-up: halves client CPU per token when events are not coalesced
@@ -38,8 +39,9 @@ def check_base_url(base_url: str | None) -> str:
     """Normalise a base URL (no trailing slash); ConfigError when missing or not http(s)."""
     if not base_url:
         raise ConfigError("base_url=None: a server URL is required")
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"base_url={base_url!r}: must start with http:// or https://")
+    problem = url_problem(base_url)
+    if problem:
+        raise ConfigError(f"base_url={shown(base_url)}: {problem}")
     return base_url.rstrip("/")
 
 

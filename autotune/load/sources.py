@@ -247,7 +247,11 @@ def prompt_stream(spec: LoadSpec, *, warmup: bool = False) -> Iterator[Prompt]:
 def check_files(spec: LoadSpec) -> None:
     """Read the workload's file now (DatasetError: one line with file, line and field), so that a
     bad dataset fails before any request is sent."""
-    d = spec.dataset
+    check_workload_files(spec.dataset)
+
+
+def check_workload_files(d: object) -> None:
+    """Read the file of workload ``d`` (a trace, ShareGPT, prompts; nothing for the others) now."""
     if isinstance(d, TraceWorkload):
         read_trace(d.path, d.format)
     elif isinstance(d, ShareGPTWorkload):

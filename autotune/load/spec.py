@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
+from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEED, MAX_SEQUENCE_TOKENS, clip, shown
 from autotune.load.workloads import Workload
 
 # Per-request SLO keys of goodput (vLLM's --goodput names accepted as aliases).
@@ -30,6 +32,26 @@ ENDPOINTS: dict[str, str] = {
     "openai": "/v1/completions",
     "openai-chat": "/v1/chat/completions",
 }
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a server's base URL (None when it is): http(s), a host, a port that parses,
+    no whitespace or control characters. A malformed URL is bad input (exit 2), not an unreachable
+    server (exit 1)."""
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    if not url.isprintable() or any(c.isspace() for c in url):
+        return "holds whitespace or a control character"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError: out of range or not a number
+    except ValueError as exc:
+        return f"not a URL ({clip(str(exc), 60)})"
+    if not parts.hostname:
+        return "names no host"
+    if port == 0:
+        return "port 0 is not a server's port"
+    return None
 
 
 class LoadTimeouts(BaseModel):
@@ -56,18 +78,26 @@ class LoadSpec(BaseModel):
 
     backend: Backend = "sglang"
     base_url: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        problem = None if v is None else url_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
     api_key: str | None = None
     model: str | None = None  # served model name; fetched from /v1/models when None (openai backends)
     concurrency: int | None = Field(None, ge=1)  # closed loop; None = pure open loop
     request_rate: float = Field(math.inf, gt=0)  # Poisson arrivals per second; inf = all at once
-    num_prompts: int | None = Field(None, ge=1)
+    num_prompts: int | None = Field(None, ge=1, le=MAX_PROMPTS)
     duration_s: float | None = Field(None, gt=0)  # stop dispatching after this long (modelled seconds)
     warmup_requests: int = Field(1, ge=0)
     flush_cache: bool = False
-    input_len: int = Field(1024, ge=1)
-    output_len: int = Field(1024, ge=1)
+    input_len: int = Field(1024, ge=1, le=MAX_SEQUENCE_TOKENS)
+    output_len: int = Field(1024, ge=1, le=MAX_SEQUENCE_TOKENS)
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=MAX_SEED)
     dataset_path: Path | None = None
     # Synthetic sglang prompts draw ids from [low, high); None = 1000-30000, or the served
     # model's own safe range when /get_model_info names a local model (load.prompts.token_id_range).
@@ -87,7 +117,7 @@ class LoadSpec(BaseModel):
     def _bounded(self) -> LoadSpec:
         for key, ceiling in self.goodput_slo.items():
             if key not in GOODPUT_KEYS:
-                raise ValueError(f"goodput_slo key {key!r}: known keys are ttft_ms, tpot_ms, e2e_latency_ms")
+                raise ValueError(f"goodput_slo key {shown(key)}: known keys are ttft_ms, tpot_ms, e2e_latency_ms")
             if not ceiling > 0:
                 raise ValueError(f"goodput_slo {key}={ceiling}: must be > 0")
         if self.dataset is not None and self.dataset_path is not None:
@@ -99,6 +129,11 @@ class LoadSpec(BaseModel):
             raise ValueError(f"token_id_range must be 0 <= low < high, got {self.token_id_range}")
         if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None and not finite:
             raise ValueError("an unbounded burst needs num_prompts: set concurrency, request_rate or num_prompts")
+        tokens = ((self.num_prompts or 0) + self.warmup_requests) * self.input_len \
+            if self.dataset is None and self.dataset_path is None else 0
+        if tokens > MAX_PROMPT_TOKENS:  # every synthetic prompt is built before the load point starts
+            raise ValueError(f"(num_prompts + warmup_requests) x input_len = {tokens:,} prompt tokens, more than "
+                             f"the {MAX_PROMPT_TOKENS:,} a load point builds")
         return self
 
     @property
@@ -119,4 +154,4 @@ def build_spec(**fields: object) -> LoadSpec:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if not loc:
             raise ConfigError(f"load spec: {msg}") from None
-        raise ConfigError(f"{loc}={err.get('input')!r}: {msg}") from None
+        raise ConfigError(f"{clip(loc)}={shown(err.get('input'))}: {clip(msg, 200)}") from None

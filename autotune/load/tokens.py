@@ -12,11 +12,15 @@ token counts the server reports; this only decides the lengths of the prompts se
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from autotune.files import regular_file
+from autotune.limits import JSON_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +123,26 @@ class HFCounter:
         return str(self._tok.decode(ids))  # type: ignore[attr-defined]
 
 
+def tokenizer_file(tokenizer_path: str | Path, field: str = "tokenizer") -> Path | None:
+    """The tokenizer.json ``tokenizer_path`` names (itself, or in the directory it names); None when
+    there is none. One that is there but is not a regular file of at most
+    :data:`~autotune.limits.JSON_BYTES` (``/dev/zero``, a FIFO: the library would read it without end)
+    is refused: ConfigError naming ``field``."""
+    p = Path(tokenizer_path)
+    file = p / "tokenizer.json" if p.is_dir() else p
+    if not os.path.lexists(file):
+        return None
+    return regular_file(file, field, JSON_BYTES)
+
+
 def load_counter(tokenizer_path: str | Path | None) -> TokenCounter:
     """The model's tokenizer from ``tokenizer_path`` (a model directory or a tokenizer.json),
     else the word counter with a note saying why the counts are estimates."""
     if tokenizer_path is None:
         return WordCounter("token counts estimated: one token per word (no tokenizer given)")
     p = Path(tokenizer_path)
-    file = p / "tokenizer.json" if p.is_dir() else p
-    if not file.is_file():
+    file = tokenizer_file(p)
+    if file is None:
         return WordCounter(f"token counts estimated: one token per word (no tokenizer.json in {p})")
     try:
         from tokenizers import Tokenizer

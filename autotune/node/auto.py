@@ -9,11 +9,13 @@ saying what is then unknown.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 from autotune.node.amd import read_amd_node
 from autotune.node.nvml import NvmlNode, read_node
 from autotune.node.topology import Topology, read_topology
@@ -48,6 +50,19 @@ _NAME_RULES: tuple[tuple[str, str | None], ...] = (
 )
 # The study may describe a GPU outside the catalogue with these hardware keys.
 FIGURE_KEYS = ("memory_mib", "hbm_tb_s", "bf16_tflops", "sm", "nvlink_gb_s", "pcie_gb_s")
+
+
+#: The largest memory a described GPU may claim (16 TiB; the largest GPU made holds 288 GiB).
+MAX_MEMORY_MIB = 16 * 2**20
+
+
+def _figure(key: str, value: Any) -> Any:
+    """A GPU figure of the study (``hardware.memory_mib`` ...): a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"hardware.{key}: must be a finite number > 0 (got {shown(value)})")
+    if key == "memory_mib" and value > MAX_MEMORY_MIB:
+        raise ConfigError(f"hardware.memory_mib: more than {MAX_MEMORY_MIB:,} MiB (16 TiB) (got {shown(value)})")
+    return value
 
 
 def catalogue_name(nvml_name: str, memory_mib: int) -> str | None:
@@ -92,14 +107,14 @@ def resolve_hardware(hw: dict[str, Any], *, node: NvmlNode | None = None, topolo
     A block whose ``gpu`` is a catalogue name and has no figures is returned as it is. A GPU
     outside the catalogue with ``memory_mib`` becomes a custom GPU (no node read)."""
     hw = dict(hw)
-    figures = {k: hw.pop(k) for k in FIGURE_KEYS if k in hw}
+    figures = {k: _figure(k, hw.pop(k)) for k in FIGURE_KEYS if k in hw}
     gpu = str(hw.get("gpu", "auto"))
     notes: list[str] = []
     if gpu != "auto":
         if not figures:
             return hw, notes  # a catalogue name (or a typo, which get_gpu will report)
         if "memory_mib" not in figures:
-            raise ConfigError(f"hardware.memory_mib: required to describe a GPU outside the catalogue ({gpu!r})")
+            raise ConfigError(f"hardware.memory_mib: required to describe a GPU outside the catalogue ({shown(gpu)})")
         hw["gpu"] = custom_gpu_name(gpu, **figures)
         notes.append(_unknown_line(hw["gpu"], "the study's description"))
         return hw, notes

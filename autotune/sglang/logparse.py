@@ -103,7 +103,15 @@ def _parse_kv(text: str) -> dict[str, Any]:
 
 
 def parse_line(line: str) -> LogEvent | None:
-    """Parse one log line; ``None`` for lines that carry nothing autotune uses."""
+    """Parse one log line; ``None`` for lines that carry nothing autotune uses, and for a line whose
+    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits)."""
+    try:
+        return _parse_line(line)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_line(line: str) -> LogEvent | None:
     text = line.rstrip("\r\n")
     if not text.strip():
         return None

@@ -13,6 +13,7 @@ from autotune.sglang.versions import SglangVersion, as_version
 
 __all__ = [
     "eagle_reserve_mib",
+    "dsa_budgets_stored_fp8_row",
     "gpt_oss_disables_hybrid_swa",
     "max_bs_capped_by_max_running_requests",
     "mxfp4_pad_align",
@@ -73,6 +74,16 @@ MAMBA_PAD_SLOT = "0.5.17"
 #: overlap scheduler or paging is on: 0.5.14 ``server_args.py:4385`` (0.5.13 ``server_args.py:1225``: auto is
 #: ``no_buffer``). Read in the 0.5.13 and 0.5.14 wheels.
 MAMBA_EXTRA_BUFFER_AUTO = "0.5.14"
+
+#: DSA (DeepSeek V3.2) with an FP8 KV cache stores a 656 B latent row a layer (512 fp8 + 16 scale bytes + 64 bf16
+#: rope: 0.5.3.post1 ``mem_cache/memory_pool.py:1138-1144``; 0.5.9 ``memory_pool.py:1407-1418`` fed by
+#: ``model_executor/model_runner_kv_cache_mixin.py:212-247,535``). Its KV budget divided by that row from 0.5.17
+#: (``model_executor/pool_configurator.py:199-212`` calls ``mem_cache/kv_cache_configurator.py:1985-2036``); up to
+#: 0.5.16 it divided by ``(kv_lora_rank + qk_rope_head_dim) x 1 B`` = 576 B plus the indexer (0.5.3.post1
+#: ``model_runner.py:1277-1293``, SGLang PR #11309; 0.5.9 ``model_runner_kv_cache_mixin.py:47-80``; 0.5.16
+#: ``pool_configurator.py:187-216``), so the pool it then allocated outgrew the budget by 80 B a layer per token.
+#: Read in the 0.5.3.post1, 0.5.4, 0.5.9, 0.5.12, 0.5.15, 0.5.16 and 0.5.17 wheels.
+DSA_FP8_ROW_BUDGETED = "0.5.17"
 
 
 def _v(version: str | SglangVersion) -> SglangVersion:
@@ -153,3 +164,8 @@ def gpt_oss_disables_hybrid_swa(version: str | SglangVersion, architecture: str 
         return False
     backend = attention_backend or ("trtllm_mha" if sm_family == 100 else None)  # the SM100 default
     return backend == "trtllm_mha"
+
+
+def dsa_budgets_stored_fp8_row(version: str | SglangVersion) -> bool:
+    """Whether a DSA model's KV budget divides by the FP8 row as stored (:data:`DSA_FP8_ROW_BUDGETED`)."""
+    return _v(version).at_least(DSA_FP8_ROW_BUDGETED)

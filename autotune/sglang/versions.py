@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import total_ordering
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 
 __all__ = ["SglangVersion", "parse_version", "as_version", "DEFAULT_VERSION"]
 
@@ -90,7 +91,7 @@ def parse_version(text: str) -> SglangVersion:
     """
     m = _VERSION_RE.match(str(text))
     if not m:
-        raise ConfigError(f"sglang_version: cannot parse {text!r} (expected e.g. '0.5.9' or '0.5.23')")
+        raise ConfigError(f"sglang_version: cannot parse {shown(text)} (expected e.g. '0.5.9' or '0.5.23')")
     return SglangVersion(
         major=int(m["major"]),
         minor=int(m["minor"]),
@@ -106,7 +107,7 @@ def as_version(v: str | SglangVersion) -> SglangVersion:
         return v
     if isinstance(v, str):
         return parse_version(v)
-    raise ConfigError(f"sglang_version: expected a version string, got {v!r}")
+    raise ConfigError(f"sglang_version: expected a version string, got {shown(v)}")
 
 
 _V0_5_14 = SglangVersion(0, 5, 14)

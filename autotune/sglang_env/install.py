@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import AutotuneError
-from autotune.sglang_env.packages import install_steps
+from autotune.sglang_env.packages import check_release, install_steps
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ def cache_root() -> Path:
 
 
 def default_prefix(version: str, device: str) -> Path:
-    return cache_root() / "sglang" / f"{version}-{device}"
+    """``$AUTOTUNE_CACHE/sglang/<version>-<device>``; the version must name a release (never ``../..``)."""
+    return cache_root() / "sglang" / f"{check_release(version)}-{device}"
 
 
 def _digest(data: bytes) -> str:

@@ -12,9 +12,22 @@ for SGLang's own ``bench_serving`` (the comparison benchmark).
 
 from __future__ import annotations
 
+import re
+
 from autotune.errors import ConfigError
+from autotune.limits import shown
 
 DEVICES = ("cpu", "cuda")
+#: An SGLang release as PyPI names it (0.5.23, 0.5.9.post1, 0.5.10rc0): nothing else reaches pip or a path.
+_RELEASE_RE = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}(?:\.post\d{1,4}|rc\d{1,4})?")
+
+
+def check_release(version: str) -> str:
+    """``version`` when it names a release; ConfigError (exit 2) otherwise: it becomes a directory
+    name under the cache, so ``../../x`` would put a venv outside it."""
+    if not _RELEASE_RE.fullmatch(version):
+        raise ConfigError(f"--version: {shown(version)} is not an SGLang release (e.g. 0.5.23, 0.5.9.post1)")
+    return version
 
 _COMMON = (
     "torch==2.14.1", "torchvision==0.29.*", "triton", "safetensors", "huggingface_hub",
@@ -47,8 +60,9 @@ def cpu_versions() -> tuple[str, ...]:
 
 def install_steps(version: str, device: str) -> list[list[str]]:
     """The ``pip install`` argument lists (after ``pip install``), in order."""
+    check_release(version)
     if device not in DEVICES:
-        raise ConfigError(f"--device: {device!r} is not one of {', '.join(DEVICES)}")
+        raise ConfigError(f"--device: {shown(device)} is not one of {', '.join(DEVICES)}")
     if device == "cuda":
         return [[f"sglang=={version}", "datasets"]]
     if version not in _CPU_EXTRA:

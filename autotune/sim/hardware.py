@@ -11,7 +11,8 @@ Order of events (SGLang 0.5.9 ``model_executor/model_runner.py`` ``ModelRunner._
 
     capacity - CUDA context - NCCL - custom-allreduce IPC - torch-symm-mem   = P (baseline)
     P - target weights (- draft weights, regime B) - loader residue          = A
-    rest = A - P (1 - f)  ->  N = floor(rest / cell)   (KV pool, <= 0 fails)
+    rest = A - P (1 - f)  ->  N = floor(rest / cell)   (KV pool, <= 0 fails; the pool
+    holds N x its own cell, above rest for DSA's fp8 rows before 0.5.17)
     slack P (1 - f) then pays: request table, attention workspace, CUDA graphs
     (decode, 0.5.23 prefill, draft), FlashInfer fusion workspace, --enable-symm-mem
     prealloc, regime-A draft weights and KV; what is left must hold one chunk's prefill
@@ -249,13 +250,17 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
     if launch.attn_dp_size > 1:
         chunk = max(chunk // launch.attn_dp_size, 1)  # _handle_data_parallelism
     rest = a - p * (1.0 - f)
-    cell = cell_size_bytes(model, tp_size=tp // max(launch.attn_dp_size, 1), kv_cache_dtype=launch.kv_cache_dtype, version=v,
-                           draft=draft if v.regime == "B" else None,
-                           spec_algorithm=spec.algorithm if v.regime == "B" else None, gpu_sm=gpu.sm,
-                           swa_ratio=1.0 if launch.raw.get("disable_hybrid_swa_memory") or releases.gpt_oss_disables_hybrid_swa(
-                               v, model.architecture, sm_family=gpu.sm_family,
-                               attention_backend=launch.raw.get("attention_backend"))
-                           else launch.raw.get("swa_full_tokens_ratio"))
+    swa_ratio = 1.0 if launch.raw.get("disable_hybrid_swa_memory") or releases.gpt_oss_disables_hybrid_swa(
+        v, model.architecture, sm_family=gpu.sm_family, attention_backend=launch.raw.get("attention_backend")) \
+        else launch.raw.get("swa_full_tokens_ratio")
+
+    def cell_bytes(budget: bool) -> int:  # what the pool holds a token / what the budget is divided by
+        return cell_size_bytes(model, tp_size=tp // max(launch.attn_dp_size, 1), kv_cache_dtype=launch.kv_cache_dtype,
+                               version=v, draft=draft if v.regime == "B" else None,
+                               spec_algorithm=spec.algorithm if v.regime == "B" else None, gpu_sm=gpu.sm,
+                               swa_ratio=swa_ratio, budget=budget)
+
+    cell, budget_cell = cell_bytes(False), cell_bytes(True)  # they differ for DSA's fp8 rows before 0.5.17
     # Mamba state slots / DeepSeek V4's fixed compressed state come out of the budget before the pool
     page = launch.page_size
     if launch.raw.get("page_size") is None:  # SGLang's per-family default (DeepSeek V4 256, DSA on CUDA 64)
@@ -264,7 +269,7 @@ def plan_memory(launch: Launch, model: ModelProfile, draft: ModelProfile | None,
                       max_running_requests=launch.max_running_requests,
                       mamba=_mamba_knobs(launch, model, v, spec, page)) if rest > 0 else Reserve(0.0)
     reserved, pool = res.bytes, res.mamba
-    profiled = int((rest * GIB - reserved) // cell)
+    profiled = int((rest * GIB - reserved) // budget_cell)
     if pool is not None and pool.max_running_cap <= 0:  # "Not enough GPU memory for hybrid ... state cache"
         profiled = 0
     n = profiled

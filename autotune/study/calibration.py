@@ -6,6 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.files import read_text
+from autotune.limits import LOG_BYTES, shown
+from autotune.sglang.memory.predictor import calibration_problem
 from autotune.spec import StudySpec
 from autotune.study import attrs
 
@@ -43,16 +46,17 @@ def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -
     from autotune.study.storage.opening import open_study
 
     path = Path(log_path)
-    if not path.is_file():
-        raise ConfigError(f"--from-log: no such file {log_path!r}")
-    text = path.read_text(errors="replace")
+    text = read_text(path, "--from-log", LOG_BYTES, errors="replace")  # a regular file, bounded
     events = parse_log(text)
     summary = summarize(events)
     cal = {k: summary.get(k) for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib", "log_wording")}
     if all(cal[k] is None for k in ("p_gib", "a_gib", "kv_tokens", "graph_gib")):
-        raise ConfigError(f"--from-log: {log_path!r} has no SGLang memory lines ('Load weight begin/end', "
+        raise ConfigError(f"--from-log: {shown(log_path, 200)} has no SGLang memory lines ('Load weight begin/end', "
                           "'KV Cache is allocated', the graph capture lines)")
     model, gpu = _study_profiles(spec)
+    problem = calibration_problem(cal, gpu.memory_gib)
+    if problem:  # not a measurement of any GPU of this study: never stored, --force or not
+        raise ConfigError(f"--from-log: {path.name}: {problem} ({spec.hardware.gpu}); nothing stored")
     against = contradictions(spec, text, summary, events, model, gpu)
     if against and not force:
         raise ConfigError(f"--from-log: {path.name} contradicts study {spec.name!r}: {'; '.join(against)} "

@@ -11,7 +11,14 @@ Three things a startup log says about itself, each held against the study:
 - P, the free memory before the weights ("Load weight begin ... avail mem"), vs the study GPU's
   capacity: P cannot exceed it, and sits within a few GiB under it (CUDA context, NCCL, custom
   allreduce); below 80 % of it the log comes from a smaller GPU (a 24 GiB L4's ~21 GiB for a 140 GiB
-  H200 study) or from one other processes held.
+  H200 study) or from one other processes held;
+- the weights one rank loaded ("Load weight end ... mem usage") vs the study model's own size at the
+  log's TP: under half of it is a smaller model of the same architecture (Qwen3-8B's 15 GiB for a
+  Qwen3-32B study, whose KV pool the calibration would then overstate 24-fold), unless the study's
+  launch quantizes the checkpoint itself (``--quantization``); more than the whole model on one GPU is
+  a larger one. Between the two: DP attention keeps attention weights whole per rank (2.1 x on
+  DeepSeek R1 at DP 8), an FP8 launch of a BF16 checkpoint halves them (0.58 x on Qwen3-8B), both
+  public logs of ``tests/data/public_logs``.
 
 What the log does not show is not held against it.
 """
@@ -33,6 +40,8 @@ LOGGED_AS = {"deepseekv32forcausallm": frozenset({"deepseekv3forcausallm", "deep
 
 #: P below this share of the GPU's capacity is another GPU's (or a crowded one's).
 P_FLOOR_SHARE = 0.80
+#: Logged weights per GPU under this share of the model's own (at the log's TP) are another model's.
+WEIGHT_FLOOR_SHARE = 0.5
 _SIZE_RE = {k: re.compile(rf"""['"]?\b{k}['"]?\s*[:=]\s*(\d+)""") for k in ("tp_size", "dp_size")}
 
 
@@ -94,6 +103,9 @@ def contradictions(spec: StudySpec, text: str, summary: dict[str, Any], events: 
         out.append(f"tp_size: the log has rank TP{max(summary['ranks'])}, the study launches TP {_sizes(tps)}")
     if "dp_size" in sizes and sizes["dp_size"] not in dps:
         out.append(f"dp_size: the log's server ran dp_size={sizes['dp_size']}, the study's DP sizes are {_sizes(dps)}")
+    weights = _weights_contradiction(spec, summary.get("weights_gib"), model, sizes.get("tp_size") or max(tps))
+    if weights:
+        out.append(weights)
     p = summary.get("p_gib")
     if p is not None and gpu is not None and spec.server.device != "cpu":
         cap = float(gpu.memory_gib)
@@ -102,3 +114,21 @@ def contradictions(spec: StudySpec, text: str, summary: dict[str, Any], events: 
             out.append(f"memory: the log's P is {p:.2f} GiB, {where} the study GPU's capacity "
                        f"({spec.hardware.gpu}: {cap:.2f} GiB)")
     return out
+
+
+def _weights_contradiction(spec: StudySpec, logged: float | None, model: Any | None, tp: int) -> str | None:
+    """The weights line when the log's weights per GPU cannot be the study model's (module docstring)."""
+    if logged is None or model is None or model.is_unknown or not model.weight_bytes:
+        return None
+    from autotune.sglang.models.sizing import weight_bytes_per_gpu
+
+    own = weight_bytes_per_gpu(model, tp) / 2**30
+    whole = (model.weight_bytes + model.post_load_weight_bytes) / 2**30
+    quantizes = any(a == "--quantization" or a.startswith("--quantization=") for a in spec.server.extra_args)
+    if logged < WEIGHT_FLOOR_SHARE * own and not quantizes:
+        return (f"weights: the log's server loaded {logged:.2f} GiB per GPU, under half of the study model's "
+                f"{own:.2f} GiB at TP {tp} ({model.name}): a smaller model")
+    if logged > 1.15 * whole + 1.0:
+        return (f"weights: the log's server loaded {logged:.2f} GiB per GPU, more than the study model's "
+                f"whole {whole:.2f} GiB ({model.name}): a larger model")
+    return None

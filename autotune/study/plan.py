@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import space
+from autotune.errors import ConfigError
+from autotune.limits import GRID_CANDIDATES
 from autotune.redact import redact_argv
 from autotune.sglang.flags.argv import render_argv
 from autotune.spec import StudySpec
+from autotune.storage_check import NoStudy
 from autotune.study import attrs
 from autotune.study.prediction import Predictor
-from autotune.study.storage.check import NoStudy
 from autotune.study.storage.opening import open_study
 
 ROW_KEYS = ("verdict", "reason", "kv_tokens", "kv_gib", "p_gib", "a_gib", "slack_gib", "min_viable_mem_fraction",
@@ -30,7 +33,12 @@ def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
 
 
 def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, Any]]:
-    """``--set KNOB=V1[,V2...]``: the cross product of the listed values, other knobs at SGLang's defaults."""
+    """``--set KNOB=V1[,V2...]``: the cross product of the listed values, other knobs at SGLang's defaults
+    (counted first: more than :data:`~autotune.limits.GRID_CANDIDATES` is refused before one is made)."""
+    n = math.prod(len(item.partition("=")[2].split(",")) for item in items)
+    if n > GRID_CANDIDATES:
+        sizes = " x ".join(str(len(item.partition("=")[2].split(","))) for item in items)
+        raise ConfigError(f"--set: {sizes} = {n:,} candidates, more than the {GRID_CANDIDATES:,} autotune lists")
     axes: list[list[tuple[str, Any]]] = []
     for item in items:
         key, _, raw = item.partition("=")

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from autotune.errors import ConfigError
 from autotune.sglang.hardware.gpus import GpuKind, get_gpu
 from autotune.sglang.knobs.config import ServerConfig
-from autotune.sglang.memory.predictor import Calibration, Prediction, predict
+from autotune.sglang.memory.predictor import Calibration, Prediction, calibration_problem, predict
 from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.spec import StudySpec
 
@@ -37,7 +38,14 @@ class Predictor:
     def calibration(self) -> dict[str, Any] | None:
         if self.spec.calibration is not None:
             return {**self.spec.calibration.model_dump(exclude_none=True), "source": "study file"}
-        return self._calibration()
+        cal = self._calibration()
+        if cal:  # stored by an earlier run or calibrate (or an older autotune that checked less)
+            problem = calibration_problem(cal, get_gpu(self.spec.hardware.gpu).memory_gib)
+            if problem:
+                raise ConfigError(f"calibration stored with study {self.spec.name!r} ({cal.get('source', '?')}): "
+                                  f"{problem}; give calibration: in the study file, or run autotune calibrate "
+                                  "with a log of this study")
+        return cal
 
     def profiles(self) -> tuple[ModelProfile, GpuKind, ModelProfile | None]:
         """(model, GPU, draft model or None), read on first use."""

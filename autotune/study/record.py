@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 from autotune.outcome import FailureKind
 from autotune.redact import redact_argv, redact_text
 from autotune.sglang.flags.argv import shell_line
-from autotune.sglang.memory.predictor import Calibration
+from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sglang.memory.predictor import Calibration, calibration_problem
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.candidates import Candidates
@@ -110,6 +111,10 @@ class Recorder:
             return
         pred = trial.user_attrs.get(attrs.PREDICTION, {})
         cal = Calibration.at(obs, cfg, source=f"trial {trial.number}", resolved_f=pred.get("f")).to_dict()
+        problem = calibration_problem(cal, get_gpu(self.spec.hardware.gpu).memory_gib)
+        if problem:  # a log line that is not a measurement of this GPU: never stored (it would break every prediction)
+            log.warning("trial %d's log not used to calibrate: %s", trial.number, problem)
+            return
         self.study.set_user_attr(attrs.CALIBRATION, cal)
         log.info("calibrated from trial %d: P=%.2f GiB, A=%.2f GiB", trial.number, cal["p_gib"], cal["a_gib"])
 

@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
 from autotune.errors import ConfigError
+from autotune.limits import shown
 from autotune.node.study_file import load_study
 from autotune.redact import redact_url
 from autotune.sglang.flags.release_tables import table_for
@@ -238,16 +239,16 @@ class Source:
 
 def _open(spec: StudySpec, path: str) -> optuna.Study:
     """The earlier study, loaded (optuna's load_study: no trial or attribute is written)."""
-    from autotune.study.storage.check import NoStudy
+    from autotune.storage_check import NoStudy
     from autotune.study.storage.opening import open_study
 
     try:
         return open_study(spec, create=False)
     except NoStudy:
-        raise ConfigError(f"warm_start: no study {spec.name!r} in {redact_url(spec.storage_url)} (from {path!r}); "
-                          "run it first or remove it from warm_start") from None
+        raise ConfigError(f"warm_start: no study {spec.name!r} in {redact_url(spec.storage_url)} "
+                          f"(from {shown(path, 200)}); run it first or remove it from warm_start") from None
     except ConfigError as exc:
-        raise ConfigError(f"warm_start {path!r}: {exc}") from None
+        raise ConfigError(f"warm_start {shown(path, 200)}: {exc}") from None
 
 
 #: The opener of earlier studies (the benchmark swaps in its in-memory ones).
@@ -380,10 +381,10 @@ def _prior_decision(src: Source) -> Decision:
 def load_source(new: StudySpec, path: str) -> Source:
     full = new.resolve_path(path)
     if not Path(full).is_file():
-        raise ConfigError(f"warm_start: no study file {path!r} (looked at {full})")
+        raise ConfigError(f"warm_start: no study file {shown(path, 200)} (looked at {shown(str(full), 200)})")
     old = load_study(full)  # as the commands load it: an earlier study of hardware: auto reads this node
     if (old.name, old.storage_url) == (new.name, new.storage_url):
-        raise ConfigError(f"warm_start: {path!r} is this study itself (resuming it needs no warm start)")
+        raise ConfigError(f"warm_start: {shown(path, 200)} is this study itself (resuming it needs no warm start)")
     study = OPEN[0](old, path)
     return Source(path=path, spec=old, study=study, relation=relation(new, old), new=new)
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 from autotune.sglang.flags.modelled import FLAGS, Flag, human_readable_int
 from autotune.sglang.flags.release_tables import table_for
 from autotune.sglang.flags.unknown import accept_newer_flags, newer_flags
@@ -50,7 +51,7 @@ def _in_range(flag: Flag, v: SglangVersion) -> bool:
 
 
 def flags_for(version: str | SglangVersion) -> list[Flag]:
-    """The modelled flags (typed, see ``modelled``) that ``version`` of ``sglang.launch_server`` accepts.
+    """The modelled flags (typed, see ``_flag_table``) that ``version`` of ``sglang.launch_server`` accepts.
 
     A modelled flag counts only where the release's own table (read from its
     wheel) has it; its aliases are those that release declares.
@@ -101,7 +102,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """An ``argparse.ArgumentParser`` with every flag of ``version``'s real parser, ``allow_abbrev=True``.
 
-    Built from the release's table (``release_tables/<version>.json``, read from
+    Built from the release's table (``flag_tables/<version>.json``, read from
     its wheel), so unique prefixes, ambiguous prefixes, choices and types
     behave as on a real server. Callers may add their own flags (the simulated
     server adds ``--sim-*``). On a bad argv it prints ``<prog>: error: ...`` and
@@ -394,7 +395,7 @@ def effective_config(cfg: ServerConfig, version: str | SglangVersion) -> ServerC
             continue
         knob_value = getattr(ns_knobs, dest, None)
         if knob_value != getattr(base, dest, None) and knob_value != value:
-            raise ConfigError(f"server.extra_args: sets {dest}={value!r}, contradicting the knob's {knob_value!r} "
+            raise ConfigError(f"server.extra_args: sets {dest}={shown(value)}, contradicting the knob's {shown(knob_value)} "
                               "(set it in one place)")
     folded = config_from_namespace(ns_all, v)
     return replace(folded, extra_args=cfg.extra_args, flags=cfg.flags, env=cfg.env, host=cfg.host, port=cfg.port)

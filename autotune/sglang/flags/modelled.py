@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from autotune.limits import shown
+
 __all__ = ["Flag", "FLAGS", "human_readable_int"]
 
 
@@ -95,7 +97,7 @@ def human_readable_int(value: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"Invalid integer value: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"Invalid integer value: {shown(value)}") from None
 
 
 FLAGS: tuple[Flag, ...] = (

@@ -18,10 +18,12 @@ public driver output was found for.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 
 __all__ = ["GPUS", "GpuKind", "custom_gpu_name", "get_gpu", "gpu_names", "unknown_figures"]
 
@@ -201,13 +203,15 @@ def _parse_custom(text: str) -> GpuKind:
             gfx = value
             continue
         if not eq or key not in ("memory_mib", *_OPTIONAL):
-            raise ConfigError(f"gpu: bad custom GPU figure {item!r} in {text!r}")
+            raise ConfigError(f"gpu: bad custom GPU figure {shown(item)} in {shown(text)}")
         try:
             figures[key] = float(value)
         except ValueError:
-            raise ConfigError(f"gpu: bad custom GPU figure {item!r} in {text!r}") from None
-    if "memory_mib" not in figures or figures["memory_mib"] <= 0:
-        raise ConfigError(f"gpu: custom GPU {text!r} needs memory_mib > 0")
+            raise ConfigError(f"gpu: bad custom GPU figure {shown(item)} in {shown(text)}") from None
+        if not math.isfinite(figures[key]) or figures[key] <= 0:
+            raise ConfigError(f"gpu: custom GPU figure {shown(item)} must be a finite number > 0")
+    if "memory_mib" not in figures:
+        raise ConfigError(f"gpu: custom GPU {shown(text)} needs memory_mib > 0")
     mem = int(figures["memory_mib"])
     unknown = [k for k in ("hbm_tb_s", "bf16_tflops", "sm") if k not in figures and not (k == "sm" and gfx)]
     # Speed figures left out are borrowed from the catalogue GPU nearest in memory, so the
@@ -246,6 +250,6 @@ def get_gpu(name: str) -> GpuKind:
         return GPUS[key]
     except KeyError:
         raise ConfigError(
-            f"gpu: unknown GPU kind {name!r}; known: {', '.join(gpu_names())}, cpu "
+            f"gpu: unknown GPU kind {shown(name)}; known: {', '.join(gpu_names())}, cpu "
             "(or describe it: hardware.memory_mib, hbm_tb_s, bf16_tflops; or gpu: auto on the node)"
         ) from None

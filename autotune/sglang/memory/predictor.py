@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.limits import shown
 from autotune.sglang import releases
 from autotune.sglang.defaults import (
     auto_chunked_prefill_size,
@@ -43,7 +44,8 @@ from autotune.sglang.models.profile import ModelProfile
 from autotune.sglang.models.sizing import kv_cell_bytes, kv_reserved, weight_bytes_per_gpu
 from autotune.sglang.versions import SglangVersion, as_version
 
-__all__ = ["Calibration", "Prediction", "VERDICTS", "cell_size_bytes", "predict", "kv_bytes_per_element"]
+__all__ = ["Calibration", "Prediction", "VERDICTS", "calibration_problem", "cell_size_bytes", "predict",
+           "kv_bytes_per_element"]
 
 VERDICTS = ("fits", "kv_oom", "graph_capture_oom", "runtime_oom_risk", "too_few_tokens")
 #: The verdicts that prune a candidate before launch (unless uncertain): THE prune rule, used by the driver.
@@ -70,7 +72,7 @@ def kv_bytes_per_element(kv_cache_dtype: str, model: ModelProfile) -> float:
         return 2.0
     if d in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
         return 0.5 + 1 / 16
-    raise ConfigError(f"kv_cache_dtype: unknown value {kv_cache_dtype!r}")
+    raise ConfigError(f"kv_cache_dtype: unknown value {shown(kv_cache_dtype)}")
 
 
 def _draft_layers(model: ModelProfile, draft: ModelProfile | None, algorithm: str) -> int:
@@ -92,8 +94,9 @@ def cell_size_bytes(
     attn_dp_size: int = 1,
     gpu_sm: int = 0,
     swa_ratio: float | None = None,
+    budget: bool = False,
 ) -> int:
-    """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.models`).
+    """KV bytes per token per GPU (section 1.3), by the model's family (:mod:`autotune.sglang.models.profile`).
 
     MHA/GQA: ``max(1, kv_heads // attn_tp) x (head_dim + v_head_dim) x L x kv_size``
     (KV heads replicated when TP > kv heads). MLA: ``(kv_lora_rank +
@@ -101,12 +104,14 @@ def cell_size_bytes(
     window pool at the SWA ratio, DeepSeek V4 its compressed pools; Mamba hybrids count their
     attention layers only. Regime B with an EAGLE-family or STANDALONE draft:
     ``x (1 + L_draft / L_target)``. ``gpu_sm`` decides DSA's kv "auto" (fp8 from SM 100).
+    ``budget``: the bytes the release divides its KV budget by, where they differ from what the pool
+    stores (DSA in fp8 before 0.5.17: :data:`autotune.sglang.releases.DSA_FP8_ROW_BUDGETED`).
     """
     v = as_version(version)
     kv = kv_bytes_per_element(kv_cache_dtype, model)
     attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
     cell = kv_cell_bytes(model, attn_tp=attn_tp, kv_bytes=kv, kv_cache_dtype=kv_cache_dtype, gpu_sm=gpu_sm,
-                         swa_ratio=swa_ratio)
+                         swa_ratio=swa_ratio, stored_fp8_row=not budget or releases.dsa_budgets_stored_fp8_row(v))
     algo = (spec_algorithm or "").upper()
     if algo in _DRAFT_IN_CELL and v.regime == "B":
         cell = cell * (1 + _draft_layers(model, draft, algo) / model.num_layers)
@@ -160,6 +165,35 @@ class Calibration:
             speculative_algorithm=cfg.speculative.algorithm, num_draft_tokens=cfg.speculative.num_draft_tokens,
             attn_dp_size=cfg.attn_dp_size,
         )
+
+
+#: GiB a measured P may exceed the catalogue's capacity by (rounding of the logged figures).
+CAPACITY_TOLERANCE_GIB = 0.05
+
+
+def calibration_problem(values: dict[str, Any], capacity_gib: float) -> str | None:
+    """Why measured memory figures (``p_gib``, ``a_gib``, ``graph_gib``: GiB per GPU; ``kv_tokens``) cannot
+    be this GPU's (None when they can): each finite and not negative, P positive and the rest at most
+    the GPU's capacity, KV tokens at most one per byte of it. A value outside these is not a
+    measurement: stored, it would break every later prediction (1e300 GiB overflows the token count)."""
+    cap = capacity_gib + CAPACITY_TOLERANCE_GIB
+    for key in ("p_gib", "a_gib", "graph_gib"):
+        v = values.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{key}={shown(v)} is not a number"
+        if not math.isfinite(v) or v < 0 or (key == "p_gib" and v == 0):
+            return f"{key}={shown(v)} must be a finite number > 0"
+        if v > cap:
+            return f"{key}={shown(v)} GiB is more than the GPU's memory ({capacity_gib:.2f} GiB)"
+    tokens = values.get("kv_tokens")
+    if tokens is not None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            return f"kv_tokens={shown(tokens)} must be a whole number >= 0"
+        if tokens > cap * 2**30:
+            return f"kv_tokens={shown(tokens)} is more than one per byte of the GPU's memory ({capacity_gib:.2f} GiB)"
+    return None
 
 
 @dataclass
@@ -278,6 +312,7 @@ class _Pool:
     rest: float
     slack_gib: float  # P(1 - f)
     cell: int
+    budget_cell: int  # what the release divides the budget by (DSA fp8 before 0.5.17); else the cell
     head: str  # "rest = A - P x (1 - f) = ..." (and what is reserved out of it): every reason starts with it
     tokens: int
     low: int | None
@@ -498,6 +533,10 @@ def _kv_pool(x: _Launch, pa: _PA, fr: _Fraction) -> _Pool:
     # Attention runs at TP tp/attn_dp under DP attention: an MHA rank holds more heads; MLA's latent is per rank anyway.
     cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v, draft=x.draft,
                            spec_algorithm=x.algo, gpu_sm=g.sm, swa_ratio=_swa_ratio(cfg, model, g, v))
+    # What the release divides the budget by; the pool it then allocates holds `cell` a token (DSA fp8 < 0.5.17).
+    budget_cell = cell_size_bytes(model, tp_size=tp // attn_dp, kv_cache_dtype=cfg.kv_cache_dtype, version=v,
+                                  draft=x.draft, spec_algorithm=x.algo, gpu_sm=g.sm,
+                                  swa_ratio=_swa_ratio(cfg, model, g, v), budget=True)
     slack_gib = p * (1 - f)
     rest = a - slack_gib
     head = f"rest = {a:.2f} - {p:.2f} x (1 - {f:g}) = {rest:.2f} GiB"
@@ -513,14 +552,14 @@ def _kv_pool(x: _Launch, pa: _PA, fr: _Fraction) -> _Pool:
         model, rest_b, tp=tp // attn_dp, max_running_requests=cfg.max_running_requests,
         mamba=mamba_knobs(cfg, model, v, draft_tokens, page)).bytes)
     if learned:
-        cell = learned
+        cell = budget_cell = learned
         x.notes.append(f"KV cell {cell:,} B learned from the calibration launch (the "
                        f"{'architecture' if model.is_unknown else 'build'}'s rule is unknown)")
     if reserved > 0:
         head += f" ({reserved / slack.GIB:.2f} GiB of it {_RESERVED_WHAT.get(model.family, 'for the multimodal cache')}"
         head += (f": {pool.slots} state slots x {pool.per_request_bytes / 2**20:.1f} MiB by {pool.rule})"
                  if pool is not None else ")")
-    tokens = max(int(math.floor((rest * slack.GIB - reserved) / cell)), 0) if rest > 0 else 0
+    tokens = max(int(math.floor((rest * slack.GIB - reserved) / budget_cell)), 0) if rest > 0 else 0
     if pool is not None and pool.max_running_cap <= 0:  # SGLang: "Not enough GPU memory for hybrid ... state cache"
         tokens = 0
 
@@ -548,7 +587,7 @@ def _kv_pool(x: _Launch, pa: _PA, fr: _Fraction) -> _Pool:
         x.notes.append(f"max_running_requests capped at {pool.max_running_cap} by the state pool "
                        f"({pool.slots} slots // {pool.ratio} a request)")
         mrr = pool.max_running_cap
-    return _Pool(rest=rest, slack_gib=slack_gib, cell=cell, head=head, tokens=tokens, low=low, high=high,
+    return _Pool(rest=rest, slack_gib=slack_gib, cell=cell, budget_cell=budget_cell, head=head, tokens=tokens, low=low, high=high,
                  range_why=range_why, draft_tokens=draft_tokens, mamba=pool, mrr=mrr, context=context)
 
 
@@ -610,6 +649,10 @@ def _slack_needs(x: _Launch, pa: _PA, fr: _Fraction, pool: _Pool) -> _Slack:
         "req_to_token": slack.req_to_token_gib(rows, context, draft_tokens, v),
         "attention_workspace": slack.attention_workspace_gib(model),
     }
+    if pool.cell > pool.budget_cell:  # the pool's rows outgrow the budget they were counted against: out of the slack
+        parts["kv_past_budget"] = tokens * (pool.cell - pool.budget_cell) / slack.GIB
+        x.notes.append(f"KV tokens counted at {pool.budget_cell:,} B, the pool holds {pool.cell:,} B a token: "
+                       f"{parts['kv_past_budget']:.2f} GiB past the budget (DSA's fp8 rows before SGLang 0.5.17)")
     if slack.fusion_enabled(model, g, tp, cfg.flashinfer_allreduce_fusion):
         parts["allreduce_fusion"] = slack.fusion_workspace_gib(model, tp)
     if cfg.enable_symm_mem:
@@ -757,7 +800,7 @@ def _float_flag(cfg: ServerConfig, name: str) -> float | None:
     try:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
-        raise ConfigError(f"{name}: {value!r} is not a number") from None
+        raise ConfigError(f"{name}: {shown(value)} is not a number") from None
 
 
 def _page_size(cfg: ServerConfig, model: ModelProfile | None = None) -> int:

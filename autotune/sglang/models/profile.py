@@ -6,7 +6,7 @@ from the config; ModelOpt's ``hf_quant_config.json`` too. Config-only stand-in d
 ``studies/models/kimi-k2-class`` work without any weights on disk.
 
 The per-family rules (KV cell, the pools beside it, weights per GPU, quantization) live in
-:mod:`autotune.sglang.models`. Known: MHA/GQA (Llama, Mistral, Qwen, Gemma, GLM-4.x), hybrid
+:mod:`autotune.sglang.models.profile`. Known: MHA/GQA (Llama, Mistral, Qwen, Gemma, GLM-4.x), hybrid
 sliding-window (GPT-OSS, MiMo-V2), MLA (DeepSeek V2/V3/R1, Kimi K2/K2.5), DSA (DeepSeek V3.2, GLM-5),
 DeepSeek V4, Mamba / linear-attention hybrids (Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1), multimodal wrappers
 (``text_config``) and EAGLE / EAGLE3 draft heads. Anything else is ``unknown``.
@@ -14,13 +14,15 @@ DeepSeek V4, Mamba / linear-attention hybrids (Qwen3-Next, Qwen3.5, Nemotron-H, 
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.files import read_json
+from autotune.limits import JSON_BYTES, clip, shown
 from autotune.sglang.models import families, weights
 from autotune.sglang.models.layout import KvLayout
 from autotune.sglang.models.quant import FP8_BLOCK, MXFP4, QuantScheme, detect_quant
@@ -138,16 +140,46 @@ class ModelProfile:
         return Path(self.path).name
 
 
+#: Keys of a config.json (the model's, its text_config, vision_config, quantization_config) that
+#: hold counts or sizes: text there (``"eight"``), a bool, NaN or a number past 2^40 is refused
+#: with the key's name before any arithmetic is done with it.
+_NUMERIC_KEYS = frozenset({
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim",
+    "qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank", "vocab_size", "intermediate_size",
+    "moe_intermediate_size", "max_position_embeddings", "max_sequence_length", "n_routed_experts", "num_experts",
+    "num_local_experts", "num_experts_per_tok", "num_nextn_predict_layers", "sliding_window", "swa_head_dim",
+    "swa_v_head_dim", "swa_num_key_value_heads", "full_attention_interval", "index_head_dim", "index_topk",
+    "index_topk_freq", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+    "linear_value_head_dim", "mamba_d_conv", "mamba_d_ssm", "mamba_d_state", "mamba_d_head", "mamba_expand",
+    "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "n_groups", "ssm_state_size",
+    "conv_kernel", "group_size", "num_bits", "bits", "w_bit", "q_group_size",
+})
+_MAX_CONFIG_INT = 2**40
+
+
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"model_path: {path.parent}: no {what} found") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"model_path: {path}: cannot read {what}: {e}") from None
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"model_path: {path.parent}: no {what} found")
+    data = read_json(path, f"model_path: {what}", JSON_BYTES)  # a regular file, bounded (not /dev/zero)
     if not isinstance(data, dict):
         raise ConfigError(f"model_path: {path}: {what} is not a JSON object")
+    _check_numbers(data, path, what)
     return data
+
+
+def _check_numbers(cfg: dict[str, Any], path: Path, what: str, depth: int = 0) -> None:
+    """Each count or size of ``cfg`` (and of the configs nested in it) a number, finite, >= 0, < 2^40."""
+    for key, value in cfg.items():
+        if isinstance(value, dict) and depth < 3:
+            _check_numbers(value, path, what, depth + 1)
+        elif key in _NUMERIC_KEYS and value is not None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and (isinstance(value, int) or math.isfinite(value)) and 0 <= value <= _MAX_CONFIG_INT
+            if not ok:
+                raise ConfigError(f"model_path: {path}: {key}={shown(value)} is not a size "
+                                  f"(a number from 0 to 2^40)")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"model_path: {path}: {key}={value} is not a finite number")
 
 
 def _int(cfg: dict[str, Any], key: str, default: int | None = None, *, where: str = "") -> int:
@@ -157,7 +189,7 @@ def _int(cfg: dict[str, Any], key: str, default: int | None = None, *, where: st
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"model_path: {where}: config.json {key}={value!r} is not an integer") from None
+        raise ConfigError(f"model_path: {where}: config.json {key}={shown(value)} is not an integer") from None
 
 
 def _text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -314,8 +346,13 @@ def load_model_profile(path: str | Path) -> ModelProfile:
     cfg = _read_json(directory / "config.json", "config.json")
     tensors = checkpoint_tensors(directory)
     total = index_total_size(directory) if tensors is None else None
-    profile = profile_from_config(cfg, path=str(directory), total_size=total,
-                                  hf_quant=_optional_json(directory / "hf_quant_config.json"), tensors=tensors)
+    try:
+        profile = profile_from_config(cfg, path=str(directory), total_size=total,
+                                      hf_quant=_optional_json(directory / "hf_quant_config.json"), tensors=tensors)
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:
+        # a value of another type than the format's where no key above names it (a list for a dict, ...)
+        raise ConfigError(f"model_path: {directory / 'config.json'}: a value autotune cannot read as a model "
+                          f"config ({type(exc).__name__}: {clip(str(exc), 80)})") from None
     if profile.weight_bytes_estimated:
         log.info("%s: no safetensors index; weight size estimated from config as %.2f GiB", directory, profile.weight_gib)
     if profile.is_unknown:

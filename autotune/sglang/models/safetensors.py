@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.files import read_json, regular_file
+from autotune.limits import JSON_BYTES, clip, shown
 
 __all__ = ["TensorInfo", "DTYPE_BYTES", "read_header", "checkpoint_tensors", "index_total_size"]
 
@@ -39,7 +41,7 @@ class TensorInfo:
 
 def read_header(path: str | Path) -> list[TensorInfo]:
     """The tensors one ``.safetensors`` file holds (names, dtypes, shapes, bytes), from its header only."""
-    p = Path(path)
+    p = regular_file(path, "model_path: safetensors shard", 2**62)  # a shard is large; only its header is read
     try:
         with p.open("rb") as fh:
             raw = fh.read(8)
@@ -50,23 +52,33 @@ def read_header(path: str | Path) -> list[TensorInfo]:
                 raise ConfigError(f"model_path: {p}: safetensors header length {length} is out of range")
             header = json.loads(fh.read(length))
     except OSError as e:
-        raise ConfigError(f"model_path: {p}: cannot read the safetensors header: {e}") from None
-    except ValueError as e:
-        raise ConfigError(f"model_path: {p}: the safetensors header is not JSON: {e}") from None
+        raise ConfigError(f"model_path: {p}: cannot read the safetensors header: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"model_path: {p}: the safetensors header is not JSON: {clip(str(e), 80)}") from None
     if not isinstance(header, dict):
         raise ConfigError(f"model_path: {p}: the safetensors header is not a JSON object")
     out = []
     for name, meta in header.items():
         if name == "__metadata__" or not isinstance(meta, dict):
             continue
-        shape = tuple(int(d) for d in meta.get("shape") or ())
+        shape = _ints(p, name, "shape", meta.get("shape") or [])
         offsets = meta.get("data_offsets")
         if isinstance(offsets, list) and len(offsets) == 2:
-            nbytes = int(offsets[1]) - int(offsets[0])
+            start, end = _ints(p, name, "data_offsets", offsets)
+            nbytes = end - start
         else:
             nbytes = int(math.prod(shape) * DTYPE_BYTES.get(str(meta.get("dtype")), 2.0))
         out.append(TensorInfo(name, str(meta.get("dtype")), shape, nbytes))
     return out
+
+
+def _ints(p: Path, tensor: str, key: str, values: Any) -> tuple[int, ...]:
+    """A header's list of sizes: whole numbers from 0 to 2^62 (the format's are u64), or one line naming it."""
+    if isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62
+                                        for v in values):
+        return tuple(values)
+    raise ConfigError(f"model_path: {p}: safetensors header {shown(tensor)} {key}={shown(values)} "
+                      "is not a list of sizes")
 
 
 def checkpoint_tensors(directory: str | Path) -> list[TensorInfo] | None:
@@ -78,7 +90,10 @@ def checkpoint_tensors(directory: str | Path) -> list[TensorInfo] | None:
         return None
     index = Path(directory) / "model.safetensors.index.json"
     if index.is_file():
-        named = set((_read_json(index).get("weight_map") or {}).values())
+        weight_map = _read_json(index).get("weight_map") or {}
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ConfigError(f"model_path: {index}: weight_map is not a map of tensor names to shard files")
+        named = set(weight_map.values())
         if named - {p.name for p in shards}:
             return None
     tensors: list[TensorInfo] = []
@@ -88,10 +103,7 @@ def checkpoint_tensors(directory: str | Path) -> list[TensorInfo] | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"model_path: {path}: cannot read {path.name}: {e}") from None
+    data = read_json(path, f"model_path: {path.name}", JSON_BYTES)
     if not isinstance(data, dict):
         raise ConfigError(f"model_path: {path}: {path.name} is not a JSON object")
     return data
@@ -103,7 +115,9 @@ def index_total_size(directory: str | Path) -> int | None:
     if not index.is_file():
         return None
     size = (_read_json(index).get("metadata") or {}).get("total_size")
-    try:
-        return int(size) if size is not None else None
-    except (TypeError, ValueError):
-        raise ConfigError(f"model_path: {index}: metadata.total_size={size!r} is not an integer") from None
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not math.isfinite(size) \
+            or not 0 <= size < 2**62:
+        raise ConfigError(f"model_path: {index}: metadata.total_size={shown(size)} is not a size in bytes")
+    return int(size)

@@ -10,7 +10,7 @@ from autotune.sglang.models.dsv4 import dsv4_coef, dsv4_fixed_bytes
 from autotune.sglang.models.gqa import SWA_FULL_TOKENS_RATIO, gqa_cell, swa_cell
 from autotune.sglang.models.layout import KvLayout
 from autotune.sglang.models.mamba import MambaKnobs, MambaPool, mamba_pool
-from autotune.sglang.models.mla import dsa_cell, dsa_kv_is_fp8, mla_cell
+from autotune.sglang.models.mla import dsa_budget_cell, dsa_cell, dsa_kv_is_fp8, mla_cell
 
 __all__ = ["Reserve", "layout_of", "kv_cell_bytes", "kv_reserved", "kv_reserved_bytes", "weight_bytes_per_gpu"]
 
@@ -23,17 +23,19 @@ def layout_of(model: Any) -> KvLayout:
 
 
 def kv_cell_bytes(model: Any, *, attn_tp: int, kv_bytes: float, kv_cache_dtype: str = "auto", gpu_sm: int = 0,
-                  swa_ratio: float | None = None) -> float:
+                  swa_ratio: float | None = None, stored_fp8_row: bool = True) -> float:
     """KV bytes one full-attention token costs on one GPU, every pool of the family included.
     ``swa_ratio``: ``--swa-full-tokens-ratio`` when given, else the family's default (hybrid SWA 0.8,
-    DeepSeek V4 0.1)."""
+    DeepSeek V4 0.1). ``stored_fp8_row=False``: DSA's cell as releases up to 0.5.16 budgeted it
+    (:func:`autotune.sglang.models.mla.dsa_budget_cell`), not as the pool stores it."""
     lay = layout_of(model)
     layers = lay.full_layers or model.num_layers
     if lay.family == "dsv4":
         return dsv4_coef(lay.compress_ratios) if swa_ratio is None else dsv4_coef(lay.compress_ratios, swa_ratio)
     if lay.family == "dsa":
         fp8 = dsa_kv_is_fp8(kv_cache_dtype, gpu_sm, bool(getattr(model, "kv_cache_quant_fp8", False)))
-        return dsa_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, lay.index_head_dim, lay.index_layers, fp8)
+        cell = dsa_cell if stored_fp8_row else dsa_budget_cell
+        return cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, lay.index_head_dim, lay.index_layers, fp8)
     if lay.family == "mla" or model.is_mla:
         return mla_cell(model.kv_lora_rank, model.qk_rope_head_dim, layers, kv_bytes)
     if lay.family == "swa":

@@ -67,9 +67,11 @@ def design_size(n_trials: int, requested: int | None) -> int:
 
 
 def _axis_values(dom: Any) -> list[Any]:
+    """The axis's values the design picks from: all of them, or (an axis of more than
+    :data:`~autotune.limits.GRID_AXIS`: a range with a tiny step) that many evenly spaced over it."""
     if isinstance(dom, FloatRange) and dom.step is None:
         return [dom.low, (dom.low + dom.high) / 2, dom.high]
-    return space._values(dom)
+    return space.sample_values(dom)
 
 
 def base_axes(spec: StudySpec) -> dict[str, list[Any]]:
@@ -162,10 +164,6 @@ def _sobol(dims: int, n: int, seed: int | None) -> list[list[float]]:
     return [list(map(float, p)) for p in pts[:n]]
 
 
-def _nearest(vals: list[Any], want: float) -> Any:
-    return min(vals, key=lambda v: (abs(float(v) - want), float(v)))
-
-
 def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> dict[str, Any]:
     """The settings SGLang itself picks for ``algo`` on this architecture when only the algorithm
     is given (``auto_choose_speculative_params`` in its server_args.py:
@@ -182,18 +180,17 @@ def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> 
     steps0, topk0, draft0 = auto_speculative_params(algo, architecture or "")
     if algo == "NGRAM":
         if sp.num_draft_tokens is not None:
-            out["speculative_num_draft_tokens"] = _nearest(space._values(sp.num_draft_tokens), draft0)
+            out["speculative_num_draft_tokens"] = space.nearest_value(sp.num_draft_tokens, draft0)
         return out
     if sp.num_steps is None:
         return out
-    steps = _nearest(space._values(sp.num_steps), steps0)
-    topks = space._values(sp.eagle_topk) if sp.eagle_topk is not None else [1]
-    topk = _nearest(topks, topk0)
+    steps = space.nearest_value(sp.num_steps, steps0)
+    topk = space.nearest_value(sp.eagle_topk, topk0) if sp.eagle_topk is not None else 1
     out.update(speculative_num_steps=steps, speculative_eagle_topk=topk)
     if topk == 1:
         out["speculative_num_draft_tokens"] = steps + 1
     elif sp.num_draft_tokens is not None:
-        out["speculative_num_draft_tokens"] = _nearest(space._values(sp.num_draft_tokens), draft0)
+        out["speculative_num_draft_tokens"] = space.nearest_value(sp.num_draft_tokens, draft0)
     return out
 
 

@@ -157,7 +157,7 @@ class SearchPolicy:
 
     def _spec_cap(self) -> int:
         sp = self.spec.search_space.speculative
-        n = sum(1 for v in space._spec_variants(sp) if v.get("speculative_algorithm") != "none") if sp else 0
+        n = space.spec_variant_count(sp) if sp else 0  # counted: a range of 10^9 draft tokens is never listed
         return max(1, min(n, math.ceil(self.spec.n_trials * 0.3)))
 
     # -- the hook
@@ -197,7 +197,7 @@ class SearchPolicy:
             return None
         tried = {json_key({k: v for k, v in t.params.items() if k in SPEC_KEYS}) for t in trials
                  if {k: v for k, v in t.params.items() if k not in SPEC_KEYS} == base}
-        variants = [_as_suggested(v) for v in space._spec_variants(sp) if v.get("speculative_algorithm") != "none"]
+        variants = [_as_suggested(v) for v in space.spec_variants(sp) if v.get("speculative_algorithm") != "none"]
         variants = [v for v in variants if json_key(v) not in tried]
         if not variants:
             return None

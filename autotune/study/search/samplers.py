@@ -34,14 +34,6 @@ class GridSampler(BruteForceSampler):
 
 
 # ---- the sampler ------------------------------------------------------------------
-def _grid_size(spec: StudySpec) -> int:
-    n = 0
-    for n, _ in enumerate(space.iter_grid(spec), 1):
-        if n > 100_000:
-            break
-    return n
-
-
 def _numeric_only(spec: StudySpec) -> bool:
     sp = spec.search_space
     if sp.speculative is not None and [a for a in sp.speculative.algorithm.choices if a != "none"]:
@@ -74,7 +66,7 @@ def choose_sampler(spec: StudySpec) -> tuple[optuna.samplers.BaseSampler, str]:
       (parallel trials). Its random start-up is replaced by the designed points.
     """
     s = spec.sampler
-    if _grid_size(spec) <= spec.n_trials:
+    if space.grid_size(spec) <= spec.n_trials:  # counted, never listed: a huge space is the sampler's
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return GridSampler(seed=s.seed), "grid: the whole space fits in n_trials"

@@ -19,7 +19,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from autotune.errors import ConfigError
 from autotune.redact import redact_text, redact_url, redact_value
 from autotune.spec import StudySpec
-from autotune.study.storage.check import check_readable, check_writable, no_study
+from autotune.storage_check import check_readable, check_writable, no_study
 from autotune.study.storage.retry import (
     RetryingRDBStorage,
     StorageUnavailable,
@@ -70,7 +70,7 @@ def open_storage(spec: StudySpec, *, read_only: bool = False) -> optuna.storages
     """The study's storage (SQLite by default; any SQLAlchemy URL). ``read_only``: for a command
     that only reads (``status``, ``best``, ``export``, ``report``, ``plan``): an existing SQLite
     file of optuna's, opened read-only, and no table created in any database
-    (:mod:`autotune.study.storage.check`)."""
+    (:mod:`autotune.storage_check`)."""
     shown = redact_url(spec.storage_url)
     if read_only:
         url = check_readable(spec.name, spec.storage_url)

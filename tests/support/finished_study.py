@@ -4,7 +4,8 @@
 study and tells trials the way the driver does (docs/ARCHITECTURE.md, "What a
 finished optuna trial carries"): a baseline trial 0, COMPLETE trials with metrics
 at two load points, a PRUNED predicted_oom trial, FAIL kv_oom and
-graph_capture_oom trials, and artifacts on the completed trials.
+graph_capture_oom trials, and artifacts on the completed trials. ``replay_progress`` drives
+the progress hooks over such a study the way the driver does.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from optuna.trial import TrialState
 
 from autotune.spec import StudySpec, load_study_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "studies" / "models" / "kimi-k2-class"
 POINTS = ("c64", "c256")
 
@@ -197,3 +198,12 @@ def finished_spec(tmp_path_factory: pytest.TempPathFactory) -> StudySpec:
     if "spec" not in _SHARED:
         _SHARED["spec"] = make_finished_study(tmp_path_factory.mktemp("finished-study"))
     return _SHARED["spec"]
+
+
+def replay_progress(progress: Any, study: optuna.Study, n_trials: int) -> None:
+    """Drive the hooks the way the driver does, over an already finished study."""
+    progress.on_start(study, n_trials)
+    for t in study.trials:
+        if t.user_attrs.get("failure_kind") != "predicted_oom":
+            progress.on_launch(t.number, dict(t.params))
+        progress.on_trial_end(study, t)

@@ -1,10 +1,10 @@
-"""A throwaway PostgreSQL server for the tests: initdb a temporary cluster, listen on
-127.0.0.1 and a free port, trust auth, fsync off. PostgreSQL refuses to run as root, so
-under root the cluster is owned and run by the ``postgres`` user (or ``nobody``).
+"""A throwaway PostgreSQL server: initdb a temporary cluster, listen on 127.0.0.1 and a free
+port, trust auth, fsync off. PostgreSQL refuses to run as root, so under root the cluster is
+owned and run by the ``postgres`` user (or ``nobody``).
 
-``PgServer.start()/stop()/restart()`` let a test take the database away mid-study.
-When the binaries or the driver are missing, the fixture skips with the reason, except
-under CI=true, where it fails (the CI script installs both).
+``PgServer.start()/stop()/restart()`` let a test or a benchmark take the database away
+mid-study. The test suite's ``pg`` fixture (tests/support/postgres.py) runs one per module;
+``benchmarks/faults.py`` and ``benchmarks/scale.py`` start their own.
 """
 
 from __future__ import annotations
@@ -15,14 +15,10 @@ import pwd
 import shutil
 import socket
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
-
-def _bindir() -> Path | None:
+def find_bindir() -> Path | None:
     found = shutil.which("initdb")
     if found:
         return Path(found).resolve().parent
@@ -59,10 +55,11 @@ class PgServer:
             os.chown(root, self.user.pw_uid, self.user.pw_gid)
 
     def _run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        kw = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []} if self.user else {}
+        user = self.user  # under root: run as the unprivileged user, without root's groups
         env = {**os.environ, "LC_ALL": "C", "HOME": str(self.root)}
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                              cwd=self.root, env=env, **kw)  # type: ignore[arg-type]
+                              cwd=self.root, env=env, user=user.pw_uid if user else None,
+                              group=user.pw_gid if user else None, extra_groups=[] if user else None)
 
     def init(self) -> None:
         r = self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "autotune", "--auth=trust",
@@ -102,35 +99,3 @@ class PgServer:
             return self.log.read_text()[-800:]
         except OSError:
             return ""
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL tests must run in CI: {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PgServer]:
-    """A running PostgreSQL for the module; stopped (and its files removed) afterwards."""
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        _unavailable("psycopg is not installed (pip install -e '.[test]')")
-    bindir = _bindir()
-    if bindir is None:
-        _unavailable("PostgreSQL is not installed (initdb not found; apt-get install postgresql)")
-    assert bindir is not None
-    root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
-    server = PgServer(bindir, root)
-    try:
-        server.init()
-        server.start()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        _unavailable(f"PostgreSQL could not be started: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)

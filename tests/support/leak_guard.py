@@ -46,7 +46,7 @@ GRACE_S = 5.0
 # Fixtures that hold a process, a port or an environment entry for many tests on purpose.
 # Keep this short: each entry is a server (or Ray instance) the tests share to save its startup.
 SHARED_ON_PURPOSE: dict[str, str] = {
-    "pg": "a throwaway PostgreSQL server per module (tests/pg_server.py)",
+    "pg": "a throwaway PostgreSQL server per module (tests/support/postgres.py)",
     "ray_owner": "one local Ray instance for tests/test_ray_executor.py",
     "cluster_address": "one two-node Ray cluster for tests/test_ray_nodes.py",
     "server": "one server (real SGLang, or the fake load server) shared by a module's tests",
@@ -368,7 +368,7 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.Fix
     if name not in SHARED_ON_PURPOSE:
         clean_up(before, leaks)
         _fixture_errors.append(f"{fixturedef.scope}-scoped fixture {name!r} holds state for many tests but is not "
-                               f"in tests/leak_guard.py SHARED_ON_PURPOSE:\n  " + "\n  ".join(leaks.lines()))
+                               f"in tests/support/leak_guard.py SHARED_ON_PURPOSE:\n  " + "\n  ".join(leaks.lines()))
         return
     _allowances[id(fixturedef)] = (Allowance(name, procs=set(leaks.procs), cmds=set(leaks.procs.values()),
                                              ports=set(leaks.ports),

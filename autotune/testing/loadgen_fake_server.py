@@ -17,7 +17,7 @@ Endpoints: ``POST /generate`` (SGLang native: cumulative ``text``/``output_ids``
 ``POST /flush_cache`` (also restarts the truth window), ``GET /stats`` (ground truth:
 server-side timings of every request since the last flush).
 
-Run: ``python tests/loadgen_fake_server.py --port 0`` prints ``PORT <n>`` when listening.
+Run: ``python -m autotune.testing.loadgen_fake_server --port 0`` prints ``PORT <n>`` when listening.
 Faults: ``--die-after-tokens N`` exits the process (no goodbye) after N tokens in total;
 ``--hold-after-done`` never ends a response body after its ``[DONE]`` event.
 """
@@ -415,4 +415,4 @@ def running(*options: str) -> Iterator[FakeServer]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

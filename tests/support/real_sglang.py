@@ -1,4 +1,4 @@
-"""Finding the real-SGLang CPU venv for tests (not a test module).
+"""Real SGLang on CPU for the tests: its venv, the session's shared server, argv and environment.
 
 The venv is the one ``autotune sglang-env install --version V --device cpu`` builds
 (``AUTOTUNE_SGLANG_CPU_PYTHON`` names another). When it is missing or broken a test
@@ -18,26 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import yaml
-from leak_guard import held_by
 
 from autotune.sglang.hardware.cpu import CPU_ENV, cpu_flags
 from autotune.sglang_env.install import SglangEnv, check, default_prefix
+from autotune.testing.real_cpu_study import TINY_LLAMA
+from support.ci import in_ci
+from support.leak_guard import held_by
 
 if TYPE_CHECKING:
     from autotune.launch import ServerProcess
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_LLAMA = REPO / "studies" / "models" / "tiny-llama-cpu"
-TINY_QWEN3 = REPO / "studies" / "models" / "tiny-qwen3-cpu"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("true", "1")
-
 
 @functools.cache
-def _find(version: str) -> tuple[SglangEnv | None, str]:
+def find_venv(version: str) -> tuple[SglangEnv | None, str]:
     explicit = os.environ.get(f"AUTOTUNE_SGLANG_CPU_PYTHON_{version.replace('.', '_')}")
     prefix = Path(explicit).parent.parent if explicit else default_prefix(version, "cpu")
     env = SglangEnv(prefix, version, "cpu")
@@ -47,7 +40,7 @@ def _find(version: str) -> tuple[SglangEnv | None, str]:
 
 def need_real_sglang(version: str = "0.5.23") -> SglangEnv:
     """The CPU venv of ``version``; fails under CI=true, skips otherwise, when it does not work."""
-    env, why = _find(version)
+    env, why = find_venv(version)
     if env is not None:
         return env
     msg = (f"real SGLang {version} on CPU is not usable ({why}); build it with: "
@@ -140,22 +133,3 @@ def wait_until(pred: object, timeout_s: float) -> bool:
             return True
         time.sleep(0.2)
     return False
-
-
-def small_study(root: Path, python: str, *, name: str, version: str = "0.5.23", stall_s: float = 20.0,
-                executor: dict[str, object] | None = None, space: dict[str, object] | None = None,
-                n_trials: int = 2) -> Path:
-    """studies/real-cpu-tiny.yaml made small for fault checks: ``n_trials`` of 16 prompts of 32 + 64
-    tokens at c=8, a ``stall_s`` between-tokens limit (a hung server fails its load point after it)."""
-    data = yaml.safe_load((REPO / "studies" / "real-cpu-tiny.yaml").read_text())
-    data.update(name=name, n_trials=n_trials, sampler={"kind": "grid", "seed": 0}, executor=executor or {"kind": "inline"},
-                run_dir=str(root / "run"), storage=str(root / "study.db"))
-    data["server"].update(sglang_version=version, python=python, model_path=str(TINY_LLAMA), startup_timeout_s=600)
-    data["search_space"] = space or {"max_running_requests": {"choices": [4, 8]},
-                                     "max_total_tokens": {"choices": [4096]}}
-    data["workload"].update(input_len=32, output_len=64, num_prompts=16, concurrency=[8], warmup_requests=1,
-                            flush_cache=False, timeouts={"first_token_s": 120, "between_tokens_s": stall_s})
-    data["search"] = {"confirm_top": 0, "early_stopping": {"enabled": False}}
-    path = root / "study.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path

@@ -1,0 +1,98 @@
+"""Every bound autotune puts on its input, in one place, and the one way a value is echoed in an error.
+
+A bad input gets one line naming the field and the value, exit code 2, before anything starts;
+these limits are what keep a small file from eating the machine on the way there (see
+``docs/input-limits.md``, which lists each with its reason).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES", "MAX_KNOB_INT",
+    "MAX_PROMPTS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH",
+    "YAML_NODES", "clip", "shown",
+]
+
+#: A study file (YAML): the demo is 3 KiB.
+STUDY_BYTES = 1 * 2**20
+#: Values a YAML document may hold once its aliases are expanded (a 24-line alias bomb expands to 10^9).
+YAML_NODES = 100_000
+#: Nesting of a YAML document (a study is 5 deep; Python's recursion limit is near 330 YAML levels).
+YAML_DEPTH = 64
+#: A JSON file of a model directory (config.json, model.safetensors.index.json: DeepSeek V3's is 9 MB,
+#: tokenizer.json: tens of MB).
+JSON_BYTES = 64 * 2**20
+#: A data set, a trace or a prompt file (ShareGPT V3, bench_serving's usual data set, is 673 MB).
+DATASET_BYTES = 2 * 2**30
+#: A server log given to ``autotune calibrate``.
+LOG_BYTES = 256 * 2**20
+#: Choices of one knob of the search space.
+MAX_CHOICES = 10_000
+#: Candidates ``autotune plan`` lists (or ``--set`` makes): the demo's grid is 11,040.
+GRID_CANDIDATES = 100_000
+#: Values of one axis an exhaustive grid (``sampler.kind: grid``) enumerates; a designed start samples
+#: larger axes instead of listing them.
+GRID_AXIS = 100_000
+#: An integer knob value (batch sizes, token counts): SGLang holds them in int32 tensors.
+MAX_KNOB_INT = 2**31 - 1
+#: A seed (numpy's and optuna's samplers take 0 .. 2**32 - 1).
+MAX_SEED = 2**32 - 1
+#: A prompt's or a completion's length in tokens (the longest context windows served hold 10M).
+MAX_SEQUENCE_TOKENS = 10_000_000
+#: Requests of one load point (each is built before the load point starts).
+MAX_PROMPTS = 1_000_000
+#: Tokens of all the synthetic prompts of one load point together (they are built before it starts:
+#: about 36 bytes each in memory).
+MAX_PROMPT_TOKENS = 200_000_000
+#: Characters of a value echoed in an error message.
+SHOWN_CHARS = 60
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, without ever formatting the whole of a large value:
+    containers are walked only as far as the limit, and a huge integer is described by its size
+    (``str()`` of a 5,000-digit int raises in Python 3.11+, and of a 10^9-element list takes minutes)."""
+    text = _repr(value, limit + 1, 0)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def clip(text: str, limit: int = 120) -> str:
+    """Plain text (an error's own words, a dotted path) on one line, cut to ``limit`` characters:
+    a non-printable character (a newline in a YAML key) is shown escaped."""
+    text = text[: limit + 1]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _repr(value: Any, budget: int, depth: int) -> str:
+    if depth > 8:
+        return "..."
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 200:  # more than 60 digits: never converted to text
+            digits = int(value.bit_length() * math.log10(2)) + 1
+            return f"<an integer of about {digits} digits>"
+        return repr(value)
+    if isinstance(value, (str, bytes)):
+        return repr(value[: budget + 2])
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        brackets = {list: "[]", tuple: "()", dict: "{}"}.get(type(value), "{}")
+        open_, close = brackets[0], brackets[1]
+        items = value.items() if isinstance(value, dict) else value
+        out = open_
+        for i, item in enumerate(items):
+            if len(out) > budget:
+                break
+            part = f"{_repr(item[0], budget, depth + 1)}: {_repr(item[1], budget, depth + 1)}" \
+                if isinstance(value, dict) else _repr(item, budget, depth + 1)
+            out += (", " if i else "") + part
+        return out + close
+    try:
+        return repr(value)[: budget + 1]
+    except Exception:  # noqa: BLE001 - a value that cannot even be shown is shown by its type
+        return f"<{type(value).__name__}>"
