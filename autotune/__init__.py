@@ -17,7 +17,7 @@ module that may change between releases. The floors, bottom up (docs/ARCHITECTUR
 - ``trial/``: what a trial is and how it is measured (live and offline evaluators).
 - ``preflight``: every process-free check of a study, before Ray, SGLang or storage.
 - ``study/``: the ask/tell driver, its search, execution and storage.
-- ``results/``: status, best, export, report, dashboard (reads the study). ``doctor``: the node checked.
+- ``results/``: status, best, export, report, dashboard (reads the study). ``doctor/``: the node checked.
 - ``cli/``: the ``autotune`` command, thin over the floors below.
 - ``testing/``: servers and studies the tests and benchmarks run against (nothing here imports it).
 """

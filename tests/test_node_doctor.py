@@ -11,7 +11,7 @@ from support.demo import demo_data, write_study
 from support.fake_nvml import node_of
 
 from autotune.cli import main
-from autotune.doctor import run_checks
+from autotune.doctor.checks import run_checks
 from autotune.sglang.flags.installed import InstalledSglang
 from autotune.spec import load_study_spec
 

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from autotune.doctor import run_checks
+    from autotune.doctor.checks import run_checks
     from autotune.node.study_file import load_study
 
     checks = run_checks(load_study(args.study))

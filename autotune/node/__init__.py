@@ -6,5 +6,5 @@
 - ``study_file``: ``load_study``: the study file with its hardware resolved here, then validated by
   ``autotune.spec`` (which reads no node).
 
-``autotune doctor``'s checks live in :mod:`autotune.doctor`, on the floor of the results.
+``autotune doctor``'s checks live in :mod:`autotune.doctor.checks`, on the floor of the results.
 """
