@@ -281,10 +281,11 @@ class SearchPolicy:
             return self._below_slack_failures(params, trials)
         fs = [v for v in initial_design._axis_values(dom) if v <= f + 1e-9]
         others = {k: v for k, v in params.items() if k != "mem_fraction_static"}
-        for strict in (True, False):
-            got = initial_design.f_interval(
-                fs, lambda x, strict=strict: initial_design._feasible(self._predict({**others, "mem_fraction_static": x}),
-                                                                     strict))
+        for strict in (True, False):  # a verdict of "fits" first, as the designed start's intervals
+            def fits(x: float, strict: bool = strict) -> bool:
+                return initial_design._feasible(self._predict({**others, "mem_fraction_static": x}), strict)
+
+            got = initial_design.f_interval(fs, fits)
             if got is not None:
                 return self._below_slack_failures({**others, "mem_fraction_static": fs[got[1]]}, trials)
         return params  # nowhere below the base's f: pruned, and counted as tried
