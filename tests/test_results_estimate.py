@@ -149,6 +149,13 @@ def test_a_configuration_whose_runs_win_beyond_the_noise_is_never_outranked():
     assert key_of(model_best) in dominated(pooled, 1) and key_of(winner) not in dominated(pooled, 1)
     best = best_trial(study)
     assert best is not None and best.params == {"a": "a2", "b": "b2"}
+    # `autotune best` says which configuration with a better bound it passed over, and why
+    from autotune.results.summary import _passed_over
+    from autotune.study import phases
+
+    said = _passed_over(phases.ranked(study), pooled, best, 1)
+    assert f"trial {model_best.number}'s bound {theirs.bound(1):.2f} is better" in said and "3.55 standard" in said
+    assert _passed_over(phases.ranked(study), pooled, model_best, 1) == ""
     # minimising, the same runs make (a2, b2) the one behind beyond the noise
     assert key_of(winner) in dominated(pooled, -1)
 

@@ -10,9 +10,13 @@ Priors are hypotheses the data can overturn:
   auto_benchmark order) is the default; when a speculative probe of the design beats
   every non-speculative point, the speculative stage runs first.
 * **A stage ends when it stops improving**: after ``patience`` launched trials of the
-  stage without a gain of ``MIN_GAIN`` over the study's best (or at its cap:
-  ``stage1_fraction`` of the budget for the base stage, the speculative sub-space's size
-  for the speculative one). Pruned-before-launch trials cost nothing and do not count.
+  stage without a gain of ``MIN_GAIN`` over the study's best (pruned-before-launch trials
+  cost no GPU time and do not count there), or at its cap: ``stage1_fraction`` of the trial
+  budget for the designed start and the base stage together (a pruned trial spends the
+  budget, so it counts here), the speculative sub-space's size for the speculative stage.
+* **Speculative settings get room for their draft**: the speculative stage walks the
+  speculative settings on the best base configuration, each at the largest
+  ``mem_fraction_static`` (up to the base's) at which the memory model says the draft fits.
 * **Later stages revisit earlier knobs**: the last stage ("joint") fixes only the
   winning speculative algorithm (``none`` included) and lets the sampler move every
   other knob again, so base knobs are re-tuned under speculative decoding and a
