@@ -300,7 +300,9 @@ def _policy(spec, predict):
 
     study = optuna.create_study(direction="maximize")
     study.set_user_attr("design_points", [])  # the designed start is done (or was empty)
-    policy = SearchPolicy(spec, study, SimpleNamespace(widened_spec=lambda: spec))  # type: ignore[arg-type]
+    profile = SimpleNamespace(architecture="DeepseekV3ForCausalLM")  # SGLang's own choice: 3 steps, top-k 1
+    cands = SimpleNamespace(widened_spec=lambda: spec, predictor=SimpleNamespace(profiles=lambda: [profile]))
+    policy = SearchPolicy(spec, study, cands)  # type: ignore[arg-type]
     policy._predict = predict  # type: ignore[method-assign]
     return policy, study
 
@@ -382,3 +384,27 @@ def test_pruned_trials_count_towards_the_base_stages_share_of_the_budget(tmp_pat
     space.suggest(trial, spec)
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     assert budget_used(study) == 10 and policy.before_ask(10) == "speculative"
+
+
+def test_the_speculative_walk_starts_from_sglangs_own_settings_and_climbs_from_the_best_measured(tmp_path: Path):
+    """On a base where no speculative setting ran yet, the first is the one SGLang picks for the
+    architecture (3 steps, top-k 1 on DeepSeek-V3 class); then the nearest untried one to the best
+    speculative setting measured there, even while the base configuration itself stays the best."""
+    spec = _spec(tmp_path)
+    policy, study = _policy(spec, _fits_up_to(0.93, 0.93))
+    C = optuna.trial.TrialState.COMPLETE
+    _told(study, spec, BASE, C, 100.0, stage="design", design="boundary")
+    for f in (0.91, 0.92, 0.90):
+        _told(study, spec, {**BASE, "mem_fraction_static": f}, C, 95.0, stage="base")
+
+    def next_steps() -> int:
+        assert policy.before_ask(budget_used(study)) == "speculative"
+        trial = study.ask()
+        steps = space.suggest(trial, spec)["speculative_num_steps"]
+        study.tell(trial, {1: 90.0, 2: 97.0, 3: 95.0, 4: 93.0}[steps])  # all below the base's 100
+        return int(steps)
+
+    assert next_steps() == 3
+    second = next_steps()
+    assert second in (2, 4)
+    assert next_steps() == (1 if second == 2 else 2)  # next to 2 steps (97), or to 3 (95) when 4 did worse

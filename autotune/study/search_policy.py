@@ -222,7 +222,13 @@ class SearchPolicy:
     def _next_spec_variant(self, trials: list[FrozenTrial], base: dict[str, Any],
                            best: dict[str, Any]) -> dict[str, Any] | None:
         """The untried speculative setting on ``base`` nearest the best one so far (ordinal
-        distance over steps, top-k and draft tokens; ties broken by the sampler's seed)."""
+        distance over steps, top-k and draft tokens; ties broken by the sampler's seed). While the
+        best configuration is not speculative, the nearest to the best speculative setting measured on
+        ``base``, and before any, the settings SGLang itself picks for the architecture (the designed
+        start's probe: :func:`initial_design._spec_probe`): the walk starts from the maintainers' tuned
+        default and climbs from the best it measured, instead of starting anywhere (at random, the
+        setting that wins could come after two out-of-memory launches had spent the stage's patience:
+        4 of 20 cold seeds on ``benchmarks/warm_start/2-workload-after.yaml``)."""
         sp = self.spec.search_space.speculative
         if sp is None:
             return None
@@ -233,6 +239,16 @@ class SearchPolicy:
         if not variants:
             return None
         ref_algo = best.get("speculative_algorithm", "none")
+        if ref_algo == "none":
+            measured = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                        and t.params.get("speculative_algorithm", "none") != "none" and _on_base(t.params, base)]
+            if measured:
+                best = max(measured, key=lambda t: self.sign * float(t.value or 0.0)).params
+                ref_algo = best["speculative_algorithm"]
+            else:
+                arch = self.candidates.predictor.profiles()[0].architecture
+                best = initial_design._spec_probe(self.spec, self.spec_algos[0], arch)
+                ref_algo = best["speculative_algorithm"]
 
         def distance(v: dict[str, Any]) -> float:
             d = 0.0 if v["speculative_algorithm"] == ref_algo or ref_algo == "none" else 100.0
