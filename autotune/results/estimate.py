@@ -1,6 +1,17 @@
 """The noise-aware estimate, where the results layer has always imported it from: it lives in
 :mod:`autotune.study.estimate` since warm start (a study layer module) ranks an earlier study by it."""
 
-from autotune.study.estimate import CONFIDENCE_Z, MIN_CONFIGURATIONS, RIDGE, Estimate, by_estimate, estimates, key_of
+from autotune.study.estimate import (
+    CONFIDENCE_Z,
+    MIN_CONFIGURATIONS,
+    RIDGE,
+    Estimate,
+    beyond_noise,
+    by_estimate,
+    dominated,
+    estimates,
+    key_of,
+)
 
-__all__ = ["CONFIDENCE_Z", "MIN_CONFIGURATIONS", "RIDGE", "Estimate", "by_estimate", "estimates", "key_of"]
+__all__ = ["CONFIDENCE_Z", "MIN_CONFIGURATIONS", "RIDGE", "Estimate", "beyond_noise", "by_estimate", "dominated", "estimates",
+           "key_of"]
