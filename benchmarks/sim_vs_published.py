@@ -72,6 +72,13 @@ DATA = ROOT / "tests" / "data" / "published_speed"
 MAX_PROMPTS_PER_SLOT = 6
 MAX_RATE_PROMPTS = 2000
 SHAREGPT_MEAN_IN, SHAREGPT_MEAN_OUT = 229, 196
+#: Flags releases before 0.5.9 had, and what 0.5.9 spells instead (value None: the TP size). --enable-ep-moe set
+#: ep_size = tp_size; --enable-deepep-moe chose DeepEP; --enable-flashinfer-mla the FlashInfer MLA backend.
+RENAMED_FLAGS: dict[str, tuple[str, Any]] = {
+    "enable-ep-moe": ("ep-size", None),
+    "enable-deepep-moe": ("moe-a2a-backend", "deepep"),
+    "enable-flashinfer-mla": ("attention-backend", "flashinfer"),
+}
 #: measured key -> the offline metrics key it is compared with, in order of preference per figure.
 THROUGHPUT_KEYS = (("output_throughput_tok_s", "output_throughput"), ("total_throughput_tok_s", "total_throughput"),
                    ("request_throughput_req_s", "request_throughput"))
@@ -325,6 +332,11 @@ def build_point(s: dict[str, Any], p: dict[str, Any], directory: Path, cap_per_s
     version, vnote = modelled_version(s.get("release"))
     if vnote:
         point.notes.append(vnote)
+    for old, (new, value) in RENAMED_FLAGS.items():  # flags older releases had, in 0.5.9's words
+        if flags.get(old):
+            flags.pop(old)
+            flags.setdefault(new, value if value is not None else (s.get("layout") or {}).get("tp", 1))
+            point.notes.append(f"--{old} read as --{new}")
     kv = s["model"].get("kv_cache_dtype")
     if kv and kv != "auto":
         flags.setdefault("kv-cache-dtype", kv)
@@ -507,6 +519,36 @@ def run(directory: Path, only: list[str] | None, cap_per_slot: int) -> tuple[lis
     return points, effs, summary(points, effs, groups)
 
 
+#: SGLang's docs: DeepSeek V3 MTP "decoding speed can be improved by 1.8x for batch size 1 and 1.5x for batch
+#: size 32 respectively on H200 TP8" (docs/basic_usage/deepseek_v3.md, "Multi-token Prediction";
+#: https://docs.sglang.io/basic_usage/deepseek_v3.html) [published]
+MTP_DOCS = {1: 1.8, 32: 1.5}
+DSV3_FALLBACK = ROOT / "tests" / "data" / "public_logs" / "ktransformers-1804-dsv3-kt-tp2"
+
+
+def mtp_check(directory: Path) -> list[tuple[int, float, float]]:
+    """DeepSeek-V3 MTP (1 step, top-k 1, 2 draft tokens) on 8 x H200 TP 8: modelled decoding speed-up (median
+    TPOT off / on) at batch 1 and 32, one wave of 1024-in / 512-out requests, against the docs' figure."""
+    profile = directory / "models" / "deepseek-ai--deepseek-v3"
+    model = profile if (profile / "config.json").exists() else DSV3_FALLBACK
+    wl = {"tool": "bench_one_batch", "dataset": "random", "input_len": 1024, "output_len": 512, "range_ratio": 1.0}
+    out = []
+    for batch, docs in MTP_DOCS.items():
+        tpots = []
+        for spec in ({}, {"--speculative-algorithm": "EAGLE", "--speculative-num-steps": 1,
+                          "--speculative-eagle-topk": 1, "--speculative-num-draft-tokens": 2}):
+            s = {"id": "mtp-check", "release": "0.5.9", "model": {"profile": str(model)},
+                 "hardware": {"gpu": "h200", "num_gpus": 8, "interconnect": "nvlink"}, "layout": {"tp": 8},
+                 "flags": {"--trust-remote-code": True, **spec}, "workload": {**wl, "max_concurrency": batch},
+                 "points": [{"id": f"b{batch}", "measured": {}}]}
+            pt = build_point(s, s["points"][0], directory, MAX_PROMPTS_PER_SLOT)
+            if pt.request is not None:
+                evaluate(pt)
+            tpots.append(pt.modelled.get("median_tpot_ms") or math.nan)
+        out.append((batch, tpots[0] / tpots[1], docs))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=DATA, help="the published sets (default: %(default)s)")
@@ -533,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"  [{'; '.join(p.notes)}]" if p.notes else ""))
     else:
         print_report(points, effs, summ)
+    if not args.check:
+        print("\nDeepSeek-V3 MTP (1 step, top-k 1, 2 draft tokens), 8 x H200 TP 8: decoding speed-up, modelled "
+              "(median TPOT off/on) vs SGLang's docs (published):")
+        for batch, modelled, docs in mtp_check(args.dir):
+            print(f"  batch {batch:>2}: modelled {modelled:.2f}x, docs {docs:.1f}x, ratio {modelled / docs:.2f}")
     print(f"\n{sum(1 for p in points if p.modelled)} points modelled, {sum(1 for p in points if p.skipped)} skipped, "
           f"in {time.monotonic() - t0:.0f} s")
     if args.json and not args.check:

@@ -255,8 +255,9 @@ class Engine:
     # --- the scheduler loop (asyncio driver) ------------------------------------------
 
     def _timed(self, step: Step) -> bool:
-        """Prefill and decode steps take modelled time; aborts and a fatal OOM do not."""
-        return step.kind in ("prefill", "decode") and self._sched.dead is None
+        """Prefill and decode steps take modelled time, and so does waiting for a request still on its way to
+        the scheduler; aborts and a fatal OOM do not."""
+        return step.kind in ("prefill", "decode", "wait") and self._sched.dead is None
 
     async def _run(self) -> None:
         assert self._work is not None

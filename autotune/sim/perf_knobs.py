@@ -97,6 +97,8 @@ class KnobSpeed:
     fp8_gemm: str = "auto"
     attention_backend: str | None = None
     schedule_conservativeness: float = 1.0
+    moe_a2a: str = "none"  # --moe-a2a-backend (deepep, ...): the MoE's dispatch/combine (perf_forward)
+    spec_v2: bool = False  # SGLANG_ENABLE_SPEC_V2: EAGLE keeps the overlap scheduler
 
     @property
     def moe_factor(self) -> float:
@@ -151,6 +153,9 @@ def knob_speed(raw: dict[str, Any], env: dict[str, str], *, version: Any, interc
         fp8_gemm=str(_raw(raw, "fp8_gemm_backend", default="auto")),
         attention_backend=_raw(raw, "attention_backend", "decode_attention_backend"),
         schedule_conservativeness=conserv,
+        moe_a2a=str(_raw(raw, "moe_a2a_backend", default="none") or "none")
+        if not _raw(raw, "enable_deepep_moe", default=False) else "deepep",
+        spec_v2=str(env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in _TRUE,
     )
 
 
