@@ -61,7 +61,8 @@ MODEL = ROOT / "studies" / "models" / "kimi-k2-class"
 VERSION = "0.5.23"
 IPC_SOURCE = ("SGLang 0.5.23 pcie_ipc_ar.py: TP 8, 8 x SM120, 8k context: TPOT 21.14 -> 13.62 ms (-35.6 %), "
               "output 35.0 -> 48.1 tok/s")
-DP_SOURCE = "reference (sglang-release-facts.md): DP attention multiplies MLA KV capacity by up to dp (8x at dp 8)"
+DP_SOURCE = ("LMSYS blog, SGLang v0.4 (https://lmsys.org/blog/2024-12-04-sglang-v0-4/#data-parallelism-attention-for-deepseek-models): DP attention for MLA "
+             "keeps one latent KV copy per DP rank instead of one per TP rank, so KV capacity grows up to dp x")
 DP_RULE = ("automatic mem_fraction_static reserves decode max_bs x dp x 3 MiB more under DP attention, x1.5 more "
            "above max_bs 300 (0.5.23 arg_groups/memory_hook.py:376-378; 0.5.9 server_args.py:1033-1041), computed "
            "before chunked prefill is divided by dp (0.5.23 arg_groups/pipeline.py:218 before :274)")

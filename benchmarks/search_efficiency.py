@@ -132,7 +132,7 @@ def _config_key(config: dict[str, Any]) -> str:
 
     Independent of where the checkout lies (the model paths are relative to it): keyed on the
     absolute path, every checkout drew different noise, so the same code, study and seeds gave
-    other figures in another directory (the README's table reproduced only in /work/main)."""
+    other figures in another directory (an earlier table reproduced only in the directory it was taken in)."""
     d = {k: v for k, v in config.items() if k not in ("port", "host")}
     return json.dumps(_portable(d), sort_keys=True, default=str)
 
@@ -532,7 +532,7 @@ SEEDS = [5]
 #: What the figures depend on outside this repository: optuna's samplers (TPE, random), numpy's
 #: generators (noise, shuffles), scipy's scrambled Sobol points (the designed start); torch only
 #: by its presence (with it, ``sampler: auto`` picks GP on all-numeric spaces: scenario 3).
-#: ``benchmarks/constraints.txt`` pins the versions the README's table was taken with.
+#: ``benchmarks/constraints.txt`` pins the versions benchmarks/README.md's table was taken with.
 #: pandas and ray are printed too (the figures are not known to depend on them).
 VERSIONED = ("optuna", "numpy", "scipy", "pandas", "ray", "torch")
 CONSTRAINTS = ROOT / "benchmarks" / "constraints.txt"
@@ -573,7 +573,7 @@ def _unpinned(env: dict[str, str]) -> list[str]:
 def _versions_line(env: dict[str, str]) -> str:
     off = _unpinned(env)
     note = "as pinned in benchmarks/constraints.txt" if not off else \
-        "NOT as pinned in benchmarks/constraints.txt, figures may differ from the README's: " + ", ".join(off)
+        "NOT as pinned in benchmarks/constraints.txt, figures may differ from benchmarks/README.md's: " + ", ".join(off)
     return "versions: " + " ".join(f"{k} {v}" for k, v in env.items()) + f" ({note})"
 
 

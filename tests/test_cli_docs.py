@@ -1,4 +1,5 @@
-"""Every command has help and is documented in the README; the README's quick start is what CI runs."""
+"""Every command has help and is documented in the README; the README's quick start is what CI runs;
+the README's minimal study for one's own model plans and runs; CONTRIBUTING.md names both test tiers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from autotune.cli import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -36,12 +38,12 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
     assert test_cmd in ci, f"{test_cmd!r} not in .ci/run"
 
 
-def test_the_readme_names_both_tiers_and_ci_runs_the_fast_one_first():
+def test_contributing_names_both_tiers_and_ci_runs_the_fast_one_first():
     import tomllib
 
     from conftest import SLOW_TIER_MARKERS
 
-    block = README.split("## Development", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    block = CONTRIBUTING.split("## Development", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     fast = next(line for line in block.splitlines() if "pytest" in line).split("&&", 1)[1].split("#")[0].strip()
     slow = [line.split("#")[0].strip() for line in block.splitlines() if "-m slow_tier" in line]
     assert fast == "python3 -m pytest -q" and slow == ["python3 -m pytest -q -m slow_tier"]
@@ -51,7 +53,7 @@ def test_the_readme_names_both_tiers_and_ci_runs_the_fast_one_first():
     assert "-m 'not slow_tier'" in config["addopts"]  # the fast tier deselects the slow one
     declared = {m.split(":", 1)[0] for m in config["markers"]}
     assert {"slow_tier", *SLOW_TIER_MARKERS} <= declared
-    assert all(f"`{m}`" in README for m in SLOW_TIER_MARKERS)
+    assert all(f"`{m}`" in CONTRIBUTING for m in SLOW_TIER_MARKERS)
 
 
 def test_unknown_command_and_no_command_exit_2(capsys):
@@ -63,3 +65,46 @@ def test_unknown_command_and_no_command_exit_2(capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert re.match(r"autotune \d+\.\d+", capsys.readouterr().out)
+
+
+def _readme_minimal_study() -> dict:
+    """The README's study for one's own model, as a user copies it."""
+    import yaml
+
+    section = README.split("## Your own model on a GPU node", 1)[1]
+    return yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+
+
+def test_the_readme_minimal_study_is_short_and_aims_at_real_sglang():
+    text = README.split("## Your own model on a GPU node", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    assert len(text.strip().splitlines()) <= 8
+    study = _readme_minimal_study()
+    assert study["server"]["backend"] == "sglang" and study["hardware"] == {"gpu": "auto"}
+    assert len((ROOT / "README.md").read_bytes()) <= 16 * 1024
+
+
+def test_the_readme_minimal_study_plans_and_runs(tmp_path, capsys, cli_signal_handlers):
+    """The README's study, its model pointed at a config-only stand-in and its hardware named (NVML is
+    not here): `plan` gives verdicts; on the simulator a short run finishes and `best` hands over a command."""
+    import json
+
+    import yaml
+
+    study = _readme_minimal_study()
+    study["server"]["model_path"] = str(ROOT / "studies" / "models" / "qwen3-32b-class")
+    study["hardware"] = {"gpu": "h100", "num_gpus": 2}
+    path = tmp_path / "my-model.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["plan", str(path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert any(c["verdict"] == "fits" for c in plan["candidates"])
+
+    study["server"]["backend"] = "sim"
+    study.update(n_trials=2, executor={"kind": "inline"}, search={"confirm_top": 0})
+    study["workload"].update(num_prompts=32, concurrency=[8])
+    path.write_text(yaml.safe_dump(study))
+    assert main(["run", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["best", str(path), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert "sglang.launch_server" in " ".join(best["command"])

@@ -5,7 +5,7 @@ lines: ``#cached-token`` over ``#cached-token + #new-token``) within 1 %.
 Runs on the suite's shared real server (tests/real_sglang.py ``real_server``: SGLang 0.5.23 on
 CPU, the tiny Llama, ``--enable-cache-report``); without the venv it is skipped, except under
 ``CI=true`` where it fails. ``write_tiny_llama`` writes such a model (dummy weights, WordLevel
-tokenizer; reference: sglang-on-cpu.md) for tests that need one on disk.
+tokenizer; docs/gpu-nodes.md) for tests that need one on disk.
 """
 
 from __future__ import annotations

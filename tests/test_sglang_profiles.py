@@ -1,4 +1,5 @@
-"""Per-family memory profiles against SGLang 0.5.23's arithmetic (reference: sglang-model-families.md)."""
+"""Per-family memory profiles against SGLang 0.5.23's arithmetic (each rule's SGLang file and lines are
+cited in autotune/sglang/profiles/)."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def test_mamba_state_comes_out_of_the_budget_before_the_pool() -> None:
     lay = p.kv_layout
     assert p.family == "mamba" and lay is not None and lay.mamba is not None
     assert (lay.full_layers, lay.mamba.layers) == (12, 36)
-    assert state_bytes_per_request(lay.mamba, 1) == 77266944  # reference section 7, TP 1
+    assert state_bytes_per_request(lay.mamba, 1) == 77266944  # SGLang 0.5.23 srt/configs/mamba_utils.py's state shapes, TP 1
     assert state_bytes_per_request(lay.mamba, 4) == 77266944 // 4
     assert _cell(QWEN3_NEXT) == 2 * 512 * 12 * 2  # attention layers only
     rest = 40 * GIB

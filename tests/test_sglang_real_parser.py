@@ -15,7 +15,7 @@ interpreter when ``sglang.srt.server_args`` imports, else the CPU venvs of
 version from ``AUTOTUNE_SGLANG_PYTHON_0_5_9``-style or its cached venv); skipped
 otherwise, without installing anything, except under ``CI=true`` where the
 versions of ``AUTOTUNE_REAL_SGLANG_VERSIONS`` (default 0.5.23) must be there. A venv that imports the parser on a CPU-only machine
-(reference section 11; about 3 minutes each)::
+(docs/sglang-releases.md; about 3 minutes each)::
 
     python3.11 -m venv /tmp/v-sglang-0523
     /tmp/v-sglang-0523/bin/pip install --no-deps sglang==0.5.23

@@ -1,7 +1,7 @@
 """The seed case end to end on the engine: --cuda-graph-max-bs 128 vs 512 at the demo workload.
 
 The real 8 x RTX PRO 6000 PCIe node showed +9 % output throughput for 128 over
-512 (shared/reference/seed-case.md); the simulated engine, prefill,
+512 (the seed case: studies/demo.yaml); the simulated engine, prefill,
 retractions and all, must land within 5-15 %, and must not show it on NVLink.
 Runs in modelled time at a huge time scale (about a second of CPU per run).
 """
@@ -20,7 +20,7 @@ from autotune.sim.engine import Engine
 from autotune.sim.perf import PerfInputs, PerfModel
 
 MODEL = Path(__file__).resolve().parents[1] / "studies" / "models" / "kimi-k2-class"
-SEED_KV_TOKENS = 159_277  # the working baseline's KV pool at f = 0.88 (seed-case.md)
+SEED_KV_TOKENS = 159_277  # the working baseline's KV pool at f = 0.88 (the seed node's logged 10.42 GiB / 70,272 B)
 AUTO_KV_TOKENS = 124_896  # the simulated 0.5.9 baseline's pool at its automatic f
 
 

@@ -35,7 +35,9 @@ KIND_PRIORITY: tuple[FailureKind, ...] = (
 )
 """Most specific first: a KV OOM also prints generic scheduler failures, and so on."""
 
-# (kind, pattern), most telling first within a kind (reference: sglang-startup.md §1.6, §1.7, §6).
+# (kind, pattern), most telling first within a kind (SGLang's own messages: ``model_runner_kv_cache_mixin.py``'s
+# "Not enough memory" at 0.5.9, ``kv_cache_configurator.py`` at 0.5.23, ``cuda_graph_runner.py``; real ones in
+# tests/data/public_logs/ and the real-engine tests).
 _PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx, re.IGNORECASE))
     for kind, rx in (

@@ -1,6 +1,7 @@
 """The load generator: one asyncio loop, one pool of keep-alive connections.
 
-Design (measured in /work/shared/reference/anchors-loadgen.md): a single process and
+Design (measured against SGLang's ``bench_serving`` and other load generators by
+``benchmarks/loadgen_capacity.py`` and ``benchmarks/loadgen_keepup.py``): a single process and
 thread; uvloop when installed; one :class:`~autotune.load.http.StreamPool` allowing
 exactly ``concurrency`` connections, pre-opened before the timed run, whose protocol
 hands each read of a response body, with one timestamp, to the request's callback

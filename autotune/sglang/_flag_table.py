@@ -1,7 +1,7 @@
 """The ``sglang.launch_server`` flags autotune knows, with the versions that have them.
 
-One row per flag, as SGLang's argparse declares it (reference section 5 and
-section 4 for the speculative flags). ``since`` / ``until`` are inclusive
+One row per flag, as SGLang's argparse declares it (``server_args.py`` ``add_cli_args``
+at each release; 0.5.23 splits it over ``arg_groups/``). ``since`` / ``until`` are inclusive
 version bounds; ``None`` means "all versions we model". The table is complete
 enough for SGLang users' common launches, not a copy of SGLang's 300+ flags.
 """

@@ -1,4 +1,6 @@
-"""Estimates of what is allocated outside weights + KV (reference sections 3.1-3.5), in GiB.
+"""Estimates of what is allocated outside weights + KV, in GiB (CUDA graphs: SGLang's
+``model_executor/cuda_graph_runner.py``; custom allreduce: ``distributed/device_communicators/``;
+torch symmetric memory and FlashInfer fusion: ``layers/communicator.py``; each figure cited below).
 
 These are deliberately simple, documented estimates. The memory model scales
 a calibrated graph measurement by them, and leans towards launching when only

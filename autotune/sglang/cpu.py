@@ -1,6 +1,6 @@
 """What real SGLang needs to run on CPU (``server.device: cpu``), per version.
 
-Measured on a 2-core x86 machine without AMX (../shared/reference/sglang-on-cpu.md):
+Measured on a 2-core x86 machine without AMX (``docs/gpu-nodes.md``, real SGLang without a GPU):
 
 - the env var ``SGLANG_USE_CPU_ENGINE=1`` (without it the model build dies at RoPE
   init importing vllm) and ``--device cpu``;

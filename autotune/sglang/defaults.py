@@ -1,4 +1,5 @@
-"""SGLang's automatic values, per version (reference ``sglang-startup.md`` sections 1.4, 2, 3.1, 4).
+"""SGLang's automatic values, per version (0.5.9 ``server_args.py``;
+0.5.23 ``arg_groups/memory_hook.py`` and ``arg_groups/pipeline.py``; each rule cites its lines below).
 
 These are what a server picks for the knobs the user did not pass: the
 baseline trial is "SGLang's defaults", and the memory model needs the same

@@ -79,11 +79,10 @@ _CATALOGUE: tuple[GpuKind, ...] = (
     # 4.0 TB/s, 148 TFLOPS bf16 dense, NVLink 900 GB/s both ways (NVIDIA H20 datasheet). The 141 GB H20 is another card.
     GpuKind("h20", 97871, 90, 4.0, 148.0, 50.0, 450.0, "H20 96GB HBM3"),
     GpuKind("b200", 183359, 100, 8.0, 2250.0, 50.0, 900.0, "B200 180GB HBM3e"),
-    # B300: nvidia-smi 275040 MiB ("B300 SXM6 AC", public nvidia-smi output; reference sglang-model-families
-    # section 12); 8 TB/s HBM3e, 2.25 PFLOPS bf16 dense per GPU (HGX B300 datasheet: 18 PF dense / 8),
+    # B300: nvidia-smi 275040 MiB ("B300 SXM6 AC", public nvidia-smi output); 8 TB/s HBM3e, 2.25 PFLOPS bf16 dense per GPU (HGX B300 datasheet: 18 PF dense / 8),
     # NVLink 5 1.8 TB/s both ways; compute capability 10.3.
     GpuKind("b300", 275040, 103, 8.0, 2250.0, 50.0, 900.0, "B300 SXM6 288GB HBM3e"),
-    # GB200 (per GPU of the superchip): nvidia-smi 189471 MiB (public output, reference section 12); 8 TB/s,
+    # GB200 (per GPU of the superchip): nvidia-smi 189471 MiB (a public nvidia-smi output); 8 TB/s,
     # 2.5 PFLOPS bf16 dense (GB200 NVL72: 180 PF / 72), NVLink 5; the host link is NVLink-C2C to Grace.
     GpuKind("gb200", 189471, 100, 8.0, 2500.0, 450.0, 900.0, "GB200 186GB HBM3e (per GPU)"),
     # GB300 (per GPU, NVML "NVIDIA GB300 NVL"): 283679 MiB [unverified, derived]: NVML's nominal 278 GiB for the
@@ -101,7 +100,7 @@ _CATALOGUE: tuple[GpuKind, ...] = (
         0.0,
         "RTX PRO 6000 Blackwell 96GB GDDR7, PCIe 5 only",
     ),
-    # RTX 5090: nvidia-smi 32607 MiB (public output, reference section 12; noonghunna/club-3090 issue #617); 1.79 TB/s GDDR7, 209.5 TFLOPS
+    # RTX 5090: nvidia-smi 32607 MiB (public output; noonghunna/club-3090 issue #617); 1.79 TB/s GDDR7, 209.5 TFLOPS
     # fp16/bf16 tensor dense (NVIDIA RTX Blackwell GPU architecture whitepaper), PCIe 5, no NVLink.
     GpuKind("rtx-5090", 32607, 120, 1.792, 209.5, 50.0, 0.0, "GeForce RTX 5090 32GB GDDR7, PCIe 5 only"),
     GpuKind("a100-80", 81920, 80, 2.039, 312.0, 25.0, 300.0, "A100 SXM 80GB HBM2e"),
@@ -112,7 +111,7 @@ _CATALOGUE: tuple[GpuKind, ...] = (
     GpuKind("l20", 46068, 89, 0.864, 119.5, 25.0, 0.0, "L20 48GB GDDR6, PCIe 4 only (memory_mib unverified)"),
     GpuKind("rtx-4090", 24564, 89, 1.008, 165.0, 25.0, 0.0, "GeForce RTX 4090 24GB GDDR6X"),
     # AMD Instinct (OAM, 8 per node on a full xGMI mesh: 7 links per GPU). MI300X: rocm-smi VRAM total
-    # 206141652992 B = 196592 MiB (public output, reference section 12; ROCm/legacy-rocm-build issue #4750); 5.3 TB/s HBM3, 1307.4 TFLOPS bf16
+    # 206141652992 B = 196592 MiB (public output; ROCm/legacy-rocm-build issue #4750); 5.3 TB/s HBM3, 1307.4 TFLOPS bf16
     # dense, xGMI 7 x 64 GB/s per direction (AMD Instinct MI300X datasheet); gfx942.
     GpuKind("mi300x", 196592, 0, 5.3, 1307.4, 50.0, 448.0, "AMD Instinct MI300X 192GB HBM3",
             vendor="amd", gfx="gfx942"),
@@ -120,7 +119,7 @@ _CATALOGUE: tuple[GpuKind, ...] = (
     # gfx942. 262128 MiB [unverified]: 256 GiB less the 16 MiB the MI300X and MI355X totals both lack.
     GpuKind("mi325x", 262128, 0, 6.0, 1307.4, 50.0, 448.0, "AMD Instinct MI325X 256GB HBM3E (memory_mib unverified)",
             vendor="amd", gfx="gfx942"),
-    # MI355X: rocm-smi VRAM total 309220868096 B = 294896 MiB (public output, reference section 12); 8 TB/s
+    # MI355X: rocm-smi VRAM total 309220868096 B = 294896 MiB (public rocm-smi output); 8 TB/s
     # HBM3E, 2516 TFLOPS bf16 dense, xGMI 7 x 76.8 GB/s per direction (AMD Instinct MI355X datasheet); gfx950.
     GpuKind("mi355x", 294896, 0, 8.0, 2516.0, 50.0, 537.6, "AMD Instinct MI355X 288GB HBM3E",
             vendor="amd", gfx="gfx950"),

@@ -1,4 +1,5 @@
-"""Parse SGLang startup logs (both generations, reference sections 6 and 9) into events.
+"""Parse SGLang startup logs (both generations: 0.5.9 and 0.5.23 wording; real ones in
+``tests/data/public_logs/``) into events.
 
 Each recognised line becomes a :class:`LogEvent`; everything else is noise and
 is skipped. Sizes printed as "GB" by SGLang are GiB and are reported as
@@ -369,7 +370,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     }
 
 
-#: Lines only one generation prints (reference sglang-startup.md section 6).
+#: Lines only one generation prints (0.5.9 vs 0.5.23 wording; examples in tests/data/public_logs/).
 _MODERN_MARKERS = re.compile(r"Memory baseline taken|Init parallel (?:begin|ends)|KV Cache is allocated\. dtype: "
                              r"|Capture (?:target|draft) \w+ CUDA graph|Loaded weights leave no GPU memory")
 _CLASSIC_MARKERS = re.compile(r"Init torch distributed ends|Load weight end\. .*dtype=torch\.|Capture cuda graph end"

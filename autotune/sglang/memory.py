@@ -1,6 +1,8 @@
 """The memory model: will this launch fit, and how many KV tokens will it get?
 
-SGLang sizes the KV cache as ``rest = A - P x (1 - f)`` (reference section 1.2):
+SGLang sizes the KV cache as ``rest = A - P x (1 - f)`` (0.5.9
+``model_executor/model_runner_kv_cache_mixin.py`` ``profile_max_num_token``; 0.5.23
+``mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes``):
 P is the free memory per GPU after distributed init, A the free memory after
 weights are loaded, f ``mem_fraction_static``. Tokens are
 ``floor(rest x 2^30 / cell)``. Everything allocated after the pool (graphs,

@@ -1,4 +1,4 @@
-"""Speculative-decoding settings checked up front, the way SGLang will check them (reference section 4).
+"""Speculative-decoding settings checked up front, the way SGLang will check them (``server_args.py``).
 
 A candidate that SGLang would reject at startup is refused here with a
 :class:`ConfigError`; one that SGLang would silently adjust is adjusted here

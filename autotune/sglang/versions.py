@@ -1,10 +1,11 @@
 """SGLang versions: parsing, ordering, and the two behaviour splits autotune cares about.
 
-* **Regime** (memory accounting, reference section 0): ``"A"`` up to 0.5.13, where
+* **Regime** (memory accounting; ``managers/scheduler.py`` ``Scheduler.init_model_worker`` from
+  0.5.14, SGLang PRs #28683 and #28855): ``"A"`` up to 0.5.13, where
   the speculative draft worker is built after the target's KV pool and lives in
   the slack; ``"B"`` from 0.5.14, where draft weights are loaded before the KV
   budget is measured and draft KV is folded into the per-token cell size.
-* **Dialect** (flag names, reference section 5): ``"classic"`` before 0.5.23
+* **Dialect** (flag names, each release's ``server_args.py``; ``flag_tables/``): ``"classic"`` before 0.5.23
   (``--cuda-graph-max-bs``), ``"modern"`` from 0.5.23
   (``--cuda-graph-max-bs-decode`` / ``-prefill``; 0.5.19 accepted both spellings).
 """

@@ -4,7 +4,7 @@ On a GPU node SGLang installs with its own dependency set (``pip install
 sglang==V``). On CPU that set pulls CUDA-only packages and the CPU build of
 sgl-kernel is on no registry, so SGLang goes in with ``--no-deps`` and then an
 explicit list, found import by import on a 2-core CPU machine
-(../shared/reference/sglang-on-cpu.md): the ordinary registry torch wheel (its
+(``docs/gpu-nodes.md``, real SGLang without a GPU): the ordinary registry torch wheel (its
 CPU-only build breaks torchvision's ops, which SGLang imports unconditionally),
 and the releases each SGLang version was built against. ``datasets`` is there
 for SGLang's own ``bench_serving`` (the comparison benchmark).

@@ -5,7 +5,9 @@ tries to predict; it uses SGLang's own formulas (imported from :mod:`autotune.sg
 and adds the physical quantities SGLang only measures. Every constant below says what
 it stands for. All sizes are GiB (2^30 bytes) per GPU unless the name says otherwise.
 
-Order of events (reference sections 1-3)::
+Order of events (SGLang 0.5.9 ``model_executor/model_runner.py`` ``ModelRunner.__init__`` and
+``model_runner_kv_cache_mixin.py`` ``profile_max_num_token``; 0.5.23
+``mem_cache/kv_cache_configurator.py`` and ``distributed/bootstrap.py``)::
 
     capacity - CUDA context - NCCL - custom-allreduce IPC - torch-symm-mem   = P (baseline)
     P - target weights (- draft weights, regime B) - loader residue          = A
@@ -148,7 +150,7 @@ class MemoryPlan:
 
 
 def resolve_speculative(launch: Launch, model: ModelProfile, version: SglangVersion) -> SpeculativeConfig:
-    """SGLang's speculative argument handling (reference section 4), via :mod:`autotune.sglang.speculative`.
+    """SGLang's speculative argument handling (``server_args.py``'s speculative checks), via :mod:`autotune.sglang.speculative`.
 
     Raises ConfigError where SGLang refuses the combination.
     """

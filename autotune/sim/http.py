@@ -1,6 +1,6 @@
 """SGLang's HTTP endpoints, served by aiohttp for the simulated server.
 
-Shapes follow SGLang's ``http_server.py`` (reference section 7): ``/generate`` with
+Shapes follow SGLang's ``python/sglang/srt/entrypoints/http_server.py`` (0.5.9 and 0.5.23): ``/generate`` with
 cumulative SSE chunks and ``meta_info``, OpenAI ``/v1/completions`` and
 ``/v1/chat/completions`` (chunks, ``[DONE]``, the usage chunk of
 ``stream_options.include_usage``), ``/server_info``, ``/model_info``, ``/v1/models``,

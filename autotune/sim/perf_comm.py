@@ -4,7 +4,7 @@ Every decoder layer of a tensor-parallel model does two allreduces (after the
 attention output projection and after the MLP), each over a message of
 ``tokens x hidden x 2 B`` (bf16 activations). Which implementation runs
 follows SGLang's selection order in ``GroupCoordinator.all_reduce``
-(reference sglang-startup.md 3.2-3.4): FlashInfer fusion (<= 2048 tokens) ->
+(SGLang `distributed/parallel_state.py`): FlashInfer fusion (<= 2048 tokens) ->
 custom allreduce (<= 8 MiB, only where SGLang keeps it active) -> torch
 symmetric memory (<= 64/128 MiB) -> NCCL.
 

@@ -1,6 +1,8 @@
 """SGLang's startup sequence, simulated: phases, log lines, and failures at the right phase.
 
-Lines follow reference section 6 in the wording of the chosen version (classic 0.5.9
+Lines follow SGLang's own (``model_executor/model_runner.py``, ``model_runner_kv_cache_mixin.py`` at
+0.5.9; ``mem_cache/kv_cache_configurator.py`` and ``model_executor/cuda_graph_runner.py`` at 0.5.23;
+real examples in ``tests/data/public_logs/``) in the wording of the chosen version (classic 0.5.9
 vs 0.5.23), carry SGLang's ``[YYYY-mm-dd HH:MM:SS TP<r>]`` prefix with timestamps in
 *modelled* time, and are written to stderr (where SGLang's logging goes) and flushed as
 they happen: the launcher parses them live. Memory lines come from every TP rank, as

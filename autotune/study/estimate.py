@@ -35,7 +35,7 @@ each new leader re-run once during the search (``race.py``): the ridge model ran
 estimate (before 2026-12-02, third session) reached the target at a median 925 GPU-s on
 seeds 0-39 and 1,187 on seeds 40-79, on target at the end in 35 and 34 of 40; this fit and
 the bound 616 and 519 GPU-s, 36 and 31 of 40 (grid 770 and 694, 26 and 26; random 719 and
-1,117, 25 and 29). The README has the table and what was tried.
+1,117, 25 and 29). benchmarks/README.md has the table and what was tried.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ EM_ROUNDS = 50
 #: keeps the plain ridge.
 MIN_LEVELS = 3
 #: Standard errors below the estimate at which configurations are ranked (two: about 98 %
-#: one-sided under a normal posterior; 1.5 and 3 were tried, README).
+#: one-sided under a normal posterior; 1.5 and 3 were tried, benchmarks/README.md).
 CONFIDENCE_Z = 2.0
 #: Fewer configurations than this: too little to fit the knobs' effects on.
 MIN_CONFIGURATIONS = 6

@@ -38,7 +38,9 @@ def _others(params: dict[str, Any], inert: frozenset[str]) -> dict[str, Any]:
 
 def inert_knobs(tp_size: int, interconnect: str) -> frozenset[str]:
     """Knobs SGLang ignores on this hardware, so they cannot tell two candidates apart:
-    custom allreduce is disabled on more than two PCIe-only GPUs (reference section 3.2)."""
+    custom allreduce is disabled on more than two PCIe-only GPUs (SGLang's
+    ``distributed/device_communicators/custom_all_reduce.py``, its "not supported on more than two
+    PCIe-only GPUs" warning)."""
     return frozenset({"custom_allreduce"}) if interconnect == "pcie" and tp_size > 2 else frozenset()
 
 

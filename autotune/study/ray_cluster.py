@@ -1,6 +1,7 @@
 """Connecting to Ray: an existing cluster, or a local instance bound to loopback.
 
-Why each setting (see /work/shared/reference/optuna-ray-facts.md sections 0 and 5):
+Why each setting (Ray's docs on starting Ray and on token authentication,
+https://docs.ray.io/en/latest/ray-core/starting-ray.html, and what Ray 2.60 did here):
 
 * Ray 2.60 turns token auth on for local instances and writes ``~/.ray/auth_token``;
   a driver that passes an explicit address does not pick that token up by itself
