@@ -22,7 +22,8 @@ Faithfulness and its limits (printed with each point where they apply):
 * The workload is bench_serving's: random prompts with exact token lengths (``--backend sglang``
   sends token ids), the published input/output lengths and range ratio, a closed loop of
   ``max_concurrency`` slots or Poisson arrivals at ``request_rate``, one warm-up request.
-* Prompt counts above ``--max-prompts-per-slot`` x the concurrency (default 6) are cut to that:
+* Prompt counts above ``--max-prompts-per-slot`` x the concurrency (default 6; at least 64 where lengths
+  are drawn, so that their means settle) are cut to that:
   the closed loop is then in the same steady state (every slot busy, waves desynchronised)
   for most of the run, so throughput, median TTFT and median TPOT are those of the published
   run's steady state; a point whose published count is at or below the cap runs as published
@@ -43,20 +44,26 @@ Runs in a few minutes on 2 cores (every figure is modelled time; nothing sleeps)
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import json
 import math
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+import numpy as np
 import yaml
 
 from autotune.errors import ConfigError
+from autotune.load.workloads import FileWorkload
 from autotune.objective import Direction, Objective
 from autotune.sglang.flag_tables import known_versions
 from autotune.sglang.flags import build_parser, config_from_namespace
@@ -71,6 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "published_speed"
 MAX_PROMPTS_PER_SLOT = 6
 MAX_RATE_PROMPTS = 2000
+MIN_DRAWN_PROMPTS = 64
 SHAREGPT_MEAN_IN, SHAREGPT_MEAN_OUT = 229, 196
 #: Flags releases before 0.5.9 had, and what 0.5.9 spells instead (value None: the TP size). --enable-ep-moe set
 #: ep_size = tp_size; --enable-deepep-moe chose DeepEP; --enable-flashinfer-mla the FlashInfer MLA backend.
@@ -84,7 +92,11 @@ THROUGHPUT_KEYS = (("output_throughput_tok_s", "output_throughput"), ("total_thr
                    ("request_throughput_req_s", "request_throughput"))
 TTFT_KEYS = (("median_ttft_ms", "median_ttft_ms"), ("mean_ttft_ms", "mean_ttft_ms"))
 TPOT_KEYS = (("median_tpot_ms", "median_tpot_ms"), ("mean_tpot_ms", "mean_tpot_ms"), ("median_itl_ms", "median_itl_ms"))
-FIGURES = {"throughput": THROUGHPUT_KEYS, "ttft": TTFT_KEYS, "tpot": TPOT_KEYS}
+E2E_KEYS = (("median_e2e_latency_ms", "median_e2e_latency_ms"), ("e2e_latency_ms", "mean_e2e_latency_ms"),
+            ("mean_e2e_latency_ms", "mean_e2e_latency_ms"))
+FIGURES = {"throughput": THROUGHPUT_KEYS, "ttft": TTFT_KEYS, "tpot": TPOT_KEYS, "e2e": E2E_KEYS}
+#: The figures the summary judges (e2e latency only feeds the relative effects of sets that publish nothing else).
+SUMMARY_FIGURES = ("throughput", "ttft", "tpot")
 #: ServerConfig fields config_from_namespace fills: a published flag whose dests are all here travels
 #: as a knob; any other flag travels verbatim in extra_args (the simulated server parses it itself).
 KNOB_DESTS = frozenset({
@@ -116,6 +128,7 @@ class Point:
     notes: list[str] = field(default_factory=list)
     modelled: dict[str, float] = field(default_factory=dict)
     group: str = "unassigned"
+    unseen_source: bool = False  # held out, and no fitted set shares its source
 
     @property
     def key(self) -> str:
@@ -157,7 +170,7 @@ def load_sets(directory: Path) -> list[dict[str, Any]]:
 def load_holdout(directory: Path) -> tuple[set[str], set[str]] | None:
     """The held-out set ids and point keys (``set/point``), or None before holdout.yaml exists.
 
-    Accepted shapes: a list of set ids; or a mapping with ``sets`` (ids) and/or ``points``
+    Accepted shapes: a list of set ids; or a mapping with ``holdout`` (or ``sets``: ids) and/or ``points``
     (``set_id/point_id``); list items may be mappings with an ``id``."""
     path = directory / "holdout.yaml"
     if not path.exists():
@@ -172,7 +185,7 @@ def load_holdout(directory: Path) -> tuple[set[str], set[str]] | None:
     if isinstance(data, list):
         sets.update(ids(data))
     elif isinstance(data, dict):
-        sets.update(ids(data.get("sets") or data.get("held_out") or []))
+        sets.update(ids(data.get("holdout") or data.get("sets") or data.get("held_out") or []))
         points.update(ids(data.get("points")))
     else:
         raise SetError(f"holdout.yaml: expected a list or a mapping, got {type(data).__name__}")
@@ -261,16 +274,12 @@ def _workload(wl: dict[str, Any], cap_per_slot: int, notes: list[str]) -> Worklo
     """bench_serving's workload as the load generator's spec, or why it cannot be modelled."""
     dataset = str(wl.get("dataset") or "random")
     if dataset == "sharegpt":
-        # ShareGPT's lengths spread widely: modelled as uniform from 1 to twice the mean (range ratio 0)
-        # [modelled spread]. Without published means, bench_serving's ShareGPT means as one published run
-        # counted them: 1,146,018 input and 978,825 output tokens over 5,000 prompts (sglang PR #2643,
-        # v0.4.1.post2): 229 / 196 [published].
         mean_in = int(wl.get("input_len") or SHAREGPT_MEAN_IN)
         mean_out = int(wl.get("output_len") or SHAREGPT_MEAN_OUT)
-        notes.append(f"sharegpt modelled as random prompts of mean {mean_in}/{mean_out} tokens, spread 1 to twice "
-                     "the mean" + ("" if wl.get("input_len") and wl.get("output_len") else
-                                   " (bench_serving's published ShareGPT means)"))
-        wl = {**wl, "input_len": 2 * mean_in, "output_len": 2 * mean_out, "range_ratio": 0.0}
+        notes.append(f"sharegpt modelled as log-normal lengths of mean {mean_in}/{mean_out} tokens"
+                     + ("" if wl.get("input_len") and wl.get("output_len") else
+                        " (bench_serving's published ShareGPT means)"))
+        wl = {**wl, "input_len": mean_in, "output_len": mean_out, "range_ratio": 1.0, "sharegpt": True}
     tool = str(wl.get("tool") or "bench_serving")
     if tool.startswith("bench_one_batch"):  # one batch sent at once: a single wave of max_concurrency requests
         batch = int(wl.get("max_concurrency") or wl.get("batch_size") or 1)
@@ -292,7 +301,8 @@ def _workload(wl: dict[str, Any], cap_per_slot: int, notes: list[str]) -> Worklo
         return "num_prompts missing"
     slots = int(conc) if conc else prompts
     if rate is None:
-        cap = max(cap_per_slot * slots, 1)
+        # drawn lengths (range ratio < 1, ShareGPT) need enough requests for their means to settle
+        cap = max(cap_per_slot * slots, MIN_DRAWN_PROMPTS if ratio_of(wl) < 1.0 else 1)
         if prompts > cap:
             notes.append(f"{prompts} prompts cut to {cap} ({cap_per_slot} per slot: the same steady state)")
             prompts = cap
@@ -300,9 +310,43 @@ def _workload(wl: dict[str, Any], cap_per_slot: int, notes: list[str]) -> Worklo
         notes.append(f"{prompts} prompts cut to {MAX_RATE_PROMPTS} (Poisson arrivals: the same steady state)")
         prompts = MAX_RATE_PROMPTS
     ratio = float(wl.get("range_ratio") if wl.get("range_ratio") is not None else 1.0)
+    dataset_spec = None
+    if wl.get("sharegpt"):
+        dataset_spec = FileWorkload(path=sharegpt_like(int(inp), int(out), prompts + 1))
     return WorkloadSpec(backend="sglang", input_len=int(inp), output_len=int(out), range_ratio=max(ratio, 1e-9),
                         num_prompts=prompts, concurrency=[min(slots, prompts)], request_rate=rate,
-                        warmup_requests=1, seed=0)
+                        warmup_requests=1, seed=0, dataset=dataset_spec)
+
+
+_SCRATCH: list[Path] = []
+
+
+def sharegpt_like(mean_in: int, mean_out: int, n: int) -> Path:
+    """A prompt file (token ids, output lengths) with ShareGPT-like lengths: log-normal with sigma 1
+    [modelled: ShareGPT's lengths are heavy-tailed, a few answers run to thousands of tokens], pruned as
+    bench_serving prunes ShareGPT (prompt and answer of at least 4 tokens, prompt at most 1024, both at most
+    2048: sglang bench_serving.py sample_sharegpt_requests [code]). The means are kept after pruning to
+    within a few percent. One file per (means, count), in a scratch directory removed at exit."""
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="sim-vs-published-")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    path = _SCRATCH[0] / f"sharegpt-{mean_in}-{mean_out}-{n}.jsonl"
+    if path.exists():
+        return path
+    rng = np.random.default_rng(mean_in * 100_003 + mean_out * 17 + n)
+    sigma = 1.0
+    ins = np.clip(rng.lognormal(math.log(mean_in) - sigma**2 / 2, sigma, n), 4, 1024).astype(int)
+    outs = rng.lognormal(math.log(mean_out) - sigma**2 / 2, sigma, n).astype(int)
+    outs = np.clip(outs, 4, 2048 - ins)
+    with path.open("w") as f:
+        for i, o in zip(ins, outs, strict=True):
+            ids = rng.integers(1000, 30000, int(i)).tolist()
+            f.write(json.dumps({"input_ids": ids, "output_len": int(o)}) + "\n")
+    return path
+
+
+def ratio_of(wl: dict[str, Any]) -> float:
+    return 0.0 if wl.get("sharegpt") else float(wl.get("range_ratio") if wl.get("range_ratio") is not None else 1.0)
 
 
 def _profile_dir(directory: Path, name: Any, what: str) -> Path | str:
@@ -318,6 +362,11 @@ def build_point(s: dict[str, Any], p: dict[str, Any], directory: Path, cap_per_s
     """The trial request of one published point (or why it is skipped)."""
     pid = str(p.get("id") or f"p{s['points'].index(p)}")
     measured = {k: float(v) for k, v in (p.get("measured") or {}).items() if isinstance(v, (int, float))}
+    if "mean_e2e_latency_s" in measured:  # a unit change only
+        measured.setdefault("mean_e2e_latency_ms", measured["mean_e2e_latency_s"] * 1000.0)
+    if "decode_throughput_tok_s" in measured and not any(k in measured for k, _ in TPOT_KEYS):
+        # one request's decode speed: its time per output token is the inverse
+        measured["median_tpot_ms"] = 1000.0 / measured["decode_throughput_tok_s"]
     point = Point(str(s["id"]), pid, str(s.get("knob") or "none"), measured)
     hw = s["hardware"]
     if int(hw.get("nodes") or 1) > 1:
@@ -325,7 +374,8 @@ def build_point(s: dict[str, Any], p: dict[str, Any], directory: Path, cap_per_s
         return point
     flags = {str(k).lstrip("-").replace("_", "-"): v for k, v in {**(s.get("flags") or {}),
                                                                   **(p.get("flags") or {})}.items()}
-    model = _profile_dir(directory, flags.pop("model-path", None) or s["model"].get("profile"), "model")
+    model_spec = {**s["model"], **(p.get("model") or {})}  # a point may change the checkpoint (BF16 vs FP8)
+    model = _profile_dir(directory, flags.pop("model-path", None) or model_spec.get("profile"), "model")
     if isinstance(model, str):
         point.skipped = model
         return point
@@ -337,7 +387,7 @@ def build_point(s: dict[str, Any], p: dict[str, Any], directory: Path, cap_per_s
             flags.pop(old)
             flags.setdefault(new, value if value is not None else (s.get("layout") or {}).get("tp", 1))
             point.notes.append(f"--{old} read as --{new}")
-    kv = s["model"].get("kv_cache_dtype")
+    kv = model_spec.get("kv_cache_dtype")
     if kv and kv != "auto":
         flags.setdefault("kv-cache-dtype", kv)
     if flags.get("speculative-draft-model-path"):
@@ -414,7 +464,7 @@ def effects(points: list[Point]) -> list[dict[str, Any]]:
             continue
         ref = pts[0]
         for p in pts[1:]:
-            for name in ("throughput", "tpot"):
+            for name in ("throughput", "tpot", "e2e"):
                 a, b = figure(ref, name), figure(p, name)
                 if a is None or b is None or a[0] != b[0]:
                     continue
@@ -450,10 +500,15 @@ def spread(xs: list[float]) -> str:
 
 def summary(points: list[Point], effs: list[dict[str, Any]], groups: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    unseen = {p.set_id for p in points if p.unseen_source}
     for g in groups:
-        pts = [p for p in points if p.group == g and p.modelled]
-        es = [e for e in effs if e["group"] == g]
-        out[g] = {name: [r for p in pts if (r := ratio(p, name)) is not None] for name in FIGURES}
+        if g == "held-out, unseen source":
+            pts = [p for p in points if p.unseen_source and p.modelled]
+            es = [e for e in effs if e["set"] in unseen]
+        else:
+            pts = [p for p in points if p.group == g and p.modelled]
+            es = [e for e in effs if e["group"] == g]
+        out[g] = {name: [r for p in pts if (r := ratio(p, name)) is not None] for name in SUMMARY_FIGURES}
         out[g]["effects"] = {"n": len(es), "direction": sum(e["direction"] for e in es),
                              "within_1_5x": sum(e["within_1_5x"] for e in es), "within_2x": sum(e["within_2x"] for e in es)}
     return out
@@ -488,7 +543,7 @@ def print_report(points: list[Point], effs: list[dict[str, Any]], summ: dict[str
                   f"{'yes' if e['within_2x'] else 'no'}")
     for g, s in summ.items():
         print(f"\nSummary, {g} points (modelled/measured):")
-        for name in FIGURES:
+        for name in SUMMARY_FIGURES:
             print(f"  {name:<10} {spread(s[name])}")
         e = s["effects"]
         if e["n"]:
@@ -498,8 +553,10 @@ def print_report(points: list[Point], effs: list[dict[str, Any]], summ: dict[str
             print("  effects    none")
 
 
-def run(directory: Path, only: list[str] | None, cap_per_slot: int) -> tuple[list[Point], list[dict[str, Any]],
-                                                                            dict[str, Any]]:
+def run(directory: Path, only: list[str] | None, cap_per_slot: int, *, fitted_only: bool = False,
+        ) -> tuple[list[Point], list[dict[str, Any]], dict[str, Any]]:
+    """Every point of the sets (``only``: those ids), evaluated; ``fitted_only`` never evaluates a held-out
+    point (what a fit of the constants runs on)."""
     sets = load_sets(directory)
     if only:
         sets = [s for s in sets if s["id"] in only]
@@ -511,12 +568,43 @@ def run(directory: Path, only: list[str] | None, cap_per_slot: int) -> tuple[lis
             if holdout is not None:
                 held = pt.set_id in holdout[0] or pt.key in holdout[1]
                 pt.group = "held-out" if held else "fitted"
+            if fitted_only and pt.group == "held-out":
+                pt.request, pt.skipped = None, "held out: not evaluated (--fitted-only)"
             if pt.request is not None:
                 evaluate(pt)
             points.append(pt)
+    if holdout is not None:
+        unseen = unseen_source_sets(sets, holdout[0])
+        for pt in points:
+            if pt.set_id in unseen:
+                pt.unseen_source = True
     effs = effects(points)
-    groups = ["unassigned"] if holdout is None else ["fitted", "held-out"]
+    groups = ["unassigned"] if holdout is None else ["fitted", "held-out", "held-out, unseen source"]
     return points, effs, summary(points, effs, groups)
+
+
+def _origin(s: dict[str, Any]) -> str:
+    """A set's source: the host, and on GitHub the owner/repository (one project's PRs, issues and docs)."""
+    url = urlparse(str((s.get("source") or {}).get("url") or ""))
+    parts = [p for p in url.path.split("/") if p]
+    return url.netloc + ("/" + "/".join(parts[:2]) if url.netloc == "github.com" else "")
+
+
+def unseen_source_sets(sets: list[dict[str, Any]], held: set[str]) -> set[str]:
+    """Held-out sets that share no source with a fitted set (the same origin, or ``independent_of`` either
+    way): their method is unseen as well as their figures."""
+    fitted = {s["id"] for s in sets} - held
+    linked: dict[str, set[str]] = {s["id"]: set(map(str, s.get("independent_of") or [])) for s in sets}
+    for sid, others in list(linked.items()):
+        for o in others:
+            linked.setdefault(o, set()).add(sid)
+    by_origin: dict[str, set[str]] = {}
+    for s in sets:
+        if _origin(s):
+            by_origin.setdefault(_origin(s), set()).add(s["id"])
+    for s in sets:
+        linked[s["id"]] |= by_origin.get(_origin(s), set()) - {s["id"]}
+    return {sid for sid in held if sid in linked and not (linked[sid] & fitted)}
 
 
 #: SGLang's docs: DeepSeek V3 MTP "decoding speed can be improved by 1.8x for batch size 1 and 1.5x for batch
@@ -559,13 +647,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="only say which points the simulator runs and why others are skipped (no figures: for "
                          "working on the model without looking at how far off any point is)")
+    ap.add_argument("--fitted-only", action="store_true", help="evaluate the fitted points only (never a held-out one)")
     args = ap.parse_args(argv)
     if args.max_prompts_per_slot < 2:
         print(f"--max-prompts-per-slot: must be >= 2, got {args.max_prompts_per_slot}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
     try:
-        points, effs, summ = run(args.dir, args.only, args.max_prompts_per_slot)
+        points, effs, summ = run(args.dir, args.only, args.max_prompts_per_slot, fitted_only=args.fitted_only)
     except SetError as exc:
         print(f"published set: {exc}", file=sys.stderr)
         return 2

@@ -54,7 +54,8 @@ def _set(set_id: str, **over: Any) -> dict[str, Any]:
 def sets(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "studies" / "models" / "llama-3.1-70b-class", tmp_path / "models" / "llama70")
     (tmp_path / "a-set.yaml").write_text(yaml.safe_dump(_set("a-set")))
-    two_nodes = _set("b-set", hardware={"gpu": "h100", "num_gpus": 16, "interconnect": "nvlink", "nodes": 2})
+    two_nodes = _set("b-set", hardware={"gpu": "h100", "num_gpus": 16, "interconnect": "nvlink", "nodes": 2},
+                     source={"url": "https://github.com/other/repo/issues/1", "kind": "issue", "title": "synthetic"})
     (tmp_path / "b-set.yaml").write_text(yaml.safe_dump(two_nodes))
     return tmp_path
 
@@ -90,12 +91,21 @@ def test_unassigned_before_the_holdout_then_fitted_and_held_out_apart(harness: A
     assert all(harness.ratio(p, "throughput") for p in modelled)
     assert [(e["set"], e["point"], e["ref"]) for e in effs] == [("a-set", "no-graph", "default")]
 
-    (sets / "holdout.yaml").write_text(yaml.safe_dump({"sets": ["a-set"]}))
+    (sets / "holdout.yaml").write_text(yaml.safe_dump({"holdout": [{"id": "a-set", "why": "synthetic"}]}))
     points, effs, summ = harness.run(sets, None, 6)
-    assert list(summ) == ["fitted", "held-out"]
+    assert list(summ) == ["fitted", "held-out", "held-out, unseen source"]
     assert {p.group for p in points if p.set_id == "a-set"} == {"held-out"}
     assert len(summ["held-out"]["throughput"]) == 2 and summ["fitted"]["throughput"] == []
     assert effs[0]["group"] == "held-out"
+    assert len(summ["held-out, unseen source"]["throughput"]) == 2  # no fitted set shares a-set's source
+
+
+def test_a_held_out_set_sharing_a_source_with_a_fitted_one_is_not_unseen(harness: Any) -> None:
+    sets = [{"id": "a", "independent_of": ["b"]}, {"id": "b"}, {"id": "c"}, {"id": "d", "independent_of": ["c"]},
+            {"id": "e", "source": {"url": "https://github.com/o/r/pull/1"}},
+            {"id": "f", "source": {"url": "https://github.com/o/r/issues/2"}},
+            {"id": "g", "source": {"url": "https://github.com/o/other/issues/2"}}]
+    assert harness.unseen_source_sets(sets, {"a", "c", "d", "e", "g"}) == {"c", "d", "g"}
 
 
 def test_judging_a_relative_effect(harness: Any) -> None:
@@ -112,3 +122,35 @@ def test_a_broken_set_exits_2_with_one_line(harness: Any, sets: Path, capsys: py
     assert harness.main(["--dir", str(sets)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "published set: d-set.workload: missing"
+
+
+def test_a_published_set_reproduced_as_behaviour(harness: Any) -> None:
+    """AMD's DeepSeek-V3 MTP table on 8 x MI300X (lmsys blog 2025-09-02, a fitted set): at concurrency 1 MTP
+    cuts the end-to-end latency (measured 17.3 s -> 8.2 s), and at concurrency 1 it cuts it by more than at
+    concurrency 64, where the batch has more to verify. The simulator picks the same winner, the same way."""
+    directory = harness.DATA
+    s = next(x for x in harness.load_sets(directory) if x["id"] == "amd-blog-2025-09-deepseek-v3-mtp-mi300x-random")
+    by_id = {p["id"]: p for p in s["points"]}
+    e2e = {}
+    for pid in ("mtp-off-c1", "mtp-on-c1", "mtp-off-c64", "mtp-on-c64"):
+        point = harness.build_point(s, by_id[pid], directory, 2)
+        assert point.request is not None, point.skipped
+        harness.evaluate(point)
+        e2e[pid] = point.modelled["mean_e2e_latency_ms"]
+        assert point.measured["e2e_latency_ms"] > 0
+    measured = {pid: by_id[pid]["measured"]["e2e_latency_ms"] for pid in e2e}
+    for c in ("c1", "c64"):
+        assert (e2e[f"mtp-on-{c}"] < e2e[f"mtp-off-{c}"]) == (measured[f"mtp-on-{c}"] < measured[f"mtp-off-{c}"])
+    gain = {c: e2e[f"mtp-off-{c}"] / e2e[f"mtp-on-{c}"] for c in ("c1", "c64")}
+    measured_gain = {c: measured[f"mtp-off-{c}"] / measured[f"mtp-on-{c}"] for c in ("c1", "c64")}
+    assert (gain["c1"] > gain["c64"]) == (measured_gain["c1"] > measured_gain["c64"])
+
+
+def test_a_point_may_change_the_checkpoint(harness: Any, sets: Path) -> None:
+    shutil.copytree(ROOT / "studies" / "models" / "qwen3-32b-class", sets / "models" / "qwen32")
+    s = _set("e-set")
+    s["points"][1]["model"] = {"profile": "qwen32"}
+    default, other = (harness.build_point(s, p, sets, 6) for p in s["points"])
+    assert default.request is not None and other.request is not None
+    assert default.request.config.model_path.endswith("llama70")
+    assert other.request.config.model_path.endswith("qwen32")

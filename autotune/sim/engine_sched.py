@@ -96,8 +96,10 @@ class Scheduler:
         # decides batch k+1 while the GPU runs batch k, so a request that arrived after batch k started waits
         # for the batch after next (see _admission_cutoff)
         self._overlap = bool(getattr(perf, "overlap", False))
-        # a request reaches the scheduler this long after the client sent it (PerfModel.request_path_s)
+        # a request reaches the scheduler this long after the client sent it, plus tokenisation per input token
+        # (PerfModel.request_path_s, request_path_per_token_s)
         self._path_s = float(getattr(perf, "request_path_s", 0.0))
+        self._path_per_token_s = float(getattr(perf, "request_path_per_token_s", 0.0))
         self._last_start: float | None = None  # the last timed step's start and end (modelled)
         self._last_end: float | None = None
 
@@ -246,7 +248,7 @@ class Scheduler:
         head = self.waiting[0] if self.waiting else None
         if head is not None and not self._received_by(head, self.clock.t):
             # nothing in flight and the next request still on its way to the scheduler: the loop spins until then
-            return Step("wait", self.clock.t, head.arrival_s + self._path_s - self.clock.t)
+            return Step("wait", self.clock.t, self._received_at(head) - self.clock.t)
         step = Step("abort", self.clock.t)  # waiting requests that cannot be admitted while nothing runs
         step.ended.append(self._abort_unadmittable())
         return step
@@ -278,7 +280,8 @@ class Scheduler:
         starts when batch k ends was decided when batch k started, from the requests received by then
         **[code]**. Without overlap (``event_loop_normal``) the batch is decided when it starts. With
         nothing in flight the loop spins and takes a request as soon as it is received. A request is
-        received ``request_path_s`` after the client sent it (HTTP, tokenizer manager, ZMQ), so one sent
+        received ``request_path_s`` (+ tokenisation per input token) after the client sent it (HTTP, the tokenizer
+        manager, ZMQ), so one sent
         the instant a step ends (a closed-loop client reacting to a finished request) misses the batch
         decided then: it waits one step without overlap, two with it."""
         now = self.clock.t
@@ -288,8 +291,11 @@ class Scheduler:
             return now  # the GPU idled, or nothing is in flight
         return self._last_start
 
+    def _received_at(self, req: Request) -> float:
+        return req.arrival_s + self._path_s + self._path_per_token_s * req.input_len
+
     def _received_by(self, req: Request, cutoff: float) -> bool:
-        return req.arrival_s + self._path_s <= cutoff + 1e-12
+        return self._received_at(req) <= cutoff + 1e-12
 
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         """Pick (request, new tokens) pairs for the next prefill step, as SGLang's PrefillAdder."""

@@ -34,8 +34,8 @@ what each GPU kind achieves: :mod:`autotune.sim.perf_gpu`):
   (``EAGER_CPU_PER_LAYER_S``: 150 us per dense layer, 300 us per MoE layer) and the GPU idles between
   kernels (``EAGER_GAP_PER_LAYER_S``: 30 / 50 us); CPU launch overlaps GPU work, so an eager step is
   ``max(cpu, gpu) + gaps`` **[modelled]**;
-* ``STEP_FIXED_S`` 300 us + ``STEP_PER_REQ_S`` 0.4 us per request: sampling, output processing and
-  scheduler work not hidden by the overlap scheduler **[modelled]**; without the overlap scheduler (the
+* ``STEP_FIXED_S`` 300 us **[modelled]** + ``STEP_PER_REQ_S`` 15 us per request **[fitted]**: sampling,
+  output processing and scheduler work not hidden by the overlap scheduler; without the overlap scheduler (the
   flag, or speculative decoding in 0.5.9) the scheduler's whole CPU work adds (:mod:`autotune.sim.perf_knobs`).
 
 Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one step is one draft/verify
@@ -76,12 +76,18 @@ __all__ = ["PerfInputs", "PerfModel", "graph_ladder"]
 
 log = logging.getLogger(__name__)
 
-STEP_FIXED_S = 300e-6
-#: From the client's send to the scheduler's queue: HTTP, the tokenizer manager, ZMQ [modelled]. The engine
-#: admits a request only once received (engine_sched._admission_cutoff), so TTFT includes this and the
-#: scheduling delay it causes.
-REQUEST_PATH_S = 1e-3
-STEP_PER_REQ_S = 0.4e-6
+STEP_FIXED_S = 300e-6  # [modelled]
+#: From the client's send to the scheduler's queue: HTTP, the tokenizer manager, ZMQ. The engine admits a
+#: request only once received (engine_sched._admission_cutoff), so TTFT includes this and the scheduling
+#: delay it causes.
+#: [fitted on perf_fitted.FITTED_SETS: TTFT, 16 ms] (1 ms before the fit, modelled). More than HTTP, the tokenizer
+#: manager and ZMQ take: it also holds what TTFT has that the model lacks (the first token's detokenisation and
+#: streaming back, the client's own overhead), so it is a calibration, not a measurement of the request path.
+REQUEST_PATH_S = 16e-3
+#: ... and per input token: the tokenizer manager tokenises text prompts (bench_serving sends text)
+#: [fitted on perf_fitted.FITTED_SETS: 10 us a token]
+REQUEST_PATH_PER_TOKEN_S = 10e-6
+STEP_PER_REQ_S = 15e-6  # [fitted on perf_fitted.FITTED_SETS] per running request per step (0.4 us before)
 #: Per-depth acceptance by algorithm. MTP: DeepSeek-V3's second-token acceptance "ranges between 85% and 90%"
 #: (DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3): its midpoint **[published]**; the others
 #: **[modelled]**.
@@ -161,6 +167,7 @@ class PerfModel:
         # _handle_speculative_decoding: "Overlap scheduler is disabled because of using eagle3 or standalone
         # speculative decoding"), except EAGLE with SGLANG_ENABLE_SPEC_V2 [code]
         self.request_path_s = REQUEST_PATH_S
+        self.request_path_per_token_s = REQUEST_PATH_PER_TOKEN_S
         knobs = inputs.knobs
         self.overlap = knobs.overlap and (not self.spec_algorithm or (knobs.spec_v2 and self.spec_algorithm == "EAGLE"))
         self.knobs = knobs if self.overlap == knobs.overlap else replace(knobs, overlap=False)

@@ -164,7 +164,7 @@ class Forward:
         self.expert_params = expert / tp  # one routed expert's share on this GPU (TP or EP: the same FLOPs)
         self.dense_params = self.params - self.expert_params * k if self.moe else self.params
         self.kv_token_bytes = (kv_bytes_per_token(model, attn_tp, inputs.kv_cache_dtype_bytes) / attn_dp
-                               * knobs.attention_factor)
+                               * knobs.attention_factor_on(gpu.sm_family))
         self.attn_flops_ctx = attention_flops_per_context_token(model, attn_tp) / attn_dp
         # the MoE layers' intermediate caches (fused_moe.py intermediate_cache1/2/3: [T, k, 2N], [T k, N],
         # [T, k, hidden], each written and read once, bf16), N the expert's intermediate size on this GPU
@@ -180,7 +180,7 @@ class Forward:
         self.a2a = self.moe and knobs.moe_a2a not in ("", "none") and knobs.ep_size > 1
         self.ep = max(knobs.ep_size, 1)
         kind = "moe" if e > 0 else "dense"
-        self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers
+        self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers * self.speed.eager
         self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
 
     def touched_experts(self, routed: float) -> float:
@@ -189,7 +189,7 @@ class Forward:
 
     def weight_read_s(self, tokens: float) -> float:
         touched = 1.0 - (1.0 - self.route_share) ** max(tokens, 1.0) if self.expert_bytes else 0.0
-        return (self.dense_bytes + self.expert_bytes * touched) / self.bw
+        return (self.dense_bytes + self.expert_bytes * touched / self.speed.moe) / self.bw
 
     def compute_s(self, tokens: int, routed: float, efficiency: float) -> float:
         """GEMM FLOPs at this checkpoint's tensor peak; a MoE's experts over their padded rows."""

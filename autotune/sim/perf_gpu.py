@@ -7,7 +7,8 @@ clocks), so the speed model reads the shares here, one row per kind. Each figure
 * **published**: a public microbenchmark of that kind (cited on its line);
 * **modelled**: carried over from a like kind, or a physical estimate: no microbenchmark found;
 * **fitted**: chosen on the published serving points of ``tests/data/published_speed`` (the
-  fitted ones only, never a held-out set), named beside the figure.
+  fitted ones only, never a held-out set: :mod:`autotune.sim.perf_fitted` names them) by
+  ``benchmarks/sim_speed_fit.py``. A fitted figure is a calibration, not a validation.
 
 Columns:
 
@@ -27,6 +28,10 @@ Columns:
   (https://github.com/deepseek-ai/FlashMLA/issues/30), and FlashAttention-3 forward 126 TFLOPS
   (https://github.com/Dao-AILab/flash-attention/issues/1310): a GPU with little compute per byte
   is easy to saturate.
+* ``eager``: the CPU's eager launch per layer on such a node, as a multiple of
+  ``perf_forward.EAGER_CPU_PER_LAYER_S`` (prefill runs eager).
+* ``moe``: the share of the dense GEMMs' bandwidth that the routed experts' grouped GEMM reaches
+  (SGLang's Triton fused MoE: many small per-expert GEMMs over a few padded rows each).
 * ``kernel_floor_s``: the least a small kernel (norm, rope, top-k, a GEMM over a few rows) costs
   on the GPU when replayed from a CUDA graph: launch latency inside the graph plus a kernel's
   ramp-up and tail (**modelled**: a few microseconds, the order NVIDIA's CUDA graphs post measures for
@@ -50,23 +55,50 @@ class GpuSpeed:
     prefill: float
     attention: float
     kernel_floor_s: float
-    kind: str  # where the row comes from: "published", "modelled" or "fitted (<set ids>)"
+    moe: float  # the routed experts' grouped GEMM: share of the dense GEMMs' bandwidth it reaches
+    eager: float  # the CPU's eager launch per layer (perf_forward.EAGER_CPU_PER_LAYER_S) x this on such a node
+    kind: str  # where the row comes from: "published", "modelled", "fitted" (the fields fitted: its source)
     source: str
 
 
+#: [fitted on perf_fitted.FITTED_SETS, 39 sets] the kernel floor, the GEMM and prefill shares and the eager
+#: launch x3 (prefill runs eager; SGLang's Python launch path is slower than the former 150 / 300 us a layer).
+KERNEL_FLOOR_S = 9e-6
+GEMM_SHARE = 0.4
+PREFILL_SHARE = 0.45
+EAGER_SCALE = 3.0
+#: [fitted on perf_fitted.MOE_SETS, 24 sets] the routed experts' grouped GEMM streams at half the dense share.
+MOE_SHARE = 0.5
+_FITTED = "kernel floor, GEMM/prefill/MoE shares, eager launch fitted (perf_fitted.py)"
 _HOPPER_HBM = "FlashMLA decode 3000 GB/s on H800 SXM5 (README), 2826 GB/s on H100 SXM (achatbot PR #123)"
-#: The default row: every kind without its own (its datasheet figures still differ).
-DEFAULT = GpuSpeed(0.85, 0.55, 0.6, 0.67, 3e-6, "modelled", "Hopper's row for a kind without a microbenchmark")
+_ATTN = "attention: FlashMLA 660 TFLOPS on H800 SXM5 (README)"
+
+
+def _fitted(hbm: float, attention: float, source: str) -> GpuSpeed:
+    return GpuSpeed(hbm, GEMM_SHARE, PREFILL_SHARE, attention, KERNEL_FLOOR_S, MOE_SHARE, EAGER_SCALE, "fitted",
+                    f"{source}; {_FITTED}")
+
+
+#: The default row: every kind without its own (its datasheet figures still differ): Hopper's published HBM
+#: share, the fitted rest.
+DEFAULT = _fitted(0.85, 0.67, f"hbm: {_HOPPER_HBM} (published); {_ATTN}")
+#: Kinds whose row stays as the seed case (8 x RTX PRO 6000 over PCIe, measured there) was fitted with: no
+#: published point of them was fitted, and their constants keep that node's observations (its PCIe allreduce
+#: constants in perf_comm were chosen with these, its batch-1 TPOT is held in tests/test_sim_perf.py).
+SEED_CALIBRATED = frozenset({"rtx-pro-6000", "rtx-5090"})
 GPU_SPEED: dict[str, GpuSpeed] = {
-    "h100": GpuSpeed(0.85, 0.55, 0.6, 0.67, 3e-6, "published", _HOPPER_HBM + "; FlashMLA 660 TFLOPS on H800"),
-    "h200": GpuSpeed(0.85, 0.55, 0.6, 0.67, 3e-6, "modelled", "H100's row: the same Hopper die, HBM3e"),
-    "h20": GpuSpeed(0.85, 0.55, 0.6, 0.85, 3e-6, "published",
-                    "attention: FlashMLA 117-130 of 148 TFLOPS (FlashMLA issue #30), FA3 126 TFLOPS "
-                    "(flash-attention issue #1310); hbm: H100's row (no H20 bandwidth benchmark found)"),
-    # The seed node's kind: its fitted PCIe constants (perf_comm) were chosen with HBM at 0.8 of datasheet;
-    # kept so that calibration still holds.
-    "rtx-pro-6000": GpuSpeed(0.80, 0.55, 0.6, 0.67, 3e-6, "modelled", "GDDR7; 0.8 as the seed case was fitted with"),
-    "rtx-5090": GpuSpeed(0.80, 0.55, 0.6, 0.67, 3e-6, "modelled", "GDDR7, as RTX PRO 6000"),
+    # hbm [fitted on perf_fitted.GPU_SETS[kind]]
+    "h100": _fitted(0.92, 0.67, f"hbm fitted (the published FlashMLA figures: {_HOPPER_HBM}); {_ATTN}"),
+    "h200": _fitted(0.75, 0.67, f"hbm fitted; {_ATTN}"),
+    "b200": _fitted(0.85, 0.67, "hbm fitted; attention: Hopper's"),
+    "a100-80": _fitted(0.75, 0.67, "hbm fitted; attention: Hopper's"),
+    "mi300x": _fitted(0.92, 0.67, "hbm fitted; attention: Hopper's"),
+    # one fitted set only: hbm stays H100's published benchmark
+    "h20": _fitted(0.85, 0.85, "attention: FlashMLA 117-130 of 148 TFLOPS (FlashMLA issue #30), FA3 126 TFLOPS "
+                   "(flash-attention issue #1310) (published); hbm: H100's benchmark (modelled)"),
+    "rtx-pro-6000": GpuSpeed(0.80, 0.55, 0.6, 0.67, 3e-6, 1.0, 1.0, "modelled",
+                             "GDDR7; as the seed case was fitted with (the former single figures)"),
+    "rtx-5090": GpuSpeed(0.80, 0.55, 0.6, 0.67, 3e-6, 1.0, 1.0, "modelled", "GDDR7, as RTX PRO 6000"),
 }
 
 
