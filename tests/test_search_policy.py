@@ -7,6 +7,7 @@ from pathlib import Path
 import optuna
 from support.demo import demo_data, demo_spec
 
+from autotune import space
 from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 from autotune.study.observer import budget_used
@@ -290,3 +291,121 @@ def test_a_searched_layout_gets_a_boundary_per_layout_with_its_replicas_graph_si
     assert bounds[:3] == [("tp2-dp4", 64, 0.86), ("tp4-dp2", 128, 0.9), ("tp8", 256, 0.92)]
     assert all(lay != "tp1-dp8" for lay, _, _ in bounds)
     assert all(predict(p.params)["verdict"] == "fits" for p in points)
+
+
+def _policy(spec, predict):
+    """A SearchPolicy on an in-memory study, past its designed start, judged by the stand-in ``predict``."""
+    from types import SimpleNamespace
+
+    from autotune.study.search.policy import SearchPolicy
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("design_points", [])  # the designed start is done (or was empty)
+    profile = SimpleNamespace(architecture="DeepseekV3ForCausalLM")  # SGLang's own choice: 3 steps, top-k 1
+    cands = SimpleNamespace(widened_spec=lambda: spec, predictor=SimpleNamespace(profiles=lambda: [profile]))
+    policy = SearchPolicy(spec, study, cands)  # type: ignore[arg-type]
+    policy._predict = predict  # type: ignore[method-assign]
+    return policy, study
+
+
+def _told(study, spec, params, state, value=None, **attrs):
+    """One finished trial of ``params`` (enqueued, asked and told as the driver does)."""
+    study.enqueue_trial(params, user_attrs=attrs)
+    trial = study.ask()
+    space.suggest(trial, spec)
+    study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
+
+
+BASE = {"mem_fraction_static": 0.93, "cuda_graph_max_bs": 64, "custom_allreduce": False, "--attn-dp-size": 8,
+        "--moe-runner-backend": "auto", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0", "speculative_algorithm": "none"}
+
+
+def _fits_up_to(top_base: float, top_draft: float):
+    """A stand-in memory model: feasible up to ``top_base`` without a draft model, ``top_draft`` with one."""
+    def predict(params):
+        speculative = params.get("speculative_algorithm", "none") != "none"
+        ok = params["mem_fraction_static"] <= (top_draft if speculative else top_base) + 1e-9
+        return {"verdict": "fits" if ok else "kv_oom", "should_prune": not ok}
+    return predict
+
+
+def test_a_speculative_setting_on_a_base_at_its_memory_edge_gets_room_for_its_draft(tmp_path: Path):
+    """The best base sits at the largest f that fits without a draft model (0.93); with one, the
+    model says 0.90 at most. Each speculative setting is placed at 0.90, launches, and counts as
+    tried on that base. Taken at 0.93, every one was pruned before launch and the speculative stage
+    ended without a launch (the seed node at concurrency 16: 7 of 20 seeds never launched EAGLE3)."""
+    spec = _spec(tmp_path)  # EAGLE3, steps 1-4, top-k 1: four speculative settings
+    predict = _fits_up_to(0.93, 0.90)
+    policy, study = _policy(spec, predict)
+    C = optuna.trial.TrialState.COMPLETE
+    _told(study, spec, BASE, C, 100.0, stage="design", design="boundary")
+    for f in (0.91, 0.92, 0.90):  # the base stage stops improving: the speculative stage is next
+        _told(study, spec, {**BASE, "mem_fraction_static": f}, C, 95.0, stage="base")
+    placed = []
+    for i in range(4):
+        assert policy.before_ask(budget_used(study)) == "speculative"
+        trial = study.ask()  # the enqueued configuration
+        params = space.suggest(trial, spec)
+        assert params["speculative_algorithm"] == "EAGLE3" and not predict(params)["should_prune"]
+        assert params["mem_fraction_static"] == 0.90  # the largest f at which the draft fits
+        assert {k: v for k, v in params.items() if k != "mem_fraction_static" and not k.startswith("speculative")} \
+            == {k: v for k, v in BASE.items() if k not in ("mem_fraction_static", "speculative_algorithm")}
+        placed.append(params["speculative_num_steps"])
+        study.tell(trial, 101.0 + i)  # each a gain: the stage goes on
+    assert sorted(placed) == [1, 2, 3, 4]  # each setting once: a lowered f still counts as this base's
+    assert policy.before_ask(budget_used(study)) == "joint"
+
+
+def test_a_speculative_setting_stays_below_an_f_that_ran_out_of_slack(tmp_path: Path):
+    """The memory model lets the draft in at 0.92, but a launch of the same setting ran out of
+    memory there: the next one of that setting goes a step below it."""
+    from autotune.study.search.policy import SearchPolicy
+
+    spec = _spec(tmp_path)
+    policy, study = _policy(spec, _fits_up_to(0.93, 0.92))
+    spec_params = {**BASE, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 2, "speculative_eagle_topk": 1}
+    _told(study, spec, {**spec_params, "mem_fraction_static": 0.92}, optuna.trial.TrialState.FAIL,
+          failure_kind="runtime_oom")
+    placed = SearchPolicy._with_room_for_the_draft(policy, spec_params, study.trials)
+    assert placed["mem_fraction_static"] == 0.91
+
+
+def test_pruned_trials_count_towards_the_base_stages_share_of_the_budget(tmp_path: Path):
+    """``stage1_fraction`` (0.6 of 16 trials: 10) caps the designed start and the base stage together,
+    and a trial pruned before launch spends the budget as a launch does. Counted in launches only, a
+    base stage whose sampler kept drawing predicted OOMs (DP attention 8's narrow window on the seed
+    node) took the whole budget before any speculative setting ran (3 of 20 seeds at concurrency 16)."""
+    spec = _spec(tmp_path)
+    policy, study = _policy(spec, _fits_up_to(0.93, 0.90))
+    _told(study, spec, BASE, optuna.trial.TrialState.COMPLETE, 100.0, stage="design", design="boundary")
+    for f in (0.60, 0.62, 0.64, 0.66, 0.68, 0.70, 0.72, 0.74):
+        _told(study, spec, {**BASE, "mem_fraction_static": f}, optuna.trial.TrialState.PRUNED, stage="base")
+    assert budget_used(study) == 9 and policy.before_ask(9) == "base"  # 9 of 10: the base stage goes on
+    trial = study.ask()
+    space.suggest(trial, spec)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    assert budget_used(study) == 10 and policy.before_ask(10) == "speculative"
+
+
+def test_the_speculative_walk_starts_from_sglangs_own_settings_and_climbs_from_the_best_measured(tmp_path: Path):
+    """On a base where no speculative setting ran yet, the first is the one SGLang picks for the
+    architecture (3 steps, top-k 1 on DeepSeek-V3 class); then the nearest untried one to the best
+    speculative setting measured there, even while the base configuration itself stays the best."""
+    spec = _spec(tmp_path)
+    policy, study = _policy(spec, _fits_up_to(0.93, 0.93))
+    C = optuna.trial.TrialState.COMPLETE
+    _told(study, spec, BASE, C, 100.0, stage="design", design="boundary")
+    for f in (0.91, 0.92, 0.90):
+        _told(study, spec, {**BASE, "mem_fraction_static": f}, C, 95.0, stage="base")
+
+    def next_steps() -> int:
+        assert policy.before_ask(budget_used(study)) == "speculative"
+        trial = study.ask()
+        steps = space.suggest(trial, spec)["speculative_num_steps"]
+        study.tell(trial, {1: 90.0, 2: 97.0, 3: 95.0, 4: 93.0}[steps])  # all below the base's 100
+        return int(steps)
+
+    assert next_steps() == 3
+    second = next_steps()
+    assert second in (2, 4)
+    assert next_steps() == (1 if second == 2 else 2)  # next to 2 steps (97), or to 3 (95) when 4 did worse

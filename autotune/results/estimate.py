@@ -6,9 +6,12 @@ from autotune.study.search.estimate import (
     MIN_CONFIGURATIONS,
     RIDGE,
     Estimate,
+    beyond_noise,
     by_estimate,
+    dominated,
     estimates,
     key_of,
 )
 
-__all__ = ["CONFIDENCE_Z", "MIN_CONFIGURATIONS", "RIDGE", "Estimate", "by_estimate", "estimates", "key_of"]
+__all__ = ["CONFIDENCE_Z", "MIN_CONFIGURATIONS", "RIDGE", "Estimate", "beyond_noise", "by_estimate", "dominated", "estimates",
+           "key_of"]

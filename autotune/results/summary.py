@@ -12,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.redact import redact_argv, redact_value
 from autotune.results import pareto
-from autotune.results.estimate import CONFIDENCE_Z, Estimate, by_estimate, estimates, key_of
+from autotune.results.estimate import CONFIDENCE_Z, Estimate, beyond_noise, by_estimate, dominated, estimates, key_of
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
@@ -51,6 +51,20 @@ def estimate_reason(number: int, estimate: Estimate, sign: int) -> str:
             f"effects over every run (model {estimate.model:.2f}) give {estimate.value:.2f} "
             f"+/- {estimate.sd * 100:.2f} %, ranked at its {side} bound {estimate.bound(sign):.2f} "
             f"({CONFIDENCE_Z:g} standard errors: what its runs show, not what one lucky run might)")
+
+
+def _passed_over(ranked: list[FrozenTrial], pooled: dict[str, Estimate], top: FrozenTrial, sign: int) -> str:
+    """When a configuration with a better bound than ``top``'s was passed over because another's runs
+    beat it beyond the noise (``autotune.study.search.estimate.dominated``): which, and why; else nothing."""
+    behind = dominated(pooled, sign)
+    mine = pooled[key_of(top)].bound(sign)
+    over = [t for t in ranked if key_of(t) in behind and sign * (pooled[key_of(t)].bound(sign) - mine) > 0]
+    if not over:
+        return ""
+    t = over[0]
+    return (f"; trial {t.number}'s bound {pooled[key_of(t)].bound(sign):.2f} is better, but the study's runs show it "
+            f"{'below' if sign > 0 else 'above'} another configuration's by more than the measured noise explains "
+            f"among {len(pooled)} configurations ({beyond_noise(len(pooled)):.2f} standard errors)")
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -179,8 +193,8 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
         gain = None if not base_value else round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
     pooled = estimates(study)
     estimate = pooled.get(key_of(top)) if pooled else None
-    if estimate is not None:
-        note = estimate_reason(top.number, estimate, sign)
+    if estimate is not None and pooled:
+        note = estimate_reason(top.number, estimate, sign) + _passed_over(phases.ranked(study), pooled, top, sign)
         choice["reason"] = note + (f"; {choice['reason']}" if choice.get("reason") else "")
     cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     return {

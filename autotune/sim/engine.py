@@ -155,9 +155,11 @@ class Engine:
         return self._clock.now()
 
     def submit(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
-               keys: Sequence[int] | None = None) -> RequestHandle:
+               keys: Sequence[int] | None = None, at: float | None = None) -> RequestHandle:
         """Queue one request at the current modelled time; returns its handle at once.
 
+        ``at``: the request's modelled arrival when the engine is stepped synchronously and the client's
+        send fell inside the step just modelled (never later than now; default now).
         ``keys`` are the prompt's token ids: with them the request is matched against the
         radix prefix cache (its hit is not prefilled; ``handle.cached_tokens``) and its
         prompt + output enter the cache when it finishes. Without them it does neither.
@@ -171,7 +173,7 @@ class Engine:
             raise EngineStopped(f"request {rid}: {self._sched.dead or 'engine is stopping'}")
         if input_len < 1:
             raise ConfigError(f"input_len: must be >= 1, got {input_len}")
-        now = self.modelled_now()
+        now = self.modelled_now() if at is None else min(at, self.modelled_now())
         if keys is not None and len(keys) != input_len:
             raise ConfigError(f"keys: {len(keys)} token ids for input_len {input_len}")
         req = self._sched.submit(rid, input_len, max_new_tokens, now, keys)
@@ -255,8 +257,9 @@ class Engine:
     # --- the scheduler loop (asyncio driver) ------------------------------------------
 
     def _timed(self, step: Step) -> bool:
-        """Prefill and decode steps take modelled time; aborts and a fatal OOM do not."""
-        return step.kind in ("prefill", "decode") and self._sched.dead is None
+        """Prefill and decode steps take modelled time, and so does waiting for a request still on its way to
+        the scheduler; aborts and a fatal OOM do not."""
+        return step.kind in ("prefill", "decode", "wait") and self._sched.dead is None
 
     async def _run(self) -> None:
         assert self._work is not None

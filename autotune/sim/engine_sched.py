@@ -92,6 +92,16 @@ class Scheduler:
             self._accept_p = 1.0 - 1.0 / accepted  # geometric with the same mean (no depth cap)
             self._spec_depth = 1 << 30
         self._kv_per_decode = max(int(getattr(perf, "spec_draft_tokens", 1)), 1) if self._spec else 1
+        # SGLang's overlap scheduler (on unless --disable-overlap-schedule or speculative decoding: PerfModel.overlap)
+        # decides batch k+1 while the GPU runs batch k, so a request that arrived after batch k started waits
+        # for the batch after next (see _admission_cutoff)
+        self._overlap = bool(getattr(perf, "overlap", False))
+        # a request reaches the scheduler this long after the client sent it, plus tokenisation per input token
+        # (PerfModel.request_path_s, request_path_per_token_s)
+        self._path_s = float(getattr(perf, "request_path_s", 0.0))
+        self._path_per_token_s = float(getattr(perf, "request_path_per_token_s", 0.0))
+        self._last_start: float | None = None  # the last timed step's start and end (modelled)
+        self._last_end: float | None = None
 
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # prefill finished, decoding
@@ -235,12 +245,18 @@ class Scheduler:
             return self._begin_prefill(batch)
         if self.running:
             return self._begin_decode()
+        head = self.waiting[0] if self.waiting else None
+        if head is not None and not self._received_by(head, self.clock.t):
+            # nothing in flight and the next request still on its way to the scheduler: the loop spins until then
+            return Step("wait", self.clock.t, self._received_at(head) - self.clock.t)
         step = Step("abort", self.clock.t)  # waiting requests that cannot be admitted while nothing runs
         step.ended.append(self._abort_unadmittable())
         return step
 
     def end_step(self, step: Step, t_end: float) -> StepResult:
         """Emit the step's tokens at its modelled end ``t_end``; fail everything if it killed the engine."""
+        if step.kind in ("prefill", "decode"):
+            self._last_start, self._last_end = step.start, t_end
         if step.prefill:
             self._end_prefill(step, t_end)
         elif step.decode:
@@ -256,10 +272,36 @@ class Scheduler:
     def _reserve(self, req: Request) -> float:
         return min(req.max_new - req.output, CLIP_MAX_NEW_TOKENS) * self.ratio
 
+    def _admission_cutoff(self) -> float:
+        """Requests the scheduler received by this time may join the next batch.
+
+        SGLang's overlap event loop (0.5.9 ``scheduler.py`` ``event_loop_overlap``) receives requests,
+        builds batch k+1 and launches it, and only then waits for batch k's results: the batch that
+        starts when batch k ends was decided when batch k started, from the requests received by then
+        **[code]**. Without overlap (``event_loop_normal``) the batch is decided when it starts. With
+        nothing in flight the loop spins and takes a request as soon as it is received. A request is
+        received ``request_path_s`` (+ tokenisation per input token) after the client sent it (HTTP, the tokenizer
+        manager, ZMQ), so one sent
+        the instant a step ends (a closed-loop client reacting to a finished request) misses the batch
+        decided then: it waits one step without overlap, two with it."""
+        now = self.clock.t
+        if not self._overlap or self._last_start is None or self._last_end is None:
+            return now
+        if now > self._last_end or not (self.running or self.chunked is not None):
+            return now  # the GPU idled, or nothing is in flight
+        return self._last_start
+
+    def _received_at(self, req: Request) -> float:
+        return req.arrival_s + self._path_s + self._path_per_token_s * req.input_len
+
+    def _received_by(self, req: Request, cutoff: float) -> bool:
+        return self._received_at(req) <= cutoff + 1e-12
+
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         """Pick (request, new tokens) pairs for the next prefill step, as SGLang's PrefillAdder."""
         if self.chunked is None and (not self.waiting or len(self.running) >= self.max_running_requests):
             return []  # nothing to continue and no request may start (the reserves need not be summed)
+        cutoff = self._admission_cutoff()
         budget = self.chunked_prefill_size
         rem = self.kv_tokens - self._held() - sum(self._reserve(r) for r in self.running)
         batch: list[tuple[Request, int]] = []
@@ -272,6 +314,8 @@ class Scheduler:
         slots = self.max_running_requests - len(self.running) - (1 if chunked is not None else 0)
         while self.waiting and budget > 0 and slots > 0:
             req = self.waiting[0]
+            if not self._received_by(req, cutoff):
+                break  # not yet received when this batch was decided: a later one
             newly_locked = self._admit_match(req)
             if req.prefill_left + newly_locked + self._reserve(req) > rem:
                 if req.match is not None and not req.kv_locked:  # not admitted: match again next time
@@ -321,14 +365,16 @@ class Scheduler:
             if self.on_runtime_oom is not None:
                 self.on_runtime_oom(tokens)
             return step
+        pairs = 0.0  # attention's (query, key) pairs: a later chunk attends to its request's earlier ones too
         for req, take in batch:  # reserve KV before the step's time passes: admission is decided now
+            pairs += take * (req.prefilled + (take + 1) / 2.0)
             req.prefilled += take
             req.kv += take
             self.kv_used += take
         self._make_room()
         self.chunked = None
         step.prefill = batch
-        step.dt = self.perf.prefill_time_s(tokens, len(batch))
+        step.dt = self.perf.prefill_time_s(tokens, len(batch), pairs)
         self.steps["prefill"] += 1
         return step
 

@@ -373,12 +373,17 @@ def _mamba_knobs(launch: Launch, model: ModelProfile, v: SglangVersion, spec: Sp
 
 def load_draft(spec: SpeculativeConfig, model: ModelProfile) -> ModelProfile | None:
     """The draft model a resolved speculative config runs: its own checkpoint, the target's
-    MTP layers (same profile; the layer count is taken from ``num_nextn_predict_layers``),
-    or none (NGRAM, off)."""
+    MTP (NextN) layers, or none (NGRAM, off).
+
+    An MTP draft is the checkpoint's next-token head, not the whole target
+    (:func:`autotune.sim.perf_forward.mtp_head`: ``num_nextn_predict_layers`` decoder layers, ``eh_proj``
+    and the shared LM head, as SGLang's ``deepseek_nextn.py`` builds it); it keeps the target's path, by
+    which the memory plan recognises it and sizes its weights, KV and graphs from the target."""
     from autotune.sglang.models.profile import load_model_profile
+    from autotune.sim.perf_forward import mtp_head
 
     if not spec.enabled or spec.algorithm == "NGRAM":
         return None
     if spec.draft_model_path and spec.draft_model_path != model.path:
         return load_model_profile(spec.draft_model_path)
-    return model
+    return mtp_head(model)

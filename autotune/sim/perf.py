@@ -15,100 +15,83 @@ keeps one queue and one KV pool for all of them (the server passes the total),
 and a step over ``B`` requests takes the time of one replica's step over
 ``ceil(B / dp)`` requests and ``1/dp`` of the KV context (prefill likewise).
 
-Decode step (``decode_step_time_s``), for ``B`` running requests holding
-``C`` KV tokens in total:
+Decode step (``decode_step_time_s``), for ``B`` running requests holding ``C`` KV tokens in total
+(every term and its evidence: ``docs/simulator-speed.md``; the forward pass: :mod:`autotune.sim.perf_forward`;
+what each GPU kind achieves: :mod:`autotune.sim.perf_gpu`):
 
-* weights: dense bytes + expert bytes x (share of experts touched by ``B``
-  tokens, ``1 - (1 - k/E)^B``), divided by TP, read at ``hbm_tb_s`` x
-  ``HBM_EFFICIENCY`` (0.8: achievable share of datasheet bandwidth for
-  streaming GEMV reads). Dense and expert bytes are solved from
-  ``weight_bytes = D + E e`` and ``active_param_bytes = D + k e``.
-* compute: ``2 x params_active x B / (bf16_tflops x GEMM_EFFICIENCY)`` (0.55);
-  the weight read and the GEMMs overlap, so the step takes the larger.
-  ``params_active`` comes from the architecture (layers, hidden, heads,
-  experts per token, vocabulary), independent of weight quantization.
-* KV read: ``C x kv_bytes_per_token`` at the same bandwidth (MLA latent KV is
-  replicated on every TP rank; GQA KV heads are split over TP).
-* allreduce: 2 per layer of ``B x hidden x 2 B`` (:mod:`autotune.sim.perf_comm`),
-  including the PCIe CUDA-graph penalty that makes batches above ~128 run
-  faster eagerly on PCIe-only nodes.
-* launch: with a CUDA graph (``B <= cuda_graph_max_bs``; the batch is padded
-  up to the next captured size of SGLang's ladder) a replay costs
-  ``GRAPH_REPLAY_S`` 40 us and no per-kernel gaps. Eagerly, the CPU issues
-  every kernel (``EAGER_CPU_PER_LAYER_S``: 150 us per dense layer, 300 us per
-  MoE layer, the Python/PyTorch dispatch of ~20-40 kernels at 5-8 us each)
-  and the GPU idles between kernels (``EAGER_GAP_PER_LAYER_S``: 30 us dense,
-  50 us MoE, ~1.5 us per kernel); CPU launch overlaps GPU work, so an eager
-  step is ``max(cpu, gpu) + gaps``. Small batches are launch-bound (graphs
-  win ~3x for the 61-layer MoE, ~1.2x for a dense 70B), large batches are
-  GPU-bound (eager costs a few percent, unless the captured PCIe allreduce
-  penalty outweighs that).
-* ``STEP_FIXED_S`` 300 us + ``STEP_PER_REQ_S`` 0.4 us per request: sampling,
-  output processing and scheduler work not hidden by the overlap scheduler.
+* weights, compute, GEMM floors: the largest of the weight read (dense bytes + expert bytes x the share
+  of experts ``B`` tokens touch, ``1 - (1 - k/E)^B``, divided by TP, at the GPU's achievable HBM
+  bandwidth), the GEMM FLOPs at this checkpoint's tensor peak (FP8 checkpoints at the FP8 peak; a MoE's
+  experts over their rows padded to the Triton MoE kernel's block of 16) and the GEMM kernels' floors;
+* attention: the larger of the KV read and its FLOPs (MLA decode is compute-bound on H20);
+* the MoE layers' activation traffic (the fused MoE kernel's intermediate caches), which grows with ``B``;
+* small kernels: every norm, rope, KV store, routing and activation kernel costs at least the GPU's
+  kernel floor, graph-replayed or not;
+* allreduce: 2 per layer of ``B x hidden x 2 B`` (:mod:`autotune.sim.perf_comm`), including the PCIe
+  CUDA-graph penalty; DeepEP-style dispatch/combine instead of the MoE's with ``--moe-a2a-backend``;
+* launch: with a CUDA graph (``B <= cuda_graph_max_bs``; the batch is padded up to the next captured size
+  of SGLang's ladder) a replay costs ``GRAPH_REPLAY_S`` 40 us. Eagerly, the CPU issues every kernel
+  (``EAGER_CPU_PER_LAYER_S``: 150 us per dense layer, 300 us per MoE layer) and the GPU idles between
+  kernels (``EAGER_GAP_PER_LAYER_S``: 30 / 50 us); CPU launch overlaps GPU work, so an eager step is
+  ``max(cpu, gpu) + gaps`` **[modelled]**;
+* ``STEP_FIXED_S`` 300 us **[modelled]** + ``STEP_PER_REQ_S`` 15 us per request **[fitted]**: sampling,
+  output processing and scheduler work not hidden by the overlap scheduler; without the overlap scheduler (the
+  flag, or speculative decoding in 0.5.9) the scheduler's whole CPU work adds (:mod:`autotune.sim.perf_knobs`).
 
-Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one
-step is one draft/verify cycle. Per-depth acceptance ``p`` is 0.60 (EAGLE),
-0.75 (EAGLE3), 0.78 (MTP drafts: EAGLE on a checkpoint with its own MTP
-layers), 0.70 (STANDALONE), 0.30 (NGRAM: no model, it matches repeated
-text only). These are typical published acceptance figures, not measured
-here. topk > 1 raises p to ``1 - (1-p) topk^-0.3`` and the tree depth is
-``min(num_steps, num_draft_tokens - 1)``. Accepted tokens per cycle ``(1 - p^(d+1)) / (1 - p)``
-(the bonus token included): diminishing returns in the number of steps. Cost
-of a cycle = ``num_steps`` draft forwards over ``B x topk`` tokens + one target
-forward over ``B x num_draft_tokens`` tokens (compute grows with draft tokens,
-so large batches become compute-bound and lose; for MoE models the draft
-tokens of one sequence route mostly to the same experts, so each extra one
-counts as ``SPEC_ROUTING_LOCALITY`` 0.3 of an independently routed token
-**[modelled]**) + ``SPEC_CYCLE_*`` (tree build and verify bookkeeping: 0.5 ms
-+ 20 us of Python per request per cycle **[modelled]**; 0.5.9 disables the
-overlap scheduler under speculative decoding, so none of it is hidden).
+Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one step is one draft/verify
+cycle. Per-depth acceptance ``p``: ``SPEC_ACCEPT_P`` (MTP drafts, EAGLE on a checkpoint with its own
+NextN layers: DeepSeek-V3's published 85-90 %; the others **[modelled]**). topk > 1 raises p to
+``1 - (1-p) topk^-0.3`` and the tree depth is ``min(num_steps, num_draft_tokens - 1)``. Accepted tokens
+per cycle ``(1 - p^(d+1)) / (1 - p)`` (the bonus token included). Cost of a cycle = ``num_steps`` draft
+forwards over ``B x topk`` tokens (an MTP checkpoint's draft is its NextN head:
+:func:`autotune.sim.perf_forward.mtp_head`) + one draft extend over the accepted tokens + one target
+forward over ``B x num_draft_tokens`` tokens (its attention over that many queries per sequence; a MoE
+sequence's draft tokens route mostly to the same experts: ``SPEC_ROUTING_LOCALITY`` 0.3 **[modelled]**)
++ ``SPEC_CYCLE_*`` (tree build and verify bookkeeping: 0.5 ms + 20 us per request **[modelled]**) + the
+scheduler's CPU work, not hidden: 0.5.9 turns the overlap scheduler off under speculative decoding.
 
-What comes out: dense llama-70b-class TP4 on H100 gains ~2.4x at batch 1,
-~1.4-1.8x at batch 64 (the EAGLE-3 paper reports 1.38x at batch 64 in
-SGLang) and loses from batch ~128. Large MoE models stay weight-read-bound
-to larger batches, so their gain shrinks more slowly: on the PCIe seed case
-EAGLE3 breaks even around batch 128-256, and with SGLang's default cap of 48
-running requests it loses to plain decoding at concurrency 256.
+Prefill (``prefill_time_s``): the same forward over the step's tokens, eager, at the prefill share of
+the tensor peak, + attention FLOPs over the step's (query, key) pairs (a later chunk of a long prompt
+attends to its earlier chunks) + KV write + the draft's extend under speculative decoding.
 
-Prefill (``prefill_time_s``): ``max(weights read, 2 x params x tokens /
-(tflops x PREFILL_EFFICIENCY 0.6))`` + attention ``4 x layers x heads x
-head_dim x tokens^2 / (2 x reqs)`` FLOPs + KV write + 2 allreduces per layer of
-``tokens x hidden`` + eager launch (prefill runs without decode graphs).
-
-Absolute sanity (see tests/test_sim_perf*.py and benchmarks/sim_graph_bs.py):
-kimi-k2-class TP8 on 8 x RTX PRO 6000 PCIe decodes a few thousand tokens/s at
-batch 256 (~1.8k from graphs, ~2.4k eager; about 1k at the demo workload,
-where slow PCIe prefill and the KV pool weigh in); llama-70b-class TP4 on
-H100 NVLink ~6k tokens/s at batch 128.
+TTFT comes out of the engine (:mod:`autotune.sim.engine_sched`): a request reaches the scheduler
+``REQUEST_PATH_S`` after it is sent, waits for the batch that admits it (one step later under SGLang's
+overlap scheduler), then for its prefill chunks, prefill having priority over decode.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.sglang.defaults import decode_graph_batch_sizes
 from autotune.sglang.knobs.config import SpeculativeConfig
 from autotune.sim.perf_comm import CommSetup
-from autotune.sim.perf_forward import (
-    GEMM_EFFICIENCY,
-    GRAPH_REPLAY_S,
-    HBM_EFFICIENCY,
-    PREFILL_EFFICIENCY,
-    Forward,
-    mtp_head,
-)
+from autotune.sim.perf_forward import GRAPH_REPLAY_S, Forward, mtp_head
 from autotune.sim.perf_knobs import TORCH_COMPILE_FACTOR, KnobSpeed
 
 __all__ = ["PerfInputs", "PerfModel", "graph_ladder"]
 
 log = logging.getLogger(__name__)
 
-STEP_FIXED_S = 300e-6
-STEP_PER_REQ_S = 0.4e-6
-SPEC_ACCEPT_P = {"EAGLE": 0.60, "EAGLE3": 0.75, "MTP": 0.78, "STANDALONE": 0.70, "NGRAM": 0.30}
+STEP_FIXED_S = 300e-6  # [modelled]
+#: From the client's send to the scheduler's queue: HTTP, the tokenizer manager, ZMQ. The engine admits a
+#: request only once received (engine_sched._admission_cutoff), so TTFT includes this and the scheduling
+#: delay it causes.
+#: [fitted on perf_fitted.FITTED_SETS: TTFT, 16 ms] (1 ms before the fit, modelled). More than HTTP, the tokenizer
+#: manager and ZMQ take: it also holds what TTFT has that the model lacks (the first token's detokenisation and
+#: streaming back, the client's own overhead), so it is a calibration, not a measurement of the request path.
+REQUEST_PATH_S = 16e-3
+#: ... and per input token: the tokenizer manager tokenises text prompts (bench_serving sends text)
+#: [fitted on perf_fitted.FITTED_SETS: 10 us a token]
+REQUEST_PATH_PER_TOKEN_S = 10e-6
+STEP_PER_REQ_S = 15e-6  # [fitted on perf_fitted.FITTED_SETS] per running request per step (0.4 us before)
+#: Per-depth acceptance by algorithm. MTP: DeepSeek-V3's second-token acceptance "ranges between 85% and 90%"
+#: (DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3): its midpoint **[published]**; the others
+#: **[modelled]**.
+SPEC_ACCEPT_P = {"EAGLE": 0.60, "EAGLE3": 0.75, "MTP": 0.875, "STANDALONE": 0.70, "NGRAM": 0.30}
 SPEC_TOPK_EXPONENT = 0.3
 SPEC_CYCLE_FIXED_S = 500e-6
 SPEC_CYCLE_PER_REQ_S = 20e-6
@@ -180,6 +163,14 @@ class PerfModel:
         self._accepted = 1.0
         if self.spec_algorithm:
             self._init_speculative(spec)
+        # 0.5.9 turns the overlap scheduler off under speculative decoding (server_args.py
+        # _handle_speculative_decoding: "Overlap scheduler is disabled because of using eagle3 or standalone
+        # speculative decoding"), except EAGLE with SGLANG_ENABLE_SPEC_V2 [code]
+        self.request_path_s = REQUEST_PATH_S
+        self.request_path_per_token_s = REQUEST_PATH_PER_TOKEN_S
+        knobs = inputs.knobs
+        self.overlap = knobs.overlap and (not self.spec_algorithm or (knobs.spec_v2 and self.spec_algorithm == "EAGLE"))
+        self.knobs = knobs if self.overlap == knobs.overlap else replace(knobs, overlap=False)
         max_bs = inputs.cuda_graph_max_bs if inputs.cuda_graph_enabled else 0
         if inputs.graph_batch_sizes is not None:
             ladder = sorted(b for b in inputs.graph_batch_sizes if 0 < b)
@@ -237,36 +228,48 @@ class PerfModel:
         padded = self.graph_batch(batch_size)
         graph = padded is not None
         bs = padded if padded is not None else batch_size
-        knobs = self.inputs.knobs
+        knobs = self.knobs
         overhead = knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * batch_size, batch_size, decode=True)
         compiled = TORCH_COMPILE_FACTOR if 0 < batch_size <= knobs.torch_compile_max_bs else 1.0
         if not self.spec_algorithm:
             return self.target.step_s(bs, context_tokens, graph=graph) * compiled + overhead
         routed = bs * (1.0 + SPEC_ROUTING_LOCALITY * (self.spec_draft_tokens - 1))
-        verify = self.target.step_s(bs * self.spec_draft_tokens, context_tokens, graph=graph, routed=routed)
-        if self.draft is not None:
-            draft = self.spec_steps * self.draft.step_s(bs * self.spec_topk, 0.0, graph=graph)
+        verify = self.target.step_s(bs * self.spec_draft_tokens, context_tokens, graph=graph, routed=routed,
+                                    queries_per_seq=self.spec_draft_tokens)
+        if self.draft is not None:  # each draft step: the draft's layers over the top-k branches, its own KV
+            draft = self.spec_steps * self.draft.step_s(bs * self.spec_topk, context_tokens, graph=graph,
+                                                        queries_per_seq=self.spec_topk)
+            # after verification the draft extends over the accepted tokens to refresh its hidden states
+            # (eagle_worker.py forward_draft_extend_after_decode, captured in its own CUDA graph) [code]
+            accepted = max(int(round(self._accepted)), 1)
+            draft += self.draft.step_s(bs * accepted, context_tokens, graph=graph, queries_per_seq=accepted)
         else:
             draft = NGRAM_DRAFT_PER_REQ_S * batch_size
         return verify + draft + overhead + SPEC_CYCLE_FIXED_S + SPEC_CYCLE_PER_REQ_S * batch_size
 
-    def prefill_time_s(self, num_tokens: int, batch_reqs: int) -> float:
-        """Modelled seconds of one prefill (extend) step over ``num_tokens`` new tokens."""
+    def prefill_time_s(self, num_tokens: int, batch_reqs: int, attn_pairs: float | None = None) -> float:
+        """Modelled seconds of one prefill (extend) step over ``num_tokens`` new tokens.
+
+        ``attn_pairs``: (query, key) token pairs the step's attention computes, a chunk after the first
+        attending to its request's earlier chunks too; default ``tokens^2 / (2 reqs)`` (whole prompts)."""
         if num_tokens <= 0:
             return 0.0
         dp = self.inputs.dp_size
         if dp > 1:
             num_tokens, batch_reqs = -(-num_tokens // dp), -(-batch_reqs // dp)
+            attn_pairs = attn_pairs / dp if attn_pairs is not None else None
         reqs = max(batch_reqs, 1)
         m = self.inputs.model
-        base = self.target.step_s(num_tokens, 0.0, graph=False, efficiency=PREFILL_EFFICIENCY)
-        attn_flops = 4.0 * m.num_layers * m.num_attention_heads * m.head_dim * num_tokens**2 / (2.0 * reqs)
-        attn = attn_flops / self.inputs.tp_size / (self.target.flops * PREFILL_EFFICIENCY)
+        eff = self.target.speed.prefill
+        base = self.target.step_s(num_tokens, 0.0, graph=False, efficiency=eff)
+        pairs = num_tokens**2 / (2.0 * reqs) if attn_pairs is None else attn_pairs
+        attn_flops = 4.0 * m.num_layers * m.num_attention_heads * m.head_dim * pairs
+        attn = attn_flops / self.inputs.tp_size / (self.target.flops * eff)
         kv_write = num_tokens * self.target.kv_token_bytes / self.target.bw
         extra = 0.0
         if self.draft is not None:  # the draft extends over the same tokens
-            extra = self.draft.step_s(num_tokens, 0.0, graph=False, efficiency=PREFILL_EFFICIENCY)
-        overhead = self.inputs.knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * reqs, reqs, decode=False)
+            extra = self.draft.step_s(num_tokens, 0.0, graph=False, efficiency=eff)
+        overhead = self.knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * reqs, reqs, decode=False)
         return base + attn + kv_write + extra + overhead
 
     def describe(self) -> dict[str, Any]:
@@ -277,10 +280,16 @@ class PerfModel:
             "dp_size": self.inputs.dp_size,
             "interconnect": self.inputs.interconnect,
             "gpu": getattr(self.inputs.gpu, "name", str(self.inputs.gpu)),
-            "hbm_efficiency": HBM_EFFICIENCY,
-            "gemm_efficiency": GEMM_EFFICIENCY,
-            "prefill_efficiency": PREFILL_EFFICIENCY,
+            "hbm_efficiency": t.speed.hbm,
+            "gemm_efficiency": t.speed.gemm,
+            "prefill_efficiency": t.speed.prefill,
+            "attention_efficiency": t.speed.attention,
+            "kernel_floor_s": t.speed.kernel_floor_s,
+            "gpu_speed_kind": t.speed.kind,
+            "gemm_peak_tflops": t.gemm_flops / 1e12,
+            "small_kernels_s_per_step": t.small_s,
             "graph_replay_s": GRAPH_REPLAY_S,
+            "overlap_scheduler": self.overlap,
             "eager_cpu_s_per_step": t.eager_cpu,
             "eager_gap_s_per_step": t.eager_gap,
             "dense_bytes_per_gpu": t.dense_bytes,

@@ -1,10 +1,18 @@
 """Roofline of one forward pass on one GPU (private to :mod:`autotune.sim.perf`).
 
-The constants are documented in :mod:`autotune.sim.perf`'s docstring: weights
-and KV read at ``HBM_EFFICIENCY`` of the datasheet bandwidth, GEMMs at
-``GEMM_EFFICIENCY`` (decode) / ``PREFILL_EFFICIENCY`` of the dense BF16 peak,
-CUDA-graph replay ``GRAPH_REPLAY_S``, eager launch ``EAGER_CPU_PER_LAYER_S``
-overlapped with the GPU plus ``EAGER_GAP_PER_LAYER_S`` of idle gaps.
+The terms are documented in :mod:`autotune.sim.perf`'s docstring and ``docs/simulator-speed.md``;
+the achievable shares of each GPU kind's datasheet figures live in :mod:`autotune.sim.perf_gpu`.
+A forward over ``T`` tokens reading ``C`` tokens of KV costs, on one GPU:
+
+* the larger of the weight read (dense + the experts ``T`` tokens touch), the GEMM compute
+  (experts' rows padded to the Triton MoE kernel's block) and the GEMMs' own floors;
+* attention: the larger of the KV read and its FLOPs (MLA decode is compute-bound on H20);
+* the MoE layers' activation traffic (the fused MoE kernel's intermediate caches);
+* every small kernel's floor (norms, rope, KV store, routing, activations);
+* the allreduces (:mod:`autotune.sim.perf_comm`), or DeepEP-style dispatch/combine.
+
+CUDA-graph replay costs ``GRAPH_REPLAY_S``; eagerly, CPU launch (``EAGER_CPU_PER_LAYER_S``)
+overlaps the GPU and the GPU idles ``EAGER_GAP_PER_LAYER_S`` between kernels.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from autotune.sglang.hardware.gpus import GpuKind
 from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.models.sizing import layout_of
 from autotune.sim.perf_comm import CommSetup, allreduce_s
+from autotune.sim.perf_gpu import gemm_peak_factor, gpu_speed
 from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
 
 
@@ -31,12 +40,41 @@ class ForwardInputs(Protocol):
     @property
     def knobs(self) -> KnobSpeed: ...
 
-HBM_EFFICIENCY = 0.8
-GEMM_EFFICIENCY = 0.55
-PREFILL_EFFICIENCY = 0.6
 GRAPH_REPLAY_S = 40e-6
 EAGER_CPU_PER_LAYER_S = {"dense": 150e-6, "moe": 300e-6}
 EAGER_GAP_PER_LAYER_S = {"dense": 30e-6, "moe": 50e-6}
+#: Kernels per decoder layer that stream no weights, each at least the GPU's kernel floor
+#: (perf_gpu) **[modelled: counted from SGLang 0.5.9's decode path]**: GQA attention: fused add-RMSNorm,
+#: rope, KV store, the decode attention kernel (models/llama.py LlamaAttention). MLA attention (absorbed,
+#: models/deepseek_v2.py DeepseekV2AttentionMLA forward_absorb): add-RMSNorm, the q_a and kv_a RMSNorms,
+#: the two absorbed bmm (w_kc, w_vc), rope, KV store, the decode attention kernel, the output reshape.
+#: Dense MLP: add-RMSNorm, SiLU-and-mul. MoE MLP (layers/moe/fused_moe_triton, topk.py): add-RMSNorm,
+#: router GEMM, grouped top-k, moe_align_block_size, SiLU-and-mul, moe_sum_reduce, the shared experts'
+#: activation. FP8 checkpoints add a per-token-group activation quantisation before each GEMM.
+SMALL_KERNELS = {"gqa": 4, "mla": 9, "dense": 2, "moe": 7}
+#: Weight-streaming GEMMs per layer (a GEMM over a few rows costs at least the kernel floor too):
+#: qkv + o; MLA's fused q_a/kv_a, q_b, o; dense gate_up + down; MoE: the two grouped GEMMs and the shared
+#: experts' gate_up + down.
+GEMM_KERNELS = {"gqa": 2, "mla": 3, "dense": 2, "moe": 4}
+#: Per forward, outside the layers: the final norm, the logits' gather/processing (the LM head GEMM streams).
+HEAD_SMALL_KERNELS = 2
+#: The fused MoE kernel pads each expert's rows to its block: BLOCK_SIZE_M 16 for decode-sized batches
+#: (the tuned configs in layers/moe/fused_moe_triton/configs/ and get_default_config's M <= E case)
+#: **[code]**: at small batch every touched expert computes 16 rows.
+MOE_BLOCK_M = 16
+#: DeepEP-style all-to-all (--moe-a2a-backend deepep, EP over NVLink): dispatch (FP8) and combine (BF16)
+#: at DeepEP's intranode bus bandwidth, 153 / 158 GB/s on H800 NVLink **[published: DeepEP docs/legacy.md,
+#: "Normal kernels with NVLink and RDMA forwarding"]**, each with a fixed latency **[modelled]**.
+A2A_BUS_BW_GB_S = 155.0
+A2A_LATENCY_S = 20e-6
+
+
+def _mlp_params(model: Any) -> tuple[float, float]:
+    """(dense MLP parameters per layer, one routed expert's parameters) multiplied per token."""
+    h = model.hidden_size
+    if model.num_experts > 0:
+        return 0.0, 3.0 * h * model.moe_intermediate_size
+    return 3.0 * h * model.intermediate_size, 0.0
 
 
 def flop_params(model: Any) -> float:
@@ -50,11 +88,27 @@ def flop_params(model: Any) -> float:
         attn += model.kv_lora_rank * heads * (nope + v_dim) + heads * v_dim * h
     else:
         attn = 2 * h * heads * model.head_dim + 2 * h * model.num_kv_heads * model.head_dim
-    if model.num_experts > 0:
-        mlp = 3 * h * model.moe_intermediate_size * max(model.num_experts_per_tok, 1)
-    else:
-        mlp = 3 * h * model.intermediate_size
+    dense, expert = _mlp_params(model)
+    mlp = dense + expert * max(model.num_experts_per_tok, 1)
     return float(model.num_layers * (attn + mlp) + h * model.vocab_size)
+
+
+def attention_flops_per_context_token(model: Any, attn_tp: int) -> float:
+    """Decode attention FLOPs one query token spends per context token, all layers, on one GPU.
+
+    MLA decodes absorbed (MQA over the latent): QK over ``kv_lora_rank + rope`` and PV over
+    ``kv_lora_rank`` per head (FlashMLA's d=576, dv=512); GQA: QK and PV over ``head_dim`` per query
+    head. Query heads are split over the attention-TP group; hybrid models attend on their full
+    layers only."""
+    heads = model.num_attention_heads / max(attn_tp, 1)
+    if model.is_mla:
+        per_head = 2.0 * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+        layers = model.num_layers
+    else:
+        per_head = 4.0 * model.head_dim
+        lay = layout_of(model)
+        layers = lay.full_layers if lay.family in ("mamba", "swa") and lay.full_layers else model.num_layers
+    return heads * per_head * layers
 
 
 def kv_bytes_per_token(model: Any, tp: int, dtype_bytes: int) -> float:
@@ -78,11 +132,14 @@ class Forward:
         self.comm = comm
         tp = inputs.tp_size
         gpu = inputs.gpu
-        self.bw = gpu.hbm_tb_s * 1e12 * HBM_EFFICIENCY
-        self.flops = gpu.bf16_tflops * 1e12
+        self.speed = gpu_speed(gpu)
+        self.bw = gpu.hbm_tb_s * 1e12 * self.speed.hbm
+        self.flops = gpu.bf16_tflops * 1e12  # the BF16 dense peak (attention runs there)
+        self.gemm_flops = self.flops * gemm_peak_factor(model, gpu)  # this checkpoint's GEMMs
         e = model.num_experts
         k = max(model.num_experts_per_tok, 1)
-        if e > k:
+        self.moe = e > k
+        if self.moe:
             per_expert = max(model.weight_bytes - model.active_param_bytes, 0) / (e - k)
             self.dense_bytes = max(model.active_param_bytes - k * per_expert, 0.0) / tp
             self.expert_bytes = e * per_expert / tp
@@ -91,6 +148,7 @@ class Forward:
             self.dense_bytes = model.weight_bytes / tp
             self.expert_bytes = 0.0
             self.route_share = 1.0
+        self.experts, self.topk = e, k
         knobs = inputs.knobs
         attn_dp = max(knobs.attn_dp, 1)
         attn_tp = max(tp // attn_dp, 1)
@@ -102,33 +160,83 @@ class Forward:
         self.attn_dp = attn_dp
         self.fp8_factor = FP8_GEMM_SPEED.get(knobs.fp8_gemm, 1.0) if getattr(model, "quant_method", None) == "fp8" else 1.0
         self.params = flop_params(model) / tp
+        _, expert = _mlp_params(model)
+        self.expert_params = expert / tp  # one routed expert's share on this GPU (TP or EP: the same FLOPs)
+        self.dense_params = self.params - self.expert_params * k if self.moe else self.params
         self.kv_token_bytes = (kv_bytes_per_token(model, attn_tp, inputs.kv_cache_dtype_bytes) / attn_dp
-                               * knobs.attention_factor)
+                               * knobs.attention_factor_on(gpu.sm_family))
+        self.attn_flops_ctx = attention_flops_per_context_token(model, attn_tp) / attn_dp
+        # the MoE layers' intermediate caches (fused_moe.py intermediate_cache1/2/3: [T, k, 2N], [T k, N],
+        # [T, k, hidden], each written and read once, bf16), N the expert's intermediate size on this GPU
+        inter = model.moe_intermediate_size / tp if self.moe else 0.0
+        self.moe_act_bytes_per_token = 4.0 * k * (3.0 * inter + model.hidden_size) * model.num_layers if self.moe else 0.0
+        attn_kind = "mla" if model.is_mla else "gqa"
+        mlp_kind = "moe" if self.moe else "dense"
+        quant = GEMM_KERNELS[attn_kind] + GEMM_KERNELS[mlp_kind] if getattr(model, "quant_method", None) == "fp8" else 0
+        floor = self.speed.kernel_floor_s
+        self.small_s = (model.num_layers * (SMALL_KERNELS[attn_kind] + SMALL_KERNELS[mlp_kind] + quant)
+                        + HEAD_SMALL_KERNELS) * floor
+        self.gemm_floor_s = model.num_layers * (GEMM_KERNELS[attn_kind] + GEMM_KERNELS[mlp_kind]) * floor
+        self.a2a = self.moe and knobs.moe_a2a not in ("", "none") and knobs.ep_size > 1
+        self.ep = max(knobs.ep_size, 1)
         kind = "moe" if e > 0 else "dense"
-        self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers
+        self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers * self.speed.eager
         self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
+
+    def touched_experts(self, routed: float) -> float:
+        """Expected distinct experts ``routed`` independently routed tokens select."""
+        return self.experts * (1.0 - (1.0 - self.route_share) ** max(routed, 1.0)) if self.moe else 0.0
 
     def weight_read_s(self, tokens: float) -> float:
         touched = 1.0 - (1.0 - self.route_share) ** max(tokens, 1.0) if self.expert_bytes else 0.0
-        return (self.dense_bytes + self.expert_bytes * touched) / self.bw
+        return (self.dense_bytes + self.expert_bytes * touched / self.speed.moe) / self.bw
+
+    def compute_s(self, tokens: int, routed: float, efficiency: float) -> float:
+        """GEMM FLOPs at this checkpoint's tensor peak; a MoE's experts over their padded rows."""
+        flops = 2.0 * self.dense_params * tokens
+        if self.moe:
+            pairs = float(tokens * self.topk)
+            touched = self.touched_experts(routed)
+            rows = max(pairs + touched * (MOE_BLOCK_M - 1) / 2.0, touched * MOE_BLOCK_M)
+            flops += 2.0 * self.expert_params * rows
+        return flops / (self.gemm_flops * efficiency) * self.fp8_factor
+
+    def attention_s(self, context_tokens: float, queries_per_seq: float) -> float:
+        """Decode attention: its KV read or its FLOPs, whichever is longer."""
+        kv = context_tokens * self.kv_token_bytes / self.bw
+        flops = context_tokens * queries_per_seq * self.attn_flops_ctx
+        return max(kv, flops / (self.flops * self.speed.attention))
+
+    def moe_comm_s(self, tokens: int) -> float:
+        """DeepEP-style dispatch (FP8) + combine (BF16) of every layer's routed copies, per GPU."""
+        if not self.a2a:
+            return 0.0
+        moved = tokens * self.topk * self.model.hidden_size * 3.0 * (self.ep - 1) / self.ep
+        return self.model.num_layers * (2 * A2A_LATENCY_S + moved / (A2A_BUS_BW_GB_S * 1e9))
 
     def gpu_s(
-        self, tokens: int, context_tokens: float, *, captured: bool, efficiency: float, routed: float | None = None
+        self, tokens: int, context_tokens: float, *, captured: bool, efficiency: float, routed: float | None = None,
+        queries_per_seq: float = 1.0,
     ) -> float:
         """GPU busy time of a forward over ``tokens`` tokens reading ``context_tokens`` of KV.
 
         ``routed`` is the number of independently routed tokens (MoE expert
-        coverage); it defaults to ``tokens``.
+        coverage); it defaults to ``tokens``. ``queries_per_seq``: query tokens per
+        sequence attending to its context (speculative verification: the draft tokens).
         """
-        weights = self.weight_read_s(tokens if routed is None else routed)
-        compute = 2.0 * self.params * tokens / (self.flops * efficiency) * self.fp8_factor
-        kv = context_tokens * self.kv_token_bytes / self.bw
+        routed_tokens = float(tokens if routed is None else routed)
+        weights = self.weight_read_s(routed_tokens)
+        compute = self.compute_s(tokens, routed_tokens, efficiency)
+        body = max(weights, compute, self.gemm_floor_s) + self.attention_s(context_tokens, queries_per_seq)
+        body += tokens * self.moe_act_bytes_per_token / self.bw + self.small_s + self.moe_comm_s(tokens)
+        layers = self.model.num_layers
         ar, _ = allreduce_s(self.comm, tokens, self.model.hidden_size, captured=captured)
+        moe_ar = 0.0 if self.a2a else ar  # the all-to-all replaces the MoE output's allreduce
         if self.attn_comm is None:
-            return max(weights, compute) + kv + 2 * self.model.num_layers * ar
+            return body + layers * (ar + moe_ar)
         # DP attention: the MoE gather/scatter ~ one allreduce of the batch, attention output over attn_tp only
         ar_attn, _ = allreduce_s(self.attn_comm, -(-tokens // self.attn_dp), self.model.hidden_size, captured=captured)
-        return max(weights, compute) + kv + self.model.num_layers * (ar + ar_attn)
+        return body + layers * (moe_ar + ar_attn)
 
     def step_s(
         self,
@@ -136,26 +244,41 @@ class Forward:
         context_tokens: float,
         *,
         graph: bool,
-        efficiency: float = GEMM_EFFICIENCY,
+        efficiency: float | None = None,
         routed: float | None = None,
+        queries_per_seq: float = 1.0,
     ) -> float:
         """Wall time of the forward: graph replay, or eager launch overlapped with the GPU."""
-        gpu = self.gpu_s(tokens, context_tokens, captured=graph, efficiency=efficiency, routed=routed)
+        eff = self.speed.gemm if efficiency is None else efficiency
+        gpu = self.gpu_s(tokens, context_tokens, captured=graph, efficiency=eff, routed=routed,
+                         queries_per_seq=queries_per_seq)
         if graph:
             return gpu + GRAPH_REPLAY_S
         return max(gpu, self.eager_cpu) + self.eager_gap
 
 
 def mtp_head(model: Any) -> Any:
-    """One decoder layer of the target plus its LM head, as the draft of EAGLE/MTP without a
-    profile: the target's own profile with one layer's worth of weights."""
+    """The draft an MTP checkpoint runs: its own next-token (NextN) layers, not the whole target.
+
+    SGLang's NextN draft (``python/sglang/srt/models/deepseek_nextn.py``, ``DeepseekModelNextN``; GLM-4.5's
+    ``glm4_moe_nextn.py`` and MiMo's ``mimo_mtp.py`` alike) is one decoder layer of the target's kind (MoE
+    for DeepSeek-V3) behind ``eh_proj`` (``2 hidden x hidden``, over the concatenated normed embedding and
+    hidden state), with the target's embedding and LM head shared ("Use shared head and embed weights from
+    target model" in its ``load_weights``) **[code]**. Per draft step it therefore reads ``num_nextn_predict_layers``
+    layers' weights (the experts its tokens touch), ``eh_proj`` and the LM head. The profile keeps the
+    target's path and ``num_nextn_predict_layers``, which is how the memory model recognises an MTP draft;
+    its layers are the target's average layer (DeepSeek-V3's 58 of 61 are MoE layers like its MTP layer).
+    Also the stand-in for an EAGLE draft without a profile (one layer plus the LM head).
+    """
     layers = max(model.num_layers, 1)
+    n = max(int(getattr(model, "num_nextn_predict_layers", 0) or 0), 1)
     lm_head = model.hidden_size * model.vocab_size * model.dtype_bytes
+    eh_proj = 2 * model.hidden_size * model.hidden_size * model.dtype_bytes
     per_layer_active = max(model.active_param_bytes - lm_head, 0) / layers
     per_layer_all = max(model.weight_bytes - lm_head, 0) / layers
     return replace(
         model,
-        num_layers=1,
-        weight_bytes=int(per_layer_all + lm_head),
-        active_param_bytes=int(per_layer_active + lm_head),
+        num_layers=n,
+        weight_bytes=int(n * per_layer_all + lm_head + eh_proj),
+        active_param_bytes=int(n * per_layer_active + lm_head + eh_proj),
     )

@@ -36,7 +36,8 @@ figure, not fitted to any expected answer).
   helped, 0.5.8.post1 PR #34827; flashinfer_cutlass is what 0.5.23 forces on
   SM120 for some models, ``overrides.py:1516``), ``FP8_GEMM_SPEED`` on dense
   compute of FP8 checkpoints, ``ATTENTION_BACKEND_SPEED`` on the KV read
-  (SM120 defaults: triton for MLA, flashinfer for MHA).
+  (SM120 defaults: triton for MLA, flashinfer for MHA); on Hopper ``ATTENTION_BACKEND_SPEED_SM90``
+  against FA3 **[fitted on perf_fitted.ATTENTION_BACKEND_SETS]**. The release's default backend is 1.0.
 * ``--disable-overlap-schedule``: the scheduler's CPU work per step is no
   longer hidden behind the GPU: + ``OVERLAP_HIDDEN_S`` 1.0 ms +
   ``OVERLAP_HIDDEN_PER_REQ_S`` 4 us per request **[modelled]** (SGLang's
@@ -70,7 +71,10 @@ PCIE_IPC_NCCL_RATIO = 143.0 / 205.0
 EP_IMBALANCE = 1.10
 MOE_RUNNER_SPEED = {"auto": 1.0, "triton": 1.0, "flashinfer_cutlass": 0.93, "cutlass": 0.95, "triton_kernel": 1.05}
 FP8_GEMM_SPEED = {"auto": 1.0, "triton": 1.08, "cutlass": 0.97, "flashinfer_cutlass": 0.97}
-ATTENTION_BACKEND_SPEED = {"triton": 1.0, "flashinfer": 0.95, "torch_native": 3.0, "flex_attention": 1.3}
+ATTENTION_BACKEND_SPEED = {"triton": 1.0, "flashinfer": 0.95, "fa3": 1.0, "torch_native": 3.0, "flex_attention": 1.3}
+#: On Hopper, against SGLang's default there (FlashAttention-3 for MHA models): the KV-read factors
+#: [fitted on perf_fitted.ATTENTION_BACKEND_SETS: FlashInfer and Triton ran slower than FA3 there].
+ATTENTION_BACKEND_SPEED_SM90 = {"fa3": 1.0, "flashinfer": 1.5, "triton": 2.0}
 OVERLAP_HIDDEN_S = 1.0e-3
 OVERLAP_HIDDEN_PER_REQ_S = 4e-6
 TORCH_COMPILE_FACTOR = 0.90
@@ -97,14 +101,19 @@ class KnobSpeed:
     fp8_gemm: str = "auto"
     attention_backend: str | None = None
     schedule_conservativeness: float = 1.0
+    moe_a2a: str = "none"  # --moe-a2a-backend (deepep, ...): the MoE's dispatch/combine (perf_forward)
+    spec_v2: bool = False  # SGLANG_ENABLE_SPEC_V2: EAGLE keeps the overlap scheduler
 
     @property
     def moe_factor(self) -> float:
         return MOE_RUNNER_SPEED.get(self.moe_runner, 1.0) * (EP_IMBALANCE if self.ep_size > 1 else 1.0)
 
-    @property
-    def attention_factor(self) -> float:
-        return ATTENTION_BACKEND_SPEED.get(self.attention_backend or "triton", 1.0)
+    def attention_factor_on(self, sm_family: int) -> float:
+        """The named attention backend's KV-read factor; the release's own default backend is the reference."""
+        if not self.attention_backend:
+            return 1.0
+        table = ATTENTION_BACKEND_SPEED_SM90 if sm_family == 90 else {}
+        return table.get(self.attention_backend, ATTENTION_BACKEND_SPEED.get(self.attention_backend, 1.0))
 
     def new_token_ratios(self) -> tuple[float, float]:
         c = self.schedule_conservativeness
@@ -151,6 +160,9 @@ def knob_speed(raw: dict[str, Any], env: dict[str, str], *, version: Any, interc
         fp8_gemm=str(_raw(raw, "fp8_gemm_backend", default="auto")),
         attention_backend=_raw(raw, "attention_backend", "decode_attention_backend"),
         schedule_conservativeness=conserv,
+        moe_a2a=str(_raw(raw, "moe_a2a_backend", default="none") or "none")
+        if not _raw(raw, "enable_deepep_moe", default=False) else "deepep",
+        spec_v2=str(env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in _TRUE,
     )
 
 

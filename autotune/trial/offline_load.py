@@ -80,8 +80,10 @@ class _Client:
         self.live: dict[int, _Sent] = {}  # by submission order
         self.ended: list[_Sent] = []  # ended since the last collect()
 
-    def send(self, prompt: Prompt) -> _Sent:
-        now = self.engine.modelled_now()
+    def send(self, prompt: Prompt, at: float | None = None) -> _Sent:
+        """Send ``prompt`` at modelled time ``at`` (default now; never later than now): an arrival that fell
+        inside the step just modelled is stamped with its own time, as the live client's would be."""
+        now = self.engine.modelled_now() if at is None else min(at, self.engine.modelled_now())
         keys = _input_keys(prompt, self.spec.backend)
         n_in = len(keys)
         trace = RequestTrace(start=now, input_len=prompt.input_len, output_len=prompt.output_len,
@@ -91,7 +93,7 @@ class _Client:
             trace.error = f"HTTP 400: input of {n_in} tokens refused"
             return _Sent(prompt, None, trace)
         max_new = min(prompt.output_len, self.context_len - n_in)
-        handle = self.engine.submit(f"offline-{next(_RIDS)}", n_in, max_new, keys=keys)
+        handle = self.engine.submit(f"offline-{next(_RIDS)}", n_in, max_new, keys=keys, at=now)
         sent = _Sent(prompt, handle, trace)
         if handle.done:  # nothing to generate, or an input the pool can never hold
             self.ended.append(sent)
@@ -232,8 +234,12 @@ def _measure(engine: Engine, client: _Client, spec: LoadSpec, out: PointOutcome)
             at = nxt[0].at_s if nxt[0].at_s is not None else nxt[1]  # a trace's own send time
             heapq.heappush(due, (t0 + at, next(order), nxt[0]))
 
+    checked = [t0]  # when dispatch last ran: a slot free then stayed free until now
+
     def dispatch() -> None:
         nonlocal sent, in_flight, exhausted
+        free_since = checked[0]
+        checked[0] = engine.modelled_now()
         while True:
             refill()
             if not due or in_flight >= slots or (limit is not None and sent >= limit):
@@ -246,7 +252,8 @@ def _measure(engine: Engine, client: _Client, spec: LoadSpec, out: PointOutcome)
             if when > engine.modelled_now():
                 return
             _, _, p = heapq.heappop(due)
-            s = client.send(p)
+            # due while a slot was free: it went out at its own time; due earlier, it waited for the slot
+            s = client.send(p, when if when > free_since else None)
             sent += 1
             if s.req is None:
                 traces.append(s.trace)

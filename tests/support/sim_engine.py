@@ -27,7 +27,7 @@ class RecordingPerf:
             self.accept_p = accept_p
             self.spec_draft_tokens = draft_tokens
 
-    def prefill_time_s(self, num_tokens: int, batch_reqs: int) -> float:
+    def prefill_time_s(self, num_tokens: int, batch_reqs: int, attn_pairs: float | None = None) -> float:
         self.prefill_batches.append((num_tokens, batch_reqs))
         return 0.005 + num_tokens * self.prefill_s_per_token
 

@@ -90,7 +90,7 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
     _k("attention_backend", "typed", flags=("--attention-backend",), value="str", field="attention_backend",
        hardware="CUDA: flashinfer / fa3 / triton / ...; ROCm: aiter (f x 0.85 above an 8192 context) / triton",
        speed="SM120 default: triton for MLA, flashinfer for MHA; other back-ends scale attention time "
-             "(ATTENTION_BACKEND_SPEED, modelled)"),
+             "(ATTENTION_BACKEND_SPEED, modelled; on Hopper against FA3, fitted: ATTENTION_BACKEND_SPEED_SM90)"),
     # ---- flags searched by name (search_space.flags) ---------------------------------------
     _k("--attn-dp-size", "flag", flags=("--attn-dp-size", "--enable-dp-attention"), value="int", field="attn_dp_size",
        needs="a divisor of tp_size; a model SGLang supports DP attention for (DeepSeek/Qwen MoE class)",

@@ -10,9 +10,13 @@ Priors are hypotheses the data can overturn:
   auto_benchmark order) is the default; when a speculative probe of the design beats
   every non-speculative point, the speculative stage runs first.
 * **A stage ends when it stops improving**: after ``patience`` launched trials of the
-  stage without a gain of ``MIN_GAIN`` over the study's best (or at its cap:
-  ``stage1_fraction`` of the budget for the base stage, the speculative sub-space's size
-  for the speculative one). Pruned-before-launch trials cost nothing and do not count.
+  stage without a gain of ``MIN_GAIN`` over the study's best (pruned-before-launch trials
+  cost no GPU time and do not count there), or at its cap: ``stage1_fraction`` of the trial
+  budget for the designed start and the base stage together (a pruned trial spends the
+  budget, so it counts here), the speculative sub-space's size for the speculative stage.
+* **Speculative settings get room for their draft**: the speculative stage walks the
+  speculative settings on the best base configuration, each at the largest
+  ``mem_fraction_static`` (up to the base's) at which the memory model says the draft fits.
 * **Later stages revisit earlier knobs**: the last stage ("joint") fixes only the
   winning speculative algorithm (``none`` included) and lets the sampler move every
   other knob again, so base knobs are re-tuned under speculative decoding and a
@@ -65,6 +69,12 @@ def _launched(t: FrozenTrial) -> bool:
     return t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_extra(t) and not t.user_attrs.get("retried")
 
 
+def _spends_budget(t: FrozenTrial) -> bool:
+    """A trial of ``n_trials``: launched or pruned before launch (``driver.budget_used``)."""
+    return t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) and not is_extra(t) \
+        and not t.user_attrs.get("retried")
+
+
 def _needs_as_much_slack(point: dict[str, Any], failed: dict[str, Any]) -> bool:
     """``point`` differs from ``failed`` at most in f and a graph size at least as large (so it
     needs at least the slack after the KV pool that ``failed`` lacked)."""
@@ -81,6 +91,17 @@ def _as_suggested(variant: dict[str, Any]) -> dict[str, Any]:
     if variant.get("speculative_eagle_topk", 1) == 1 and "speculative_num_steps" in variant:
         return {k: v for k, v in variant.items() if k != "speculative_num_draft_tokens"}
     return dict(variant)
+
+
+def _on_base(params: dict[str, Any], base: dict[str, Any]) -> bool:
+    """``params`` is a speculative setting tried on ``base`` (the non-speculative knobs of the best
+    configuration): the same knobs, f aside, at ``base``'s f or below it (where a draft model that did
+    not fit at ``base``'s f was placed: :meth:`SearchPolicy._with_room_for_the_draft`)."""
+    mine = {k: v for k, v in params.items() if k not in SPEC_KEYS}
+    f, f_base = mine.pop("mem_fraction_static", None), base.get("mem_fraction_static")
+    if mine != {k: v for k, v in base.items() if k != "mem_fraction_static"}:
+        return False
+    return f == f_base or (f is not None and f_base is not None and f <= f_base)
 
 
 class SearchPolicy:
@@ -136,8 +157,18 @@ class SearchPolicy:
         return ["base", "speculative", "joint"]
 
     def _stalled(self, trials: list[FrozenTrial], stage: str, cap: int) -> bool:
-        """The stage has had ``patience`` launches without a gain of MIN_GAIN, or reached ``cap``."""
+        """The stage has had ``patience`` launches without a gain of MIN_GAIN, or reached ``cap``.
+
+        The base stage's cap is a share of the trial budget (``stage1_fraction``), and a candidate
+        pruned before launch spends a trial of the budget as a launch does: it is counted there with
+        the designed start's trials (base knobs too). Counted in launches only, a base stage whose
+        sampler keeps drawing predicted OOMs (a narrow feasible window: DP attention 8 on the seed
+        node) took the whole budget, and no speculative setting was ever launched."""
         trials = [t for t in trials if not is_extra(t)]
+        if stage == "base":
+            spent = [t for t in trials if self._stage_of(t) in ("design", "base") and _spends_budget(t)]
+            if len(spent) >= cap:
+                return True
         mine = [t for t in trials if self._stage_of(t) == stage and _launched(t)]
         if len(mine) >= cap:
             return True
@@ -180,8 +211,8 @@ class SearchPolicy:
             # the small speculative sub-space on the best base is walked, not sampled: no repeats
             base = {k: v for k, v in best[0].params.items() if k not in SPEC_KEYS}
             nxt = self._next_spec_variant(trials, base, best[0].params)
-            self._enqueue({**base, **(nxt or {"speculative_algorithm": self.spec_algos[0]})}, "speculative",
-                          stage_base=best[0].number)
+            params = {**base, **(nxt or {"speculative_algorithm": self.spec_algos[0]})}
+            self._enqueue(self._with_room_for_the_draft(params, trials), "speculative", stage_base=best[0].number)
         elif stage == "joint" and self.spec_algos and best:
             self._enqueue({"speculative_algorithm": best[0].params.get("speculative_algorithm", "none")}, "joint")
         elif stage == "joint":
@@ -191,17 +222,33 @@ class SearchPolicy:
     def _next_spec_variant(self, trials: list[FrozenTrial], base: dict[str, Any],
                            best: dict[str, Any]) -> dict[str, Any] | None:
         """The untried speculative setting on ``base`` nearest the best one so far (ordinal
-        distance over steps, top-k and draft tokens; ties broken by the sampler's seed)."""
+        distance over steps, top-k and draft tokens; ties broken by the sampler's seed). While the
+        best configuration is not speculative, the nearest to the best speculative setting measured on
+        ``base``, and before any, the settings SGLang itself picks for the architecture (the designed
+        start's probe: :func:`initial_design._spec_probe`): the walk starts from the maintainers' tuned
+        default and climbs from the best it measured, instead of starting anywhere (at random, the
+        setting that wins could come after two out-of-memory launches had spent the stage's patience:
+        4 of 20 cold seeds on ``benchmarks/warm_start/2-workload-after.yaml``)."""
         sp = self.spec.search_space.speculative
         if sp is None:
             return None
         tried = {json_key({k: v for k, v in t.params.items() if k in SPEC_KEYS}) for t in trials
-                 if {k: v for k, v in t.params.items() if k not in SPEC_KEYS} == base}
+                 if _on_base(t.params, base)}
         variants = [_as_suggested(v) for v in space.spec_variants(sp) if v.get("speculative_algorithm") != "none"]
         variants = [v for v in variants if json_key(v) not in tried]
         if not variants:
             return None
         ref_algo = best.get("speculative_algorithm", "none")
+        if ref_algo == "none":
+            measured = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                        and t.params.get("speculative_algorithm", "none") != "none" and _on_base(t.params, base)]
+            if measured:
+                best = max(measured, key=lambda t: self.sign * float(t.value or 0.0)).params
+                ref_algo = best["speculative_algorithm"]
+            else:
+                arch = self.candidates.predictor.profiles()[0].architecture
+                best = initial_design._spec_probe(self.spec, self.spec_algos[0], arch)
+                ref_algo = best["speculative_algorithm"]
 
         def distance(v: dict[str, Any]) -> float:
             d = 0.0 if v["speculative_algorithm"] == ref_algo or ref_algo == "none" else 100.0
@@ -228,21 +275,60 @@ class SearchPolicy:
                 return stage
         return "joint"
 
+    def _predict(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The memory model's verdict on ``params`` (a Prediction as a dict); one it cannot judge is
+        treated as pruned (never designed or placed)."""
+        try:
+            return self.candidates.predictor.predict(space.to_config(self.candidates.widened_spec(), params)).to_dict()
+        except AutotuneError as exc:
+            log.debug("no prediction for %s: %s", params, exc)
+            return {"should_prune": True, "verdict": "unknown"}
+
+    def _with_room_for_the_draft(self, params: dict[str, Any], trials: list[FrozenTrial]) -> dict[str, Any]:
+        """A speculative setting on the best base configuration, at the largest f (up to the base's own)
+        at which the memory model says it fits, and below any f at which the same setting ran out of slack.
+
+        The base's f was tuned without a draft model: the draft's weights, its KV cache and its CUDA
+        graphs come out of the same memory, so the feasible f window moves down (the designed start
+        places its speculative probe the same way: :func:`initial_design.build`). Taken at the base's
+        f as is, every speculative setting of a base at its memory edge is pruned before launch, and
+        the speculative stage ends without a single launch: on the seed node at concurrency 16, where
+        EAGLE3 gains 70 % over the best base, 7 of 20 seeds never launched it
+        (``benchmarks/scenarios/7-seed-c16-spec.yaml``)."""
+        f = params.get("mem_fraction_static")
+        dom = self.candidates.widened_spec().search_space.mem_fraction_static
+        if f is None or dom is None or not self._predict(params).get("should_prune"):
+            return self._below_slack_failures(params, trials)
+        fs = [v for v in initial_design._axis_values(dom) if v <= f + 1e-9]
+        others = {k: v for k, v in params.items() if k != "mem_fraction_static"}
+        for strict in (True, False):  # a verdict of "fits" first, as the designed start's intervals
+            def fits(x: float, strict: bool = strict) -> bool:
+                return initial_design._feasible(self._predict({**others, "mem_fraction_static": x}), strict)
+
+            got = initial_design.f_interval(fs, fits)
+            if got is not None:
+                return self._below_slack_failures({**others, "mem_fraction_static": fs[got[1]]}, trials)
+        return params  # nowhere below the base's f: pruned, and counted as tried
+
+    def _below_slack_failures(self, params: dict[str, Any], trials: list[FrozenTrial]) -> dict[str, Any]:
+        """``params`` one step of f below the lowest f at which a launch needing as much slack (the same
+        knobs, a graph size at least as large) ran out of it; as it is when none did."""
+        f = params.get("mem_fraction_static")
+        slack_fails = [t.params["mem_fraction_static"] for t in trials
+                       if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params
+                       and _needs_as_much_slack(params, t.params)]
+        if f is None or not slack_fails or f < min(slack_fails):
+            return params
+        dom = self.candidates.widened_spec().search_space.mem_fraction_static
+        step = (dom.step if dom is not None and dom.step else 0.01)
+        return {**params, "mem_fraction_static": round(min(slack_fails) - step, 6)}
+
     def _plan_design(self) -> None:
         cands = self.candidates
-        wide = cands.widened_spec()
         base = next((t for t in self._trials() if t.user_attrs.get("baseline")), None)
         # SGLang's defaults are known without launching them (search.baseline: last)
         baseline = dict(base.params) if base is not None else cands.baseline_params()
-
-        def predict(params: dict[str, Any]) -> dict[str, Any]:
-            try:
-                return cands.predictor.predict(space.to_config(wide, params)).to_dict()
-            except AutotuneError as exc:  # a candidate the model cannot judge is simply not designed
-                log.debug("design: no prediction for %s: %s", params, exc)
-                return {"should_prune": True, "verdict": "unknown"}
-
-        points = initial_design.build(self.spec, baseline, predict, self.n_design, seed=self.spec.sampler.seed,
+        points = initial_design.build(self.spec, baseline, self._predict, self.n_design, seed=self.spec.sampler.seed,
                                       architecture=cands.predictor.profiles()[0].architecture)
         self.study.set_user_attr("design_points", [{"params": p.params, "why": p.why} for p in points])
         log.info("designed start: %d point(s) (%s)", len(points), ", ".join(p.why for p in points))
@@ -332,17 +418,9 @@ class SearchPolicy:
                 # this KV cache dtype (node layout) was measured at its boundary and another one
                 # leads: the remaining boundaries (graph sizes) are taken with the leader
                 params[key] = best[0].params[key]
-        f = params.get("mem_fraction_static")
         # A slack failure at f condemns higher f only where at least as much slack is needed:
         # the same knobs (f aside) with a graph size at least as large as the failed launch's.
-        slack_fails = [t.params["mem_fraction_static"] for t in trials
-                       if t.user_attrs.get("failure_kind") in SLACK_KINDS and "mem_fraction_static" in t.params
-                       and _needs_as_much_slack(params, t.params)]
-        if f is not None and slack_fails and point["why"] != "space-filling" and f >= min(slack_fails):
-            dom = self.candidates.widened_spec().search_space.mem_fraction_static
-            step = (dom.step if dom is not None and dom.step else 0.01)
-            params["mem_fraction_static"] = round(min(slack_fails) - step, 6)
-        return params
+        return params if point["why"] == "space-filling" else self._below_slack_failures(params, trials)
 
 
 __all__ = ["MIN_GAIN", "SearchPolicy"]

@@ -1,0 +1,212 @@
+"""The speed model's structure (issue 32), as behaviour: an MTP checkpoint drafts with its NextN head, GPU kinds
+differ in what they achieve, a MoE decode step costs more than its weight read as the batch grows, FP8 GEMMs run
+at the FP8 peak, the overlap scheduler and the request path delay admission, a chunk attends to earlier chunks.
+Never a timing of the test itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.sglang.knobs.config import SpeculativeConfig
+from autotune.sglang.hardware.gpus import GPUS, get_gpu
+from autotune.sglang.models import load_model_profile
+from autotune.sim.engine import Engine
+from autotune.sim.hardware import load_draft
+from autotune.sim.perf import PerfInputs, PerfModel
+from autotune.sim.perf_gpu import GPU_SPEED, gemm_peak_factor, gpu_speed
+from autotune.sim.perf_knobs import KnobSpeed
+
+ROOT = Path(__file__).resolve().parents[1]
+DSV3 = ROOT / "tests" / "data" / "public_logs" / "ktransformers-1804-dsv3-kt-tp2"  # DeepSeek-V3's config.json
+LLAMA = ROOT / "studies" / "models" / "llama-3.1-70b-class"
+MTP_1_1_2 = SpeculativeConfig("EAGLE", None, 1, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def dsv3() -> Any:
+    return load_model_profile(DSV3)
+
+
+@pytest.fixture(scope="module")
+def llama() -> Any:
+    return load_model_profile(LLAMA)
+
+
+def perf(model: Any, gpu: str = "h200", tp: int = 8, **kw: Any) -> PerfModel:
+    args: dict[str, Any] = dict(model=model, gpu=get_gpu(gpu), tp_size=tp, interconnect="nvlink",
+                                cuda_graph_max_bs=256, custom_allreduce_active=True)
+    args.update(kw)
+    return PerfModel(PerfInputs(**args))
+
+
+def tpot(p: PerfModel, batch: int, ctx_per_req: int = 1500) -> float:
+    return p.decode_step_time_s(batch, batch * ctx_per_req) / p.accepted_tokens_per_step(batch)
+
+
+# --- MTP: the draft is the checkpoint's NextN head --------------------------------------------
+
+
+def test_an_mtp_checkpoint_drafts_with_its_nextn_head(dsv3: Any) -> None:
+    draft = load_draft(MTP_1_1_2, dsv3)
+    assert draft is not None
+    assert draft.num_layers == dsv3.num_nextn_predict_layers == 1
+    assert draft.path == dsv3.path  # how the memory plan recognises an MTP draft
+    # one layer, eh_proj and the shared LM head: a few percent of the target, not the whole of it
+    assert draft.weight_bytes < dsv3.weight_bytes / 20
+    assert draft.weight_bytes > dsv3.hidden_size * dsv3.vocab_size  # it does read the LM head
+
+
+def test_deepseek_mtp_gains_at_batch_1_and_32(dsv3: Any) -> None:
+    base = perf(dsv3)
+    mtp = perf(dsv3, speculative=MTP_1_1_2, draft=load_draft(MTP_1_1_2, dsv3))
+    for batch in (1, 32):
+        assert tpot(mtp, batch) < tpot(base, batch)
+    # a whole-target draft (what the simulator did before) makes MTP a loss
+    whole = perf(dsv3, speculative=MTP_1_1_2, draft=dsv3)
+    assert tpot(whole, 1) > tpot(base, 1)
+
+
+# --- per-GPU achievable figures ------------------------------------------------------------------
+
+
+def test_gpu_kinds_have_their_own_achievable_figures_each_with_its_provenance() -> None:
+    assert gpu_speed(get_gpu("h20")).attention != gpu_speed(get_gpu("h100")).attention
+    assert gpu_speed(get_gpu("rtx-pro-6000")).hbm != gpu_speed(get_gpu("h200")).hbm
+    for name, row in GPU_SPEED.items():
+        assert name in GPUS
+        assert row.kind.split()[0] in ("published", "modelled", "fitted") and row.source
+        assert 0 < row.hbm <= 1 and 0 < row.gemm <= 1 and 0 < row.prefill <= 1 and 0 < row.attention <= 1
+
+
+def test_mla_decode_attention_is_compute_bound_on_h20_not_on_h200(dsv3: Any) -> None:
+    for gpu, bound in (("h20", True), ("h200", False)):
+        t = perf(dsv3, gpu).target
+        ctx = 32 * 2000
+        kv_read = ctx * t.kv_token_bytes / t.bw
+        assert (t.attention_s(ctx, 2) > kv_read * 1.01) is bound
+
+
+def test_fp8_checkpoints_compute_at_the_fp8_peak_where_the_gpu_has_one(dsv3: Any, llama: Any) -> None:
+    assert dsv3.quant_method == "fp8"
+    assert gemm_peak_factor(dsv3, get_gpu("h100")) == 2.0
+    assert gemm_peak_factor(dsv3, get_gpu("a100-80")) == 1.0  # no FP8 tensor cores
+    assert gemm_peak_factor(llama, get_gpu("h100")) == 1.0
+
+
+# --- MoE decode: costs beyond the weight read that grow with the batch ---------------------------
+
+
+def test_moe_decode_step_grows_with_batch_beyond_the_weight_read(dsv3: Any) -> None:
+    p = perf(dsv3)
+    beyond = []
+    for batch in (8, 32, 128, 256):
+        step = p.decode_step_time_s(batch, 0)
+        beyond.append(step - p.target.weight_read_s(batch))
+    assert all(b > a for a, b in zip(beyond, beyond[1:], strict=False))
+    assert p.target.moe_act_bytes_per_token > 0  # the fused MoE kernel's caches: more tokens, more traffic
+    # a graph-replayed decode step has per-layer costs of its own, even at batch 1
+    assert p.decode_step_time_s(1, 0) > 2 * p.target.weight_read_s(1)
+
+
+def test_moe_experts_compute_padded_rows_at_small_batch(dsv3: Any) -> None:
+    t = perf(dsv3).target
+    # 8 tokens touch ~62 experts: each pads its rows to the kernel's block, far above 8 x top-k rows
+    dense = 2.0 * t.dense_params * 8 / (t.gemm_flops * 0.5)
+    experts = t.compute_s(8, 8, 0.5) - dense
+    unpadded = 2.0 * t.expert_params * 8 * t.topk / (t.gemm_flops * 0.5)
+    assert experts > 3 * unpadded
+    # at a large batch every expert's rows are mostly real: padding adds little
+    dense = 2.0 * t.dense_params * 4096 / (t.gemm_flops * 0.5)
+    experts = t.compute_s(4096, 4096, 0.5) - dense
+    assert experts < 1.1 * 2.0 * t.expert_params * 4096 * t.topk / (t.gemm_flops * 0.5)
+
+
+def test_deepep_all_to_all_replaces_the_moe_allreduce(dsv3: Any) -> None:
+    plain = perf(dsv3, knobs=KnobSpeed(ep_size=8))
+    a2a = perf(dsv3, knobs=KnobSpeed(ep_size=8, moe_a2a="deepep"))
+    assert plain.target.moe_comm_s(64) == 0.0 < a2a.target.moe_comm_s(64)
+    assert a2a.target.moe_comm_s(256) > a2a.target.moe_comm_s(64)
+
+
+# --- TTFT: scheduling, the request path, chunked prefill -----------------------------------------
+
+
+class StepPerf:
+    """Fixed step times; ``overlap`` and ``request_path_s`` as PerfModel exposes them."""
+
+    def __init__(self, overlap: bool, path_s: float) -> None:
+        self.overlap = overlap
+        self.request_path_s = path_s
+
+    def prefill_time_s(self, num_tokens: int, batch_reqs: int, attn_pairs: float | None = None) -> float:
+        return 0.004
+
+    def decode_step_time_s(self, batch_size: int, context_tokens: int) -> float:
+        return 0.010
+
+    def accepted_tokens_per_step(self, batch_size: int) -> float:
+        return 1.0
+
+
+def _ttft_of_a_request_sent_at_a_step_end(overlap: bool, path_s: float) -> float:
+    engine = Engine(StepPerf(overlap, path_s), kv_tokens=100_000, max_running_requests=64,
+                    chunked_prefill_size=8192, time_scale=1.0, seed=0)
+    engine.submit("a", 100, 50)
+    for _ in range(3):  # a's prefill and two decode steps
+        assert engine.step_once() is not None
+    b = engine.submit("b", 100, 5)
+    sent = engine.modelled_now()
+    while b.first_token_s is None:
+        engine.step_once()
+    return b.first_token_s - sent
+
+
+def test_the_overlap_scheduler_and_the_request_path_delay_admission() -> None:
+    immediate = _ttft_of_a_request_sent_at_a_step_end(False, 0.0)
+    no_overlap = _ttft_of_a_request_sent_at_a_step_end(False, 1e-3)
+    overlap = _ttft_of_a_request_sent_at_a_step_end(True, 1e-3)
+    assert immediate == pytest.approx(0.004)  # its prefill right away
+    assert no_overlap == pytest.approx(0.010 + 0.004)  # missed the batch decided at the step end: one decode step
+    assert overlap == pytest.approx(2 * 0.010 + 0.004)  # the next batch was decided a step earlier: two
+
+
+def test_an_idle_engine_takes_a_request_once_it_reaches_the_scheduler() -> None:
+    engine = Engine(StepPerf(True, 1e-3), kv_tokens=100_000, max_running_requests=64, chunked_prefill_size=8192,
+                    time_scale=1.0, seed=0)
+    a = engine.submit("a", 100, 3)
+    while a.first_token_s is None:
+        engine.step_once()
+    assert a.first_token_s == pytest.approx(1e-3 + 0.004)
+
+
+def test_speculative_decoding_turns_the_overlap_scheduler_off(dsv3: Any) -> None:
+    draft = load_draft(MTP_1_1_2, dsv3)
+    assert perf(dsv3).overlap
+    assert not perf(dsv3, speculative=MTP_1_1_2, draft=draft).overlap
+    assert perf(dsv3, speculative=MTP_1_1_2, draft=draft, knobs=KnobSpeed(spec_v2=True)).overlap
+    assert not perf(dsv3, knobs=KnobSpeed(overlap=False)).overlap
+
+
+def test_a_later_chunk_attends_to_its_earlier_chunks(llama: Any) -> None:
+    p = perf(llama, "h100", 4)
+    first = p.prefill_time_s(8192, 1, attn_pairs=8192 * 8192 / 2)
+    third = p.prefill_time_s(8192, 1, attn_pairs=8192 * (2 * 8192 + 8192 / 2))
+    assert third > first * 1.1
+    assert p.prefill_time_s(8192, 1) == pytest.approx(first)
+
+
+def test_fitted_constants_were_fitted_on_fitted_sets_only() -> None:
+    import yaml
+
+    from autotune.sim import perf_fitted
+
+    data = ROOT / "tests" / "data" / "published_speed"
+    held = {h["id"] for h in yaml.safe_load((data / "holdout.yaml").read_text())["holdout"]}
+    assert perf_fitted.FITTED_SETS and not held & set(perf_fitted.FITTED_SETS)
+    assert all((data / f"{sid}.yaml").exists() for sid in perf_fitted.FITTED_SETS)
+    assert set(perf_fitted.GPU_SETS) <= set(GPU_SPEED)  # every kind whose HBM share was fitted has its row
+    for kind, sets in perf_fitted.GPU_SETS.items():
+        assert GPU_SPEED[kind].kind == "fitted" and len(sets) >= perf_fitted.MIN_SETS_PER_GPU
