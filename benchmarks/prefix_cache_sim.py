@@ -14,7 +14,7 @@ the memory split), the cache flushed before each load point. Prints medians with
 * the first wave after the flush: how many of the first ``prefill batch`` requests missed.
 
 Which figures are what: all latencies are *modelled* by the simulator's prefill/decode
-cost model (``autotune.sim.perf``): this shows that the cache's effect follows from the
+cost model (``autotune.sim.perf.model``): this shows that the cache's effect follows from the
 modelled prefill cost; it is not a measurement of real SGLang. The hit rate is exact
 bookkeeping of the radix tree (no model constants). Nothing here is fitted to the goal.
 

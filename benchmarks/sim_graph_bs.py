@@ -1,6 +1,6 @@
 """The seed case on the simulated engine: output throughput per --cuda-graph-max-bs.
 
-Runs :class:`autotune.sim.engine.Engine` in-process, in modelled time, on the
+Runs :class:`autotune.sim.engine.core.Engine` in-process, in modelled time, on the
 demo workload (fixed 512 input / 256 output tokens, concurrency 256, 512
 prompts) for kimi-k2-class at TP 8 on 8 x RTX PRO 6000 over PCIe (SGLang 0.5.9
 defaults otherwise: chunked prefill 8192, KV of the seed case's working
@@ -28,9 +28,9 @@ from typing import Any
 from autotune.sglang.hardware.gpus import get_gpu
 from autotune.sglang.memory.slack import PROVENANCE as MEMORY_PROVENANCE
 from autotune.sglang.models.profile import load_model_profile
-from autotune.sim.engine import Engine
-from autotune.sim.perf import PerfInputs, PerfModel
-from autotune.sim.perf_comm import PROVENANCE
+from autotune.sim.engine.core import Engine
+from autotune.sim.perf.comm import PROVENANCE
+from autotune.sim.perf.model import PerfInputs, PerfModel
 from autotune.sim.weight_load import PROVENANCE as LOAD_PROVENANCE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         gain = results[128]["output_tok_s"] / results[512]["output_tok_s"] - 1
         print(f"  128 vs 512: {gain * 100:+.1f} % output throughput (real node: +9 %; the fitted constants "
               "below were chosen to reproduce it, so this is not a validation)")
-    print("allreduce constants (autotune/sim/perf_comm.py):")
+    print("allreduce constants (autotune/sim/perf/comm.py):")
     for name, (kind, source) in PROVENANCE.items():
         print(f"  {kind:9s} {name}: {source}")
     print("memory constants (autotune/sglang/memory/slack.py, shared by the simulator and the predictor):")

@@ -12,7 +12,7 @@ cannot explain does not drag the rest.
 
 Held-out sets (``tests/data/published_speed/holdout.yaml``) are never evaluated here: the harness's
 ``fitted_only`` mode skips them before anything runs. The result is printed, with the set ids each
-constant was fitted on, to be written into ``autotune/sim/perf_gpu.py`` / ``perf_forward.py`` /
+constant was fitted on, to be written into ``autotune/sim/perf/gpu.py`` / ``perf_forward.py`` /
 ``perf.py`` by hand beside the constant (a fitted constant is a calibration, not a validation).
 
 Usage::
@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.sglang.hardware.gpus import get_gpu
-from autotune.sim import perf, perf_gpu, perf_knobs
-from autotune.sim.perf_fitted import MIN_SETS_PER_GPU  # a kind's HBM share needs that many sets on it
+from autotune.sim.perf import gpu as perf_gpu
+from autotune.sim.perf import knobs as perf_knobs
+from autotune.sim.perf import model as perf
+from autotune.sim.perf.fitted import MIN_SETS_PER_GPU  # a kind's HBM share needs that many sets on it
 from autotune.trial import offline
 
 HERE = Path(__file__).resolve().parent

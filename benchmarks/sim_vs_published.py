@@ -65,10 +65,10 @@ import yaml
 from autotune.errors import ConfigError
 from autotune.load.workloads import FileWorkload
 from autotune.objective import Direction, Objective
+from autotune.sglang.flags.argv import build_parser, config_from_namespace
 from autotune.sglang.flags.release_tables import known_versions
-from autotune.sglang.flags import build_parser, config_from_namespace
 from autotune.sglang.hardware.gpus import get_gpu
-from autotune.sglang.models import load_model_profile
+from autotune.sglang.models.profile import load_model_profile
 from autotune.sglang.versions import parse_version
 from autotune.spec import SimSpec, WorkloadSpec
 from autotune.trial import offline

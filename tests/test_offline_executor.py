@@ -10,7 +10,7 @@ from autotune.objective import Objective
 from autotune.outcome import FailureKind
 from autotune.sglang.models.profile import load_model_profile
 from autotune.sim.args import parse_args
-from autotune.sim.engine_factory import build_engine
+from autotune.sim.engine.factory import build_engine
 from autotune.sim.hardware import load_draft, plan_memory, resolve_speculative
 from autotune.spec import SimSpec, load_study_spec
 from autotune.study.execution.executor import InlineExecutor

@@ -1,4 +1,4 @@
-"""Behaviour of the simulated continuous-batching engine (autotune.sim.engine).
+"""Behaviour of the simulated continuous-batching engine (autotune.sim.engine.core).
 
 Most tests drive the engine with a recording stand-in speed model (fixed step
 times, every batch size recorded) at a huge time scale, so they run in
@@ -17,7 +17,7 @@ import pytest
 from support.sim_engine import RecordingPerf, make_engine
 
 from autotune.errors import ConfigError
-from autotune.sim.engine import Chunk, Engine, EngineStopped
+from autotune.sim.engine.core import Chunk, Engine, EngineStopped
 
 
 async def collect(engine: Engine, rid: str, input_len: int, output_len: int) -> list[Chunk]:

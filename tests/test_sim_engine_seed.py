@@ -16,8 +16,8 @@ import pytest
 from autotune.sglang.hardware.gpus import get_gpu
 from autotune.sglang.knobs.config import SpeculativeConfig
 from autotune.sglang.models.profile import load_model_profile
-from autotune.sim.engine import Engine
-from autotune.sim.perf import PerfInputs, PerfModel
+from autotune.sim.engine.core import Engine
+from autotune.sim.perf.model import PerfInputs, PerfModel
 
 MODEL = Path(__file__).resolve().parents[1] / "studies" / "models" / "kimi-k2-class"
 SEED_KV_TOKENS = 159_277  # the working baseline's KV pool at f = 0.88 (the seed node's logged 10.42 GiB / 70,272 B)

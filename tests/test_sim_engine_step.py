@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from support.sim_engine import RecordingPerf, make_engine, run_to_idle
 
-from autotune.sim.engine import Chunk, EngineStopped
-from autotune.sim.engine_req import TOKEN_ID_BASE, TOKEN_ID_RANGE
+from autotune.sim.engine.core import Chunk, EngineStopped
+from autotune.sim.engine.request import TOKEN_ID_BASE, TOKEN_ID_RANGE
 
 
 def test_stepping_runs_requests_to_completion_in_modelled_time() -> None:

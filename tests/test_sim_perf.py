@@ -1,4 +1,4 @@
-"""Properties of the simulated server's speed model (autotune.sim.perf).
+"""Properties of the simulated server's speed model (autotune.sim.perf.model).
 
 Each test states a direction real SGLang shows (graphs vs eager, PCIe vs
 NVLink, speculative decoding vs batch size, allreduce paths) and checks the
@@ -16,7 +16,7 @@ import pytest
 from autotune.sglang.hardware.gpus import get_gpu
 from autotune.sglang.knobs.config import SpeculativeConfig
 from autotune.sglang.models.profile import load_model_profile
-from autotune.sim.perf import PerfInputs, PerfModel, graph_ladder
+from autotune.sim.perf.model import PerfInputs, PerfModel, graph_ladder
 
 MODELS = Path(__file__).resolve().parents[1] / "studies" / "models"
 

@@ -12,8 +12,8 @@ from autotune.sglang.memory.predictor import predict
 from autotune.sglang.models.profile import load_model_profile
 from autotune.sglang.versions import parse_version
 from autotune.sim.args import parse_args
-from autotune.sim.perf import PerfInputs, PerfModel
-from autotune.sim.perf_knobs import KnobSpeed, knob_speed
+from autotune.sim.perf.knobs import KnobSpeed, knob_speed
+from autotune.sim.perf.model import PerfInputs, PerfModel
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = load_model_profile(ROOT / "studies" / "models" / "kimi-k2-class")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from support.sim_engine import RecordingPerf, make_engine, run_to_idle
 
-from autotune.sim.engine import Engine
-from autotune.sim.engine_cache import RadixCache
+from autotune.sim.engine.cache import RadixCache
+from autotune.sim.engine.core import Engine
 
 
 def test_tree_matches_inserts_splits_and_counts_tokens() -> None:

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from autotune.sglang.knobs.config import SpeculativeConfig
 from autotune.sglang.hardware.gpus import GPUS, get_gpu
-from autotune.sglang.models import load_model_profile
-from autotune.sim.engine import Engine
+from autotune.sglang.knobs.config import SpeculativeConfig
+from autotune.sglang.models.profile import load_model_profile
+from autotune.sim.engine.core import Engine
 from autotune.sim.hardware import load_draft
-from autotune.sim.perf import PerfInputs, PerfModel
-from autotune.sim.perf_gpu import GPU_SPEED, gemm_peak_factor, gpu_speed
-from autotune.sim.perf_knobs import KnobSpeed
+from autotune.sim.perf.gpu import GPU_SPEED, gemm_peak_factor, gpu_speed
+from autotune.sim.perf.knobs import KnobSpeed
+from autotune.sim.perf.model import PerfInputs, PerfModel
 
 ROOT = Path(__file__).resolve().parents[1]
 DSV3 = ROOT / "tests" / "data" / "public_logs" / "ktransformers-1804-dsv3-kt-tp2"  # DeepSeek-V3's config.json
@@ -201,7 +201,7 @@ def test_a_later_chunk_attends_to_its_earlier_chunks(llama: Any) -> None:
 def test_fitted_constants_were_fitted_on_fitted_sets_only() -> None:
     import yaml
 
-    from autotune.sim import perf_fitted
+    from autotune.sim.perf import fitted as perf_fitted
 
     data = ROOT / "tests" / "data" / "published_speed"
     held = {h["id"] for h in yaml.safe_load((data / "holdout.yaml").read_text())["holdout"]}

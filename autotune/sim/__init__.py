@@ -11,7 +11,9 @@ Modules:
 * :mod:`~autotune.sim.hardware` - the memory truth (P, A, KV tokens, slack consumers);
 * :mod:`~autotune.sim.startup` - startup phases, log lines, failure texts;
 * :mod:`~autotune.sim.http` - aiohttp endpoints (``/generate``, OpenAI, info, ``/sim/stats``);
-* :mod:`~autotune.sim.engine` / :mod:`~autotune.sim.perf` - continuous batching and its speed model;
+* :mod:`~autotune.sim.engine` - continuous batching in modelled time (its own map);
+* :mod:`~autotune.sim.perf` - the speed model: how long one engine step takes (its own map);
+* :mod:`~autotune.sim.weight_load` - how long loading the weights from disk takes;
 * :mod:`~autotune.sim.faults` - ``--sim-fault`` injection;
 * :mod:`~autotune.sim.child` - the stand-in scheduler child process;
 * :mod:`~autotune.sim.tokenizer` - one token per whitespace-separated word.

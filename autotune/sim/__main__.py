@@ -4,7 +4,7 @@ Parses SGLang's flags of ``--sim-sglang-version`` plus ``--sim-*``, reads the mo
 directory, computes the memory truth (:mod:`autotune.sim.hardware`), prints SGLang's
 startup lines (:mod:`autotune.sim.startup`), fails as SGLang fails (the failure wrapper,
 then the process kills itself like SGLang's ``kill_process_tree``), or serves SGLang's
-endpoints (:mod:`autotune.sim.http`) from the token engine (:mod:`autotune.sim.engine`).
+endpoints (:mod:`autotune.sim.http`) from the token engine (:mod:`autotune.sim.engine.core`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from autotune.errors import ConfigError
 from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
 from autotune.sim.child import spawn_child
-from autotune.sim.engine import Engine
-from autotune.sim.engine_factory import build_engine
+from autotune.sim.engine.core import Engine
+from autotune.sim.engine.factory import build_engine
 from autotune.sim.hardware import MemoryPlan, load_draft, plan_memory, resolve_speculative
 from autotune.sim.http import ServerState, start_http
 from autotune.sim.startup import READY_LINE, LogWriter, StartupFailure, boot, http_lines, runtime_oom_failure, warmup

@@ -376,11 +376,11 @@ def load_draft(spec: SpeculativeConfig, model: ModelProfile) -> ModelProfile | N
     MTP (NextN) layers, or none (NGRAM, off).
 
     An MTP draft is the checkpoint's next-token head, not the whole target
-    (:func:`autotune.sim.perf_forward.mtp_head`: ``num_nextn_predict_layers`` decoder layers, ``eh_proj``
+    (:func:`autotune.sim.perf.forward.mtp_head`: ``num_nextn_predict_layers`` decoder layers, ``eh_proj``
     and the shared LM head, as SGLang's ``deepseek_nextn.py`` builds it); it keeps the target's path, by
     which the memory plan recognises it and sizes its weights, KV and graphs from the target."""
     from autotune.sglang.models.profile import load_model_profile
-    from autotune.sim.perf_forward import mtp_head
+    from autotune.sim.perf.forward import mtp_head
 
     if not spec.enabled or spec.algorithm == "NGRAM":
         return None

@@ -34,7 +34,7 @@ from autotune.sim.tokenizer import WordTokenizer
 logger = logging.getLogger(__name__)
 
 class EngineLike(Protocol):
-    """What the HTTP layer needs of :class:`autotune.sim.engine.Engine`."""
+    """What the HTTP layer needs of :class:`autotune.sim.engine.core.Engine`."""
 
     def generate(self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
                  keys: Sequence[int] | None = None) -> AsyncIterator[Any]: ...

@@ -14,8 +14,8 @@ simulated SGLang server, in modelled time and in a fraction of a second:
    the same evidence as the launcher's classifier reads it, the trial body's live
    KV-OOM kill at the weights-loaded line, the observed memory from the log parser,
    and the modelled startup duration.
-4. **Load**: the server's :class:`~autotune.sim.engine.Engine` (built by the server's
-   own factory, :func:`autotune.sim.engine_factory.build_engine`) stepped synchronously
+4. **Load**: the server's :class:`~autotune.sim.engine.core.Engine` (built by the server's
+   own factory, :func:`autotune.sim.engine.factory.build_engine`) stepped synchronously
    through its public stepping API in modelled time (:mod:`autotune.trial.offline_load`),
    fed by the load generator's prompts and closed loop, warm-up excluded, measured with
    the load generator's own metrics code, at the points of the one load-point plan
@@ -57,8 +57,8 @@ from autotune.objective import Picked
 from autotune.outcome import FailureKind, load_failure_kind
 from autotune.sglang.models.profile import ModelProfile, load_model_profile
 from autotune.sim.args import Launch, SimOptions, parse_args
-from autotune.sim.engine import Engine
-from autotune.sim.engine_factory import build_engine
+from autotune.sim.engine.core import Engine
+from autotune.sim.engine.factory import build_engine
 from autotune.sim.hardware import MemoryPlan, load_draft, plan_memory, resolve_speculative
 from autotune.trial.argv import build_argv
 from autotune.trial.contract import TrialRequest, TrialResult, TrialState

@@ -1,9 +1,9 @@
 """The load generator against the simulated engine, in pure modelled time (private to
 :mod:`autotune.trial.offline`).
 
-The simulated server's :class:`~autotune.sim.engine.Engine` is never started: it is
-stepped through its public stepping API (:meth:`~autotune.sim.engine.Engine.submit`,
-:meth:`~autotune.sim.engine.Engine.step_once`, :meth:`~autotune.sim.engine.Engine.idle_until`),
+The simulated server's :class:`~autotune.sim.engine.core.Engine` is never started: it is
+stepped through its public stepping API (:meth:`~autotune.sim.engine.core.Engine.submit`,
+:meth:`~autotune.sim.engine.core.Engine.step_once`, :meth:`~autotune.sim.engine.core.Engine.idle_until`),
 which runs the very step function the server's asyncio task runs, in pure modelled
 time. The scheduling, the KV accounting, retraction, speculative acceptance and the
 runtime OOM are the engine's own code; only the consumers differ. Each step reports
@@ -33,7 +33,7 @@ from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.sources import is_conversational, prompt_stream
 from autotune.load.spec import LoadSpec
-from autotune.sim.engine import Engine, RequestHandle
+from autotune.sim.engine.core import Engine, RequestHandle
 from autotune.sim.tokenizer import WordTokenizer
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.sim.engine import Engine, StepResult
+from autotune.sim.engine.core import Engine, StepResult
 
 FAST = 1e6  # time scale at which the tests do not wait
 

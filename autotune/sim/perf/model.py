@@ -1,10 +1,10 @@
 """Speed model of the simulated SGLang server: how long one engine step takes.
 
-(The roofline of one forward pass lives in :mod:`autotune.sim.perf_forward`,
-the allreduce paths in :mod:`autotune.sim.perf_comm`; their constants are
+(The roofline of one forward pass lives in :mod:`autotune.sim.perf.forward`,
+the allreduce paths in :mod:`autotune.sim.perf.comm`; their constants are
 documented here and there.)
 
-The engine (:mod:`autotune.sim.engine`) asks this model for the modelled time of
+The engine (:mod:`autotune.sim.engine.core`) asks this model for the modelled time of
 each prefill and decode step. The model is a roofline per step, built so that
 the launch knobs move speed the way they move it in real SGLang. Everything is
 per GPU of one tensor-parallel group.
@@ -16,8 +16,8 @@ and a step over ``B`` requests takes the time of one replica's step over
 ``ceil(B / dp)`` requests and ``1/dp`` of the KV context (prefill likewise).
 
 Decode step (``decode_step_time_s``), for ``B`` running requests holding ``C`` KV tokens in total
-(every term and its evidence: ``docs/simulator-speed.md``; the forward pass: :mod:`autotune.sim.perf_forward`;
-what each GPU kind achieves: :mod:`autotune.sim.perf_gpu`):
+(every term and its evidence: ``docs/simulator-speed.md``; the forward pass: :mod:`autotune.sim.perf.forward`;
+what each GPU kind achieves: :mod:`autotune.sim.perf.gpu`):
 
 * weights, compute, GEMM floors: the largest of the weight read (dense bytes + expert bytes x the share
   of experts ``B`` tokens touch, ``1 - (1 - k/E)^B``, divided by TP, at the GPU's achievable HBM
@@ -27,7 +27,7 @@ what each GPU kind achieves: :mod:`autotune.sim.perf_gpu`):
 * the MoE layers' activation traffic (the fused MoE kernel's intermediate caches), which grows with ``B``;
 * small kernels: every norm, rope, KV store, routing and activation kernel costs at least the GPU's
   kernel floor, graph-replayed or not;
-* allreduce: 2 per layer of ``B x hidden x 2 B`` (:mod:`autotune.sim.perf_comm`), including the PCIe
+* allreduce: 2 per layer of ``B x hidden x 2 B`` (:mod:`autotune.sim.perf.comm`), including the PCIe
   CUDA-graph penalty; DeepEP-style dispatch/combine instead of the MoE's with ``--moe-a2a-backend``;
 * launch: with a CUDA graph (``B <= cuda_graph_max_bs``; the batch is padded up to the next captured size
   of SGLang's ladder) a replay costs ``GRAPH_REPLAY_S`` 40 us. Eagerly, the CPU issues every kernel
@@ -36,7 +36,7 @@ what each GPU kind achieves: :mod:`autotune.sim.perf_gpu`):
   ``max(cpu, gpu) + gaps`` **[modelled]**;
 * ``STEP_FIXED_S`` 300 us **[modelled]** + ``STEP_PER_REQ_S`` 15 us per request **[fitted]**: sampling,
   output processing and scheduler work not hidden by the overlap scheduler; without the overlap scheduler (the
-  flag, or speculative decoding in 0.5.9) the scheduler's whole CPU work adds (:mod:`autotune.sim.perf_knobs`).
+  flag, or speculative decoding in 0.5.9) the scheduler's whole CPU work adds (:mod:`autotune.sim.perf.knobs`).
 
 Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one step is one draft/verify
 cycle. Per-depth acceptance ``p``: ``SPEC_ACCEPT_P`` (MTP drafts, EAGLE on a checkpoint with its own
@@ -44,7 +44,7 @@ NextN layers: DeepSeek-V3's published 85-90 %; the others **[modelled]**). topk 
 ``1 - (1-p) topk^-0.3`` and the tree depth is ``min(num_steps, num_draft_tokens - 1)``. Accepted tokens
 per cycle ``(1 - p^(d+1)) / (1 - p)`` (the bonus token included). Cost of a cycle = ``num_steps`` draft
 forwards over ``B x topk`` tokens (an MTP checkpoint's draft is its NextN head:
-:func:`autotune.sim.perf_forward.mtp_head`) + one draft extend over the accepted tokens + one target
+:func:`autotune.sim.perf.forward.mtp_head`) + one draft extend over the accepted tokens + one target
 forward over ``B x num_draft_tokens`` tokens (its attention over that many queries per sequence; a MoE
 sequence's draft tokens route mostly to the same experts: ``SPEC_ROUTING_LOCALITY`` 0.3 **[modelled]**)
 + ``SPEC_CYCLE_*`` (tree build and verify bookkeeping: 0.5 ms + 20 us per request **[modelled]**) + the
@@ -54,7 +54,7 @@ Prefill (``prefill_time_s``): the same forward over the step's tokens, eager, at
 the tensor peak, + attention FLOPs over the step's (query, key) pairs (a later chunk of a long prompt
 attends to its earlier chunks) + KV write + the draft's extend under speculative decoding.
 
-TTFT comes out of the engine (:mod:`autotune.sim.engine_sched`): a request reaches the scheduler
+TTFT comes out of the engine (:mod:`autotune.sim.engine.scheduler`): a request reaches the scheduler
 ``REQUEST_PATH_S`` after it is sent, waits for the batch that admits it (one step later under SGLang's
 overlap scheduler), then for its prefill chunks, prefill having priority over decode.
 """
@@ -68,9 +68,9 @@ from typing import Any
 
 from autotune.sglang.defaults import decode_graph_batch_sizes
 from autotune.sglang.knobs.config import SpeculativeConfig
-from autotune.sim.perf_comm import CommSetup
-from autotune.sim.perf_forward import GRAPH_REPLAY_S, Forward, mtp_head
-from autotune.sim.perf_knobs import TORCH_COMPILE_FACTOR, KnobSpeed
+from autotune.sim.perf.comm import CommSetup
+from autotune.sim.perf.forward import GRAPH_REPLAY_S, Forward, mtp_head
+from autotune.sim.perf.knobs import TORCH_COMPILE_FACTOR, KnobSpeed
 
 __all__ = ["PerfInputs", "PerfModel", "graph_ladder"]
 
@@ -78,16 +78,16 @@ log = logging.getLogger(__name__)
 
 STEP_FIXED_S = 300e-6  # [modelled]
 #: From the client's send to the scheduler's queue: HTTP, the tokenizer manager, ZMQ. The engine admits a
-#: request only once received (engine_sched._admission_cutoff), so TTFT includes this and the scheduling
+#: request only once received (scheduler._admission_cutoff), so TTFT includes this and the scheduling
 #: delay it causes.
-#: [fitted on perf_fitted.FITTED_SETS: TTFT, 16 ms] (1 ms before the fit, modelled). More than HTTP, the tokenizer
+#: [fitted on fitted.FITTED_SETS: TTFT, 16 ms] (1 ms before the fit, modelled). More than HTTP, the tokenizer
 #: manager and ZMQ take: it also holds what TTFT has that the model lacks (the first token's detokenisation and
 #: streaming back, the client's own overhead), so it is a calibration, not a measurement of the request path.
 REQUEST_PATH_S = 16e-3
 #: ... and per input token: the tokenizer manager tokenises text prompts (bench_serving sends text)
-#: [fitted on perf_fitted.FITTED_SETS: 10 us a token]
+#: [fitted on fitted.FITTED_SETS: 10 us a token]
 REQUEST_PATH_PER_TOKEN_S = 10e-6
-STEP_PER_REQ_S = 15e-6  # [fitted on perf_fitted.FITTED_SETS] per running request per step (0.4 us before)
+STEP_PER_REQ_S = 15e-6  # [fitted on fitted.FITTED_SETS] per running request per step (0.4 us before)
 #: Per-depth acceptance by algorithm. MTP: DeepSeek-V3's second-token acceptance "ranges between 85% and 90%"
 #: (DeepSeek-V3 technical report, arXiv 2412.19437, section 5.4.3): its midpoint **[published]**; the others
 #: **[modelled]**.
@@ -125,7 +125,7 @@ class PerfInputs:
     chunked_prefill_size: int = 8192
     graph_batch_sizes: tuple[int, ...] | None = None  # the server's ladder; None = derive
     sglang_version: str = "0.5.9"  # only picks the graph ladder when graph_batch_sizes is None
-    knobs: KnobSpeed = field(default_factory=KnobSpeed)  # the catalogue's speed knobs (perf_knobs)
+    knobs: KnobSpeed = field(default_factory=KnobSpeed)  # the catalogue's speed knobs (perf.knobs)
 
     def __post_init__(self) -> None:
         if self.tp_size < 1 or self.dp_size < 1:

@@ -1,7 +1,7 @@
-"""Roofline of one forward pass on one GPU (private to :mod:`autotune.sim.perf`).
+"""Roofline of one forward pass on one GPU (private to :mod:`autotune.sim.perf.model`).
 
-The terms are documented in :mod:`autotune.sim.perf`'s docstring and ``docs/simulator-speed.md``;
-the achievable shares of each GPU kind's datasheet figures live in :mod:`autotune.sim.perf_gpu`.
+The terms are documented in :mod:`autotune.sim.perf.model`'s docstring and ``docs/simulator-speed.md``;
+the achievable shares of each GPU kind's datasheet figures live in :mod:`autotune.sim.perf.gpu`.
 A forward over ``T`` tokens reading ``C`` tokens of KV costs, on one GPU:
 
 * the larger of the weight read (dense + the experts ``T`` tokens touch), the GEMM compute
@@ -9,7 +9,7 @@ A forward over ``T`` tokens reading ``C`` tokens of KV costs, on one GPU:
 * attention: the larger of the KV read and its FLOPs (MLA decode is compute-bound on H20);
 * the MoE layers' activation traffic (the fused MoE kernel's intermediate caches);
 * every small kernel's floor (norms, rope, KV store, routing, activations);
-* the allreduces (:mod:`autotune.sim.perf_comm`), or DeepEP-style dispatch/combine.
+* the allreduces (:mod:`autotune.sim.perf.comm`), or DeepEP-style dispatch/combine.
 
 CUDA-graph replay costs ``GRAPH_REPLAY_S``; eagerly, CPU launch (``EAGER_CPU_PER_LAYER_S``)
 overlaps the GPU and the GPU idles ``EAGER_GAP_PER_LAYER_S`` between kernels.
@@ -23,13 +23,13 @@ from typing import Any, Protocol
 from autotune.sglang.hardware.gpus import GpuKind
 from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.models.sizing import layout_of
-from autotune.sim.perf_comm import CommSetup, allreduce_s
-from autotune.sim.perf_gpu import gemm_peak_factor, gpu_speed
-from autotune.sim.perf_knobs import FP8_GEMM_SPEED, KnobSpeed
+from autotune.sim.perf.comm import CommSetup, allreduce_s
+from autotune.sim.perf.gpu import gemm_peak_factor, gpu_speed
+from autotune.sim.perf.knobs import FP8_GEMM_SPEED, KnobSpeed
 
 
 class ForwardInputs(Protocol):
-    """What a forward pass reads of :class:`autotune.sim.perf.PerfInputs` (no import back: no cycle)."""
+    """What a forward pass reads of :class:`autotune.sim.perf.model.PerfInputs` (no import back: no cycle)."""
 
     @property
     def tp_size(self) -> int: ...
@@ -44,7 +44,7 @@ GRAPH_REPLAY_S = 40e-6
 EAGER_CPU_PER_LAYER_S = {"dense": 150e-6, "moe": 300e-6}
 EAGER_GAP_PER_LAYER_S = {"dense": 30e-6, "moe": 50e-6}
 #: Kernels per decoder layer that stream no weights, each at least the GPU's kernel floor
-#: (perf_gpu) **[modelled: counted from SGLang 0.5.9's decode path]**: GQA attention: fused add-RMSNorm,
+#: (perf/gpu.py) **[modelled: counted from SGLang 0.5.9's decode path]**: GQA attention: fused add-RMSNorm,
 #: rope, KV store, the decode attention kernel (models/llama.py LlamaAttention). MLA attention (absorbed,
 #: models/deepseek_v2.py DeepseekV2AttentionMLA forward_absorb): add-RMSNorm, the q_a and kv_a RMSNorms,
 #: the two absorbed bmm (w_kc, w_vc), rope, KV store, the decode attention kernel, the output reshape.
@@ -152,7 +152,7 @@ class Forward:
         knobs = inputs.knobs
         attn_dp = max(knobs.attn_dp, 1)
         attn_tp = max(tp // attn_dp, 1)
-        # DP attention (perf_knobs): attn-TP-sharded attention weights whole per attention-TP group (dp_attention.py),
+        # DP attention (perf.knobs): attn-TP-sharded attention weights whole per attention-TP group (dp_attention.py),
         # KV read of own requests only
         self.dense_bytes += attn_tp_weight_bytes(model) * (1.0 / attn_tp - 1.0 / tp) if attn_dp > 1 else 0.0
         self.expert_bytes *= knobs.moe_factor

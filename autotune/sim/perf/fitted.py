@@ -1,7 +1,7 @@
 """Which published sets each fitted constant of the speed model was fitted on (issue 32).
 
-``benchmarks/sim_speed_fit.py`` chose the constants marked **fitted** in :mod:`autotune.sim.perf_gpu`,
-:mod:`autotune.sim.perf` and :mod:`autotune.sim.perf_knobs` on these sets of ``tests/data/published_speed``
+``benchmarks/sim_speed_fit.py`` chose the constants marked **fitted** in :mod:`autotune.sim.perf.gpu`,
+:mod:`autotune.sim.perf.model` and :mod:`autotune.sim.perf.knobs` on these sets of ``tests/data/published_speed``
 only: the sets ``holdout.yaml`` lists were never evaluated while fitting. A fitted constant is a calibration,
 not a validation; the held-out sets are what ``benchmarks/sim_vs_published.py`` validates against.
 """

@@ -1,13 +1,13 @@
 """One request inside the simulated engine, and the public handle on it.
 
-:class:`Request` is the scheduler's state (private to :mod:`autotune.sim.engine`);
-:class:`RequestHandle` is what :meth:`Engine.submit <autotune.sim.engine.Engine.submit>`
+:class:`Request` is the scheduler's state (private to :mod:`autotune.sim.engine.core`);
+:class:`RequestHandle` is what :meth:`Engine.submit <autotune.sim.engine.core.Engine.submit>`
 hands out: read-only timestamps, counts and the streamed chunks' times.
 
 Emission is kept cheap because the engine touches every running request on every
 decode step (concurrency 256, and ~1,800 candidates in an exhaustive offline pass):
 a streamed chunk is recorded as two list appends (its modelled time and its token
-count); token ids and :class:`~autotune.sim.engine.Chunk` objects are made only when
+count); token ids and :class:`~autotune.sim.engine.core.Chunk` objects are made only when
 an asyncio consumer of :meth:`Engine.generate` reads them.
 """
 

@@ -1,11 +1,11 @@
-"""Plain data of the simulated engine's public API (:mod:`autotune.sim.engine` re-exports them)."""
+"""Plain data of the simulated engine's public API (:mod:`autotune.sim.engine.core` re-exports them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from autotune.errors import AutotuneError
-from autotune.sim.engine_req import RequestHandle
+from autotune.sim.engine.request import RequestHandle
 
 
 class EngineStopped(AutotuneError):

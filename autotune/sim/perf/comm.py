@@ -1,4 +1,4 @@
-"""Allreduce cost of the simulated SGLang server (private to :mod:`autotune.sim.perf`).
+"""Allreduce cost of the simulated SGLang server (private to :mod:`autotune.sim.perf.model`).
 
 Every decoder layer of a tensor-parallel model does two allreduces (after the
 attention output projection and after the MLP), each over a message of
@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from autotune.sim.perf_knobs import (
+from autotune.sim.perf.knobs import (
     NCCL_NO_P2P_BW_FACTOR,
     NCCL_TREE_BW_FACTOR,
     PCIE_IPC_NCCL_RATIO,
@@ -145,9 +145,9 @@ def nccl_allreduce_s(setup: CommSetup, size_bytes: float, *, captured: bool) -> 
     """NCCL allreduce time; ``captured`` applies the PCIe CUDA-graph penalty."""
     tp = setup.tp_size
     ring_hops = max(2 * (tp - 1), 1)
-    hops = tree_hops(tp) if setup.nccl_tree else ring_hops  # NCCL_ALGO=Tree (perf_knobs)
+    hops = tree_hops(tp) if setup.nccl_tree else ring_hops  # NCCL_ALGO=Tree (perf.knobs)
     bw_factor = NCCL_TREE_BW_FACTOR if setup.nccl_tree else 1.0
-    if setup.nccl_no_p2p and not setup.nvlink:  # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL LOC|PIX (perf_knobs)
+    if setup.nccl_no_p2p and not setup.nvlink:  # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL LOC|PIX (perf.knobs)
         hops, bw_factor = hops * 2, bw_factor * NCCL_NO_P2P_BW_FACTOR
     if not setup.nvlink:
         last_size, last_t = PCIE_NCCL_TP8_MEASURED[-1]
@@ -205,7 +205,7 @@ PROVENANCE: dict[str, tuple[str, str]] = {
     "NCCL_BASE_LATENCY_S, NVLINK_HOP_LATENCY_S": ("modelled", "nccl-tests order of magnitude over NVLink"),
     "NCCL_BUS_EFFICIENCY": ("modelled", "share of the NVLink datasheet bandwidth"),
     "CUSTOM_AR_*, SYMM_MEM_*, IPC_LINK_EFFICIENCY": ("modelled", "no published figure on this node"),
-    "PCIE_IPC_NCCL_RATIO (perf_knobs)": ("derived", ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: 143 / 205 us per decode "
+    "PCIE_IPC_NCCL_RATIO (perf.knobs)": ("derived", ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: 143 / 205 us per decode "
                                                      "allreduce from TPOT 21.14 -> 13.62 ms (pcie_ipc_ar.py)")),
-    "NCCL_TREE_*, NCCL_NO_P2P_* (perf_knobs)": ("modelled", "NCCL_ALGO=Tree, NCCL_P2P_DISABLE / NCCL_P2P_LEVEL"),
+    "NCCL_TREE_*, NCCL_NO_P2P_* (perf.knobs)": ("modelled", "NCCL_ALGO=Tree, NCCL_P2P_DISABLE / NCCL_P2P_LEVEL"),
 }

@@ -1,4 +1,4 @@
-"""The speed effects of the catalogue's knobs in the simulated server (private to :mod:`autotune.sim.perf`).
+"""The speed effects of the catalogue's knobs in the simulated server (private to :mod:`autotune.sim.perf.model`).
 
 :func:`knob_speed` reads a launch's parsed flags and environment into a
 :class:`KnobSpeed`; the speed model applies it. Every constant says where it
@@ -37,7 +37,7 @@ figure, not fitted to any expected answer).
   SM120 for some models, ``overrides.py:1516``), ``FP8_GEMM_SPEED`` on dense
   compute of FP8 checkpoints, ``ATTENTION_BACKEND_SPEED`` on the KV read
   (SM120 defaults: triton for MLA, flashinfer for MHA); on Hopper ``ATTENTION_BACKEND_SPEED_SM90``
-  against FA3 **[fitted on perf_fitted.ATTENTION_BACKEND_SETS]**. The release's default backend is 1.0.
+  against FA3 **[fitted on fitted.ATTENTION_BACKEND_SETS]**. The release's default backend is 1.0.
 * ``--disable-overlap-schedule``: the scheduler's CPU work per step is no
   longer hidden behind the GPU: + ``OVERLAP_HIDDEN_S`` 1.0 ms +
   ``OVERLAP_HIDDEN_PER_REQ_S`` 4 us per request **[modelled]** (SGLang's
@@ -73,7 +73,7 @@ MOE_RUNNER_SPEED = {"auto": 1.0, "triton": 1.0, "flashinfer_cutlass": 0.93, "cut
 FP8_GEMM_SPEED = {"auto": 1.0, "triton": 1.08, "cutlass": 0.97, "flashinfer_cutlass": 0.97}
 ATTENTION_BACKEND_SPEED = {"triton": 1.0, "flashinfer": 0.95, "fa3": 1.0, "torch_native": 3.0, "flex_attention": 1.3}
 #: On Hopper, against SGLang's default there (FlashAttention-3 for MHA models): the KV-read factors
-#: [fitted on perf_fitted.ATTENTION_BACKEND_SETS: FlashInfer and Triton ran slower than FA3 there].
+#: [fitted on fitted.ATTENTION_BACKEND_SETS: FlashInfer and Triton ran slower than FA3 there].
 ATTENTION_BACKEND_SPEED_SM90 = {"fa3": 1.0, "flashinfer": 1.5, "triton": 2.0}
 OVERLAP_HIDDEN_S = 1.0e-3
 OVERLAP_HIDDEN_PER_REQ_S = 4e-6
@@ -101,7 +101,7 @@ class KnobSpeed:
     fp8_gemm: str = "auto"
     attention_backend: str | None = None
     schedule_conservativeness: float = 1.0
-    moe_a2a: str = "none"  # --moe-a2a-backend (deepep, ...): the MoE's dispatch/combine (perf_forward)
+    moe_a2a: str = "none"  # --moe-a2a-backend (deepep, ...): the MoE's dispatch/combine (perf.forward)
     spec_v2: bool = False  # SGLANG_ENABLE_SPEC_V2: EAGLE keeps the overlap scheduler
 
     @property

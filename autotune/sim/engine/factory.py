@@ -15,10 +15,10 @@ from typing import Any
 
 from autotune.sglang.models.profile import ModelProfile
 from autotune.sim.args import Launch, SimOptions
-from autotune.sim.engine import Engine
+from autotune.sim.engine.core import Engine
 from autotune.sim.hardware import MemoryPlan
-from autotune.sim.perf import PerfInputs, PerfModel
-from autotune.sim.perf_knobs import knob_speed
+from autotune.sim.perf.knobs import knob_speed
+from autotune.sim.perf.model import PerfInputs, PerfModel
 
 __all__ = ["build_engine", "perf_inputs"]
 

@@ -1,4 +1,4 @@
-"""What each GPU kind achieves, not what its datasheet says (private to :mod:`autotune.sim.perf`).
+"""What each GPU kind achieves, not what its datasheet says (private to :mod:`autotune.sim.perf.model`).
 
 The catalogue (:mod:`autotune.sglang.gpus`) holds datasheet figures: HBM bandwidth and dense BF16
 tensor throughput. Kernels reach a share of them that differs by kind (memory controller, SM count,
@@ -7,7 +7,7 @@ clocks), so the speed model reads the shares here, one row per kind. Each figure
 * **published**: a public microbenchmark of that kind (cited on its line);
 * **modelled**: carried over from a like kind, or a physical estimate: no microbenchmark found;
 * **fitted**: chosen on the published serving points of ``tests/data/published_speed`` (the
-  fitted ones only, never a held-out set: :mod:`autotune.sim.perf_fitted` names them) by
+  fitted ones only, never a held-out set: :mod:`autotune.sim.perf.fitted` names them) by
   ``benchmarks/sim_speed_fit.py``. A fitted figure is a calibration, not a validation.
 
 Columns:
@@ -29,7 +29,7 @@ Columns:
   (https://github.com/Dao-AILab/flash-attention/issues/1310): a GPU with little compute per byte
   is easy to saturate.
 * ``eager``: the CPU's eager launch per layer on such a node, as a multiple of
-  ``perf_forward.EAGER_CPU_PER_LAYER_S`` (prefill runs eager).
+  ``forward.EAGER_CPU_PER_LAYER_S`` (prefill runs eager).
 * ``moe``: the share of the dense GEMMs' bandwidth that the routed experts' grouped GEMM reaches
   (SGLang's Triton fused MoE: many small per-expert GEMMs over a few padded rows each).
 * ``kernel_floor_s``: the least a small kernel (norm, rope, top-k, a GEMM over a few rows) costs
@@ -56,20 +56,20 @@ class GpuSpeed:
     attention: float
     kernel_floor_s: float
     moe: float  # the routed experts' grouped GEMM: share of the dense GEMMs' bandwidth it reaches
-    eager: float  # the CPU's eager launch per layer (perf_forward.EAGER_CPU_PER_LAYER_S) x this on such a node
+    eager: float  # the CPU's eager launch per layer (forward.EAGER_CPU_PER_LAYER_S) x this on such a node
     kind: str  # where the row comes from: "published", "modelled", "fitted" (the fields fitted: its source)
     source: str
 
 
-#: [fitted on perf_fitted.FITTED_SETS, 39 sets] the kernel floor, the GEMM and prefill shares and the eager
+#: [fitted on fitted.FITTED_SETS, 39 sets] the kernel floor, the GEMM and prefill shares and the eager
 #: launch x3 (prefill runs eager; SGLang's Python launch path is slower than the former 150 / 300 us a layer).
 KERNEL_FLOOR_S = 9e-6
 GEMM_SHARE = 0.4
 PREFILL_SHARE = 0.45
 EAGER_SCALE = 3.0
-#: [fitted on perf_fitted.MOE_SETS, 24 sets] the routed experts' grouped GEMM streams at half the dense share.
+#: [fitted on fitted.MOE_SETS, 24 sets] the routed experts' grouped GEMM streams at half the dense share.
 MOE_SHARE = 0.5
-_FITTED = "kernel floor, GEMM/prefill/MoE shares, eager launch fitted (perf_fitted.py)"
+_FITTED = "kernel floor, GEMM/prefill/MoE shares, eager launch fitted (fitted.py)"
 _HOPPER_HBM = "FlashMLA decode 3000 GB/s on H800 SXM5 (README), 2826 GB/s on H100 SXM (achatbot PR #123)"
 _ATTN = "attention: FlashMLA 660 TFLOPS on H800 SXM5 (README)"
 
@@ -84,10 +84,10 @@ def _fitted(hbm: float, attention: float, source: str) -> GpuSpeed:
 DEFAULT = _fitted(0.85, 0.67, f"hbm: {_HOPPER_HBM} (published); {_ATTN}")
 #: Kinds whose row stays as the seed case (8 x RTX PRO 6000 over PCIe, measured there) was fitted with: no
 #: published point of them was fitted, and their constants keep that node's observations (its PCIe allreduce
-#: constants in perf_comm were chosen with these, its batch-1 TPOT is held in tests/test_sim_perf.py).
+#: constants in perf/comm.py were chosen with these, its batch-1 TPOT is held in tests/test_sim_perf.py).
 SEED_CALIBRATED = frozenset({"rtx-pro-6000", "rtx-5090"})
 GPU_SPEED: dict[str, GpuSpeed] = {
-    # hbm [fitted on perf_fitted.GPU_SETS[kind]]
+    # hbm [fitted on fitted.GPU_SETS[kind]]
     "h100": _fitted(0.92, 0.67, f"hbm fitted (the published FlashMLA figures: {_HOPPER_HBM}); {_ATTN}"),
     "h200": _fitted(0.75, 0.67, f"hbm fitted; {_ATTN}"),
     "b200": _fitted(0.85, 0.67, "hbm fitted; attention: Hopper's"),

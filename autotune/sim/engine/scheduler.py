@@ -1,9 +1,9 @@
 """The simulated engine's scheduler: SGLang's continuous batching as a synchronous state machine
-(private to :mod:`autotune.sim.engine`, which documents the policy).
+(private to :mod:`autotune.sim.engine.core`, which documents the policy).
 
 Every scheduler iteration has two halves, so that one implementation serves both of the
 engine's drivers (the asyncio task that sleeps the step's wall share in between, and
-:meth:`Engine.step_once <autotune.sim.engine.Engine.step_once>` that does not):
+:meth:`Engine.step_once <autotune.sim.engine.core.Engine.step_once>` that does not):
 :meth:`Scheduler.begin_step` decides the step (admission, KV reserved, retraction,
 the step's modelled duration) and :meth:`Scheduler.end_step` emits its tokens at the
 step's modelled end. Modelled timestamps of aborts and arrivals are read from the
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sim.engine_cache import RadixCache
-from autotune.sim.engine_clock import ModelledClock
-from autotune.sim.engine_req import TOKEN_ID_RANGE, Request
-from autotune.sim.engine_types import StepResult
+from autotune.sim.engine.api import StepResult
+from autotune.sim.engine.cache import RadixCache
+from autotune.sim.engine.clock import ModelledClock
+from autotune.sim.engine.request import TOKEN_ID_RANGE, Request
 
 log = logging.getLogger("autotune.sim.engine")  # the engine's log lines, one logger for the engine
 

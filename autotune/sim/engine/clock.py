@@ -1,6 +1,6 @@
-"""The modelled clock of the simulated engine (private to :mod:`autotune.sim.engine`).
+"""The modelled clock of the simulated engine (private to :mod:`autotune.sim.engine.core`).
 
-Stepped synchronously (:meth:`Engine.step_once <autotune.sim.engine.Engine.step_once>`,
+Stepped synchronously (:meth:`Engine.step_once <autotune.sim.engine.core.Engine.step_once>`,
 never started), the clock is modelled time alone: ``advance_instant`` and ``skip_to``.
 Started on an event loop, modelled time advances in steps; wall time follows it at ``1 / time_scale``,
 anchored at (``wall0``, ``model0``) so that sleeping step after step does not

@@ -2,7 +2,7 @@
 
 One asyncio task runs SGLang's scheduler loop in miniature. Each iteration is
 either a **prefill** (extend) step or a **decode** step, and each step lasts the
-modelled time :class:`autotune.sim.perf.PerfModel` gives it:
+modelled time :class:`autotune.sim.perf.model.PerfModel` gives it:
 
 * Requests wait in a FCFS queue. A prefill step takes up to
   ``chunked_prefill_size`` new tokens from the waiting requests (one request
@@ -21,7 +21,7 @@ modelled time :class:`autotune.sim.perf.PerfModel` gives it:
   re-prefilled over input + output later; ``new_token_ratio`` then rises, as
   in ``retract_decode``. Otherwise the ratio decays from 0.7 towards 0.1
   by 0.001 per decode step (SGLang's defaults).
-* A radix prefix cache (:mod:`autotune.sim.engine_cache`, off with
+* A radix prefix cache (:mod:`autotune.sim.engine.cache`, off with
   ``--disable-radix-cache``) shares the KV pool with the running requests: a
   request submitted with its prompt's token ids is matched at admission, its hit
   is not prefilled (so TTFT and throughput gain exactly the modelled prefill
@@ -59,20 +59,20 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.sim.engine_clock import ModelledClock
-from autotune.sim.engine_req import RequestHandle
-from autotune.sim.engine_sched import Scheduler, Step
-from autotune.sim.engine_types import Chunk, EngineStopped, StepResult
+from autotune.sim.engine.api import Chunk, EngineStopped, StepResult
+from autotune.sim.engine.clock import ModelledClock
+from autotune.sim.engine.request import RequestHandle
+from autotune.sim.engine.scheduler import Scheduler, Step
 
 __all__ = ["Chunk", "Engine", "EngineStopped", "RequestHandle", "StepResult"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("autotune.sim.engine")  # the engine's log lines, one logger for the engine (the scheduler's too)
 
 IDLE_GRACE_TURNS = 3  # event-loop turns the engine waits for work before idling
 
 
 class Engine:
-    """SGLang-like continuous batching over a :class:`~autotune.sim.perf.PerfModel`."""
+    """SGLang-like continuous batching over a :class:`~autotune.sim.perf.model.PerfModel`."""
 
     def __init__(
         self,
@@ -149,7 +149,7 @@ class Engine:
         return self._sched.dead
 
     def modelled_now(self) -> float:
-        """The modelled clock (see :mod:`autotune.sim.engine_clock`): wall time x scale,
+        """The modelled clock (see :mod:`autotune.sim.engine.clock`): wall time x scale,
         held inside the step being modelled; host CPU time is not modelled time.
         Stepped synchronously: the end of the last step (or :meth:`idle_until`)."""
         return self._clock.now()
