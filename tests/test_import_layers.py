@@ -278,3 +278,11 @@ def test_no_benchmark_touches_sys_path() -> None:
                     isinstance(node.value, ast.Name) and node.value.id == "sys":
                 bad.append(f"{name}:{node.lineno}")
     assert bad == []
+
+
+def test_no_package_folder_holds_more_than_fifteen_modules() -> None:
+    """A folder that outgrows 15 modules is split by concern (docs/ARCHITECTURE.md), as sim/ was into
+    engine/ and perf/; ``__init__.py`` and ``__main__.py`` count."""
+    crowded = {str(d.relative_to(ROOT)): n for d in [ROOT / "autotune", *(ROOT / "autotune").rglob("*/")]
+               if d.is_dir() and d.name != "__pycache__" and (n := len(list(d.glob("*.py")))) > 15}
+    assert crowded == {}
