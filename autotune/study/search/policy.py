@@ -8,7 +8,15 @@ Priors are hypotheses the data can overturn:
   set replace the sampler's random start-up trials.
 * **Order from the data.** "Speculative decoding after the base knobs" (SGLang's
   auto_benchmark order) is the default; when a speculative probe of the design beats
-  every non-speculative point, the speculative stage runs first.
+  every non-speculative point, the speculative stage runs first. Published evidence
+  (``tests/data/published_speed``): what speculation is worth is set by the decode batch the
+  base knobs produce, so it is judged on the best base: DeepSeek-V3 MTP gains 1.8x at batch 1
+  and 1.5x at 32 on 8 x H200 (SGLang's docs, ``sglang-docs-deepseek-v3-mtp-h200-tp8``), 2.11x
+  at concurrency 1 on MI300X falling with concurrency (``amd-blog-2025-09-deepseek-v3-mtp-*``),
+  and loses under an unbounded load: DeepSeek-R1-0528 on 8 x H200, 1,000 ShareGPT prompts,
+  3,415 -> 1,060 tok/s (``gpustack-dsr1-0528-h200-tp8-sharegpt-options``), DeepSeek-V3.2
+  1,427 -> 695 (``gpustack-deepseek-v3.2-h200-dpattn-dp-ep-mtp``). Because the sign flips with
+  load, the design probes each algorithm first (the prior that costs most when wrong).
 * **A stage ends when it stops improving**: after ``patience`` launched trials of the
   stage without a gain of ``MIN_GAIN`` over the study's best (pruned-before-launch trials
   cost no GPU time and do not count there), or at its cap: ``stage1_fraction`` of the trial
