@@ -128,6 +128,7 @@ def test_sweep_end_to_end(tmp_path: Path, capsys):
     assert not _sim_servers()
 
 
+@pytest.mark.faults  # kill -9 of the orchestrator mid-study: fault injection, 80 s, the slow tier
 def test_kill_9_then_resume(tmp_path: Path, capsys):
     study = _study(tmp_path, n_trials=4, search={"confirm_top": 0},
                    workload={"input_len": 128, "output_len": 256, "num_prompts": 400, "concurrency": [8],
