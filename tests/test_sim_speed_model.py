@@ -5,6 +5,7 @@ Never a timing of the test itself."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,56 @@ def test_fitted_constants_were_fitted_on_fitted_sets_only() -> None:
     assert set(perf_fitted.GPU_SETS) <= set(GPU_SPEED)  # every kind whose HBM share was fitted has its row
     for kind, sets in perf_fitted.GPU_SETS.items():
         assert GPU_SPEED[kind].kind == "fitted" and len(sets) >= perf_fitted.MIN_SETS_PER_GPU
+
+
+# --- DSA (DeepSeek-V3.2): the indexer runs replicated on every attention-TP rank -----------------
+
+V32 = ROOT / "tests" / "data" / "published_speed" / "models" / "deepseek-ai--deepseek-v3.2"
+
+
+@pytest.fixture(scope="module")
+def v32() -> Any:
+    return load_model_profile(V32)
+
+
+def _dp_attention_gain(model: Any, batch: int = 1024, ctx_per_req: int = 1500) -> float:
+    """Decode throughput of TP 8 with DP attention over 8 ranks, over pure TP 8, at one high load."""
+    tp = perf(model, cuda_graph_max_bs=512)
+    dp = perf(model, cuda_graph_max_bs=512, knobs=KnobSpeed(attn_dp=8))
+    return tpot(tp, batch, ctx_per_req) / tpot(dp, batch, ctx_per_req)
+
+
+def test_dsa_indexer_makes_dp_attention_beat_pure_tp_and_leaves_other_models_alone(v32: Any, dsv3: Any) -> None:
+    assert v32.family == "dsa" and v32.index_n_heads == 64 and v32.index_topk == 2048
+    no_indexer = replace(v32, family="mla", index_n_heads=0, index_topk=0)  # the same model read as plain MLA
+    # (contexts under index_topk: the sparse MLA reads what the dense one does, the indexer is the difference)
+    # pure TP: every rank indexes the whole batch; DP attention: its own requests only
+    assert _dp_attention_gain(v32) > 1.0
+    assert _dp_attention_gain(v32) > _dp_attention_gain(no_indexer) * 1.02
+    assert perf(v32).target.indexer_s(1024, 1024 * 3000, 1, 0.4) > 2 * perf(
+        v32, knobs=KnobSpeed(attn_dp=8)).target.indexer_s(1024, 1024 * 3000, 1, 0.4)
+    # a model without an indexer: no indexer term, its steps exactly what they were
+    assert dsv3.family != "dsa" and dsv3.index_n_heads == 0
+    p = perf(dsv3)
+    assert not p.target.dsa and p.target.indexer_s(1024, 1024 * 3000, 1, 0.4) == 0.0
+    assert p.target.attended_context(64, 64 * 20_000, 1) == 64 * 20_000
+
+
+def test_dsa_decode_attends_to_at_most_index_topk_keys_per_sequence(v32: Any) -> None:
+    p = perf(v32)
+    assert p.target.attended_context(64, 64 * 20_000, 1) == 64 * 2048
+    assert p.target.attended_context(64, 64 * 1000, 1) == 64 * 1000
+    plain = perf(replace(v32, family="mla", index_n_heads=0, index_topk=0))
+    # past index_topk the sparse MLA's read stops growing with the context (the indexer's own read still grows)
+    grow_dsa = tpot(p, 64, 32_000) - tpot(p, 64, 16_000)
+    grow_mla = tpot(plain, 64, 32_000) - tpot(plain, 64, 16_000)
+    assert grow_dsa < grow_mla / 2
+
+
+def test_an_mtp_draft_of_a_dsa_model_indexes_its_own_layers_only(v32: Any) -> None:
+    head = perf(v32).target.index_params_per_token
+    draft = PerfModel(PerfInputs(model=v32, gpu=get_gpu("b200"), tp_size=8, interconnect="nvlink",
+                                 speculative=MTP_1_1_2, cuda_graph_max_bs=64)).draft
+    assert draft is not None and draft.dsa
+    assert draft.index_params_per_token == pytest.approx(head / v32.num_layers)
+

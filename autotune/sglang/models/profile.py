@@ -109,6 +109,10 @@ class ModelProfile:
     kv_layout: KvLayout | None = None
     #: Bytes every rank holds whole at any TP (MLA's a-projections, the DSA indexer, routers, norms).
     replicated_weight_bytes: int = 0
+    #: DSA's lightning indexer: its heads and the keys each query keeps (config ``index_n_heads``,
+    #: ``index_topk``; 0 for every other family). The speed model's indexer term reads them.
+    index_n_heads: int = 0
+    index_topk: int = 0
     #: Bytes made after loading, split like attention (MLA's bf16 absorbed kv_b copies), all ranks together.
     post_load_weight_bytes: int = 0
     vision_weight_bytes: int = 0  # a multimodal wrapper's vision tower (inside weight_bytes)
@@ -148,7 +152,7 @@ _NUMERIC_KEYS = frozenset({
     "qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank", "vocab_size", "intermediate_size",
     "moe_intermediate_size", "max_position_embeddings", "max_sequence_length", "n_routed_experts", "num_experts",
     "num_local_experts", "num_experts_per_tok", "num_nextn_predict_layers", "sliding_window", "swa_head_dim",
-    "swa_v_head_dim", "swa_num_key_value_heads", "full_attention_interval", "index_head_dim", "index_topk",
+    "swa_v_head_dim", "swa_num_key_value_heads", "full_attention_interval", "index_head_dim", "index_n_heads", "index_topk",
     "index_topk_freq", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
     "linear_value_head_dim", "mamba_d_conv", "mamba_d_ssm", "mamba_d_state", "mamba_d_head", "mamba_expand",
     "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "n_groups", "ssm_state_size",
@@ -321,6 +325,8 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         family=fam if not unknown else "unknown",
         kv_layout=layout,
         replicated_weight_bytes=min(replicated, weight_bytes),
+        index_n_heads=int(text.get("index_n_heads") or 64) if fam == "dsa" and not unknown else 0,
+        index_topk=int(text.get("index_topk") or 0) if fam == "dsa" and not unknown else 0,
         post_load_weight_bytes=int(absorbed),
         vision_weight_bytes=int(est.get("vision") * scale),
         expert_weight_bytes=int(experts * scale),

@@ -67,6 +67,20 @@ MOE_BLOCK_M = 16
 #: "Normal kernels with NVLink and RDMA forwarding"]**, each with a fixed latency **[modelled]**.
 A2A_BUS_BW_GB_S = 155.0
 A2A_LATENCY_S = 20e-6
+#: DSA (DeepSeek-V3.2's sparse attention, ``family == "dsa"``): the lightning indexer of every DSA layer,
+#: per token it serves **[code: SGLang 0.5.9 layers/attention/nsa/nsa_indexer.py]**: its three projections
+#: ``wq_b`` (q_lora_rank x heads x dim), ``wk`` (hidden x dim), ``weights_proj`` (hidden x heads) are
+#: ``ReplicatedLinear`` (nsa_indexer.py:181-202), whole on every rank, and ``models/deepseek_v2.py`` calls the
+#: indexer on each rank's whole batch: under pure TP every rank indexes every request, under DP attention
+#: only its own. Decoding computes the FP8 MQA logits of each query over its whole context
+#: (``fp8_paged_mqa_logits``: 2 x heads x dim FLOPs per context token, reading the FP8 key + its fp32 scale)
+#: and keeps the top ``index_topk``; the extend path skips the logits when no sequence is longer than
+#: ``index_topk`` (nsa_indexer.py:957-966). The sparse MLA then attends to at most ``index_topk`` keys per
+#: query (nsa_backend.py). Small kernels per layer **[modelled, counted from the same decode path]**: k_norm
+#: LayerNorm, rope, the two activation quantisations, the key-cache store, the logits, the top-k.
+DSA_INDEX_SMALL_KERNELS = 7
+DSA_INDEX_GEMM_KERNELS = 3
+DSA_INDEX_KEY_SCALE_BYTES = 4
 
 
 def _mlp_params(model: Any) -> tuple[float, float]:
@@ -177,11 +191,54 @@ class Forward:
         self.small_s = (model.num_layers * (SMALL_KERNELS[attn_kind] + SMALL_KERNELS[mlp_kind] + quant)
                         + HEAD_SMALL_KERNELS) * floor
         self.gemm_floor_s = model.num_layers * (GEMM_KERNELS[attn_kind] + GEMM_KERNELS[mlp_kind]) * floor
+        self._init_dsa(model, tp)
         self.a2a = self.moe and knobs.moe_a2a not in ("", "none") and knobs.ep_size > 1
         self.ep = max(knobs.ep_size, 1)
         kind = "moe" if e > 0 else "dense"
         self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers * self.speed.eager
         self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
+
+    def _init_dsa(self, model: Any, tp: int) -> None:
+        """DSA's lightning indexer (``DSA_INDEX_*``): replicated projections, FP8 logits, a top-k."""
+        layout = getattr(model, "kv_layout", None)
+        heads = int(getattr(model, "index_n_heads", 0) or 0)
+        self.dsa = getattr(model, "family", "") == "dsa" and layout is not None and layout.index_head_dim > 0 \
+            and heads > 0
+        self.index_topk = float(getattr(model, "index_topk", 0) or 0)
+        self.index_params_per_token = self.index_logit_flops_ctx = self.index_key_bytes_ctx = 0.0
+        if not self.dsa or layout is None:
+            return
+        # a NextN draft (mtp_head) keeps the target's layout but has its own few layers, each a DSA layer
+        layers = min(layout.index_layers or model.num_layers, model.num_layers)
+        dim, h = layout.index_head_dim, model.hidden_size
+        params = layers * ((model.q_lora_rank or h) * heads * dim + h * dim + h * heads)
+        # whole on every rank: the checkpoint's share of them (weight_bytes / tp above) is topped up to all
+        self.dense_bytes += params * (model.weight_bits or 8 * model.dtype_bytes) / 8.0 * (1.0 - 1.0 / tp)
+        self.index_params_per_token = float(params)
+        self.index_logit_flops_ctx = 2.0 * heads * dim * layers
+        self.index_key_bytes_ctx = float((dim + DSA_INDEX_KEY_SCALE_BYTES) * layers)
+        floor = self.speed.kernel_floor_s
+        self.small_s += layers * DSA_INDEX_SMALL_KERNELS * floor
+        self.gemm_floor_s += layers * DSA_INDEX_GEMM_KERNELS * floor
+
+    def indexer_s(self, tokens: float, context_tokens: float, queries_per_seq: float, efficiency: float) -> float:
+        """DSA's indexer on one rank: its replicated projections over the tokens its attention-DP rank serves
+        (all of them under pure TP), and, decoding, its FP8 logits over their contexts and key read."""
+        if not self.dsa:
+            return 0.0
+        own = tokens / self.attn_dp
+        fp8_peak = self.flops * 2.0  # FP8 tensor cores: 2x the BF16 dense peak (perf/gpu.py)
+        proj = 2.0 * self.index_params_per_token * own / (fp8_peak * efficiency)
+        ctx = context_tokens / self.attn_dp
+        logits = ctx * queries_per_seq * self.index_logit_flops_ctx / (fp8_peak * self.speed.attention)
+        keys = ctx * self.index_key_bytes_ctx / self.bw
+        return proj + max(logits, keys)
+
+    def attended_context(self, tokens: float, context_tokens: float, queries_per_seq: float) -> float:
+        """KV tokens the decode attention reads: DSA's sparse MLA keeps at most ``index_topk`` per sequence."""
+        if not self.dsa or self.index_topk <= 0:
+            return context_tokens
+        return min(context_tokens, tokens / max(queries_per_seq, 1.0) * self.index_topk)
 
     def touched_experts(self, routed: float) -> float:
         """Expected distinct experts ``routed`` independently routed tokens select."""
@@ -227,7 +284,9 @@ class Forward:
         routed_tokens = float(tokens if routed is None else routed)
         weights = self.weight_read_s(routed_tokens)
         compute = self.compute_s(tokens, routed_tokens, efficiency)
-        body = max(weights, compute, self.gemm_floor_s) + self.attention_s(context_tokens, queries_per_seq)
+        attended = self.attended_context(tokens, context_tokens, queries_per_seq)
+        body = max(weights, compute, self.gemm_floor_s) + self.attention_s(attended, queries_per_seq)
+        body += self.indexer_s(tokens, context_tokens, queries_per_seq, efficiency)
         body += tokens * self.moe_act_bytes_per_token / self.bw + self.small_s + self.moe_comm_s(tokens)
         layers = self.model.num_layers
         ar, _ = allreduce_s(self.comm, tokens, self.model.hidden_size, captured=captured)
