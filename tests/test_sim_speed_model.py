@@ -264,3 +264,16 @@ def test_an_mtp_draft_of_a_dsa_model_indexes_its_own_layers_only(v32: Any) -> No
     assert draft is not None and draft.dsa
     assert draft.index_params_per_token == pytest.approx(head / v32.num_layers)
 
+
+# --- DP attention: graphs and prefill chunks are per rank ---------------------------------------------
+
+
+def test_dp_attention_replays_a_graph_keyed_on_each_ranks_batch(dsv3: Any) -> None:
+    dp = perf(dsv3, cuda_graph_max_bs=256, knobs=KnobSpeed(attn_dp=8))
+    eager = perf(dsv3, cuda_graph_max_bs=256, cuda_graph_enabled=False, knobs=KnobSpeed(attn_dp=8))
+    # 1000 requests over 8 ranks: 125 a rank, under the 256 captured: replayed, not launched eagerly
+    assert dp.decode_step_time_s(1000, 1000 * 1500) < eager.decode_step_time_s(1000, 1000 * 1500)
+    tp = perf(dsv3, cuda_graph_max_bs=256)
+    eager_tp = perf(dsv3, cuda_graph_max_bs=256, cuda_graph_enabled=False)
+    assert tp.decode_step_time_s(1000, 1000 * 1500) == pytest.approx(eager_tp.decode_step_time_s(1000, 1000 * 1500))
+

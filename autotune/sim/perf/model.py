@@ -225,7 +225,15 @@ class PerfModel:
         dp = self.inputs.dp_size
         if dp > 1:
             batch_size, context_tokens = -(-batch_size // dp), context_tokens // dp
-        padded = self.graph_batch(batch_size)
+        attn_dp = max(self.inputs.knobs.attn_dp, 1)
+        if attn_dp > 1:
+            # DP attention: each rank replays its own graph, keyed on the largest rank's batch, every rank padded
+            # to it (0.5.9 model_executor/cuda_graph_runner.py:385-404, can_run: max(global_num_tokens) <= max_bs)
+            # [code]; the batch is spread evenly over the ranks (round-robin dispatch)
+            per_rank = self.graph_batch(-(-batch_size // attn_dp))
+            padded = per_rank * attn_dp if per_rank is not None else None
+        else:
+            padded = self.graph_batch(batch_size)
         graph = padded is not None
         bs = padded if padded is not None else batch_size
         knobs = self.knobs
