@@ -277,3 +277,19 @@ def test_dp_attention_replays_a_graph_keyed_on_each_ranks_batch(dsv3: Any) -> No
     eager_tp = perf(dsv3, cuda_graph_max_bs=256, cuda_graph_enabled=False)
     assert tp.decode_step_time_s(1000, 1000 * 1500) == pytest.approx(eager_tp.decode_step_time_s(1000, 1000 * 1500))
 
+
+def test_each_dp_attention_rank_admits_its_own_prefill_chunk() -> None:
+    from autotune.sim.args import parse_args
+    from autotune.sim.engine.factory import build_engine
+    from autotune.sim.hardware import plan_memory, resolve_speculative
+
+    base = f"--model-path {ROOT / 'studies' / 'models' / 'kimi-k2-class'} --tp-size 8 --sim-gpu h200 " \
+           "--sim-interconnect nvlink --sim-sglang-version 0.5.9"
+    for extra, ranks in (("", 1), ("--enable-dp-attention --dp-size 8", 8)):
+        launch, sim = parse_args(f"{base} {extra}".split())
+        model = load_model_profile(launch.model_path)
+        draft = load_draft(resolve_speculative(launch, model, sim.version), model)
+        plan = plan_memory(launch, model, draft, sim.gpu, version=sim.version, interconnect=sim.interconnect)
+        assert plan.chunked_prefill_size == 8192 // ranks  # SGLang's per-rank chunk under DP attention
+        engine = build_engine(plan, launch, sim, model)
+        assert engine.chunked_prefill_size == 8192  # one chunk per rank in each step

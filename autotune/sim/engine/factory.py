@@ -49,10 +49,15 @@ def build_engine(plan: MemoryPlan, launch: Launch, sim: SimOptions, model: Model
     """
     # One KV pool and one scheduler per attention-DP rank and per plain DP replica (--dp-size replicas of
     # one server, fed by its router): the engine holds them all; the speed model steps replicas in lockstep.
+    # Each rank's scheduler also admits its own prefill chunk (SGLang 0.5.9 server_args.py:2117 divides
+    # --chunked-prefill-size by dp_size under DP attention: the chunk is per rank), so one engine step over all
+    # the ranks takes up to ``ranks`` chunks; a plain DP replica is a whole server with its own chunk [code].
     ranks = max(plan.attn_dp_size, 1) * max(launch.dp_size, 1)
+    oom = plan.prefill_oom_tokens * ranks if plan.prefill_oom_tokens is not None else None
     return Engine(PerfModel(perf_inputs(plan, launch, sim, model)), kv_tokens=plan.kv_tokens * ranks,
-                  max_running_requests=plan.max_running_requests * ranks, chunked_prefill_size=plan.chunked_prefill_size,
+                  max_running_requests=plan.max_running_requests * ranks,
+                  chunked_prefill_size=plan.chunked_prefill_size * ranks if plan.chunked_prefill_size > 0 else 0,
                   time_scale=sim.time_scale / sim.faults.slow_tokens, seed=sim.seed,
-                  prefill_oom_tokens=plan.prefill_oom_tokens, on_runtime_oom=on_runtime_oom,
+                  prefill_oom_tokens=oom, on_runtime_oom=on_runtime_oom,
                   stream_interval=launch.stream_interval,
                   radix_cache=not launch.raw.get("disable_radix_cache", False))
