@@ -198,3 +198,52 @@ def test_one_lucky_run_among_many_configurations_is_not_beyond_the_noise():
     assert key_of(measured) not in dominated(pooled, 1)
     best = best_trial(study)
     assert best is not None and best.params == {"a": "a0", "b": "b0"}
+
+
+def _runs_in_order(first: list[float], later: list[float]) -> dict[tuple[str, str], list[float]]:
+    """(a1, b4) launched first, (a1, b1) later; six more configurations to fit the knobs on."""
+    return {("a1", "b4"): first, ("a1", "b2"): [97.0, 96.0], ("a1", "b3"): [90.5, 89.0], ("a2", "b2"): [94.0, 95.0],
+            ("a2", "b3"): [87.0, 88.0], ("a2", "b4"): [95.5, 95.0], ("a1", "b1"): later}
+
+
+def test_within_the_noise_the_configuration_launched_first_keeps_the_pick():
+    """A later configuration that ranks higher, but whose lead stays within the best-ranked one's
+    pessimistic bound, does not take the pick from the one launched first (the incumbent)."""
+    from autotune.results.estimate import by_estimate, handed_over
+
+    study = _study(_runs_in_order([98.6, 97.9], [99.0, 98.1]))
+    pooled = estimates(study)
+    assert pooled is not None
+    ranked = sorted((t for t in study.trials if "confirm_of" not in t.user_attrs), key=lambda t: -t.value)
+    lead = by_estimate(ranked, pooled, study.direction)[0]
+    assert lead.params == {"a": "a1", "b": "b1"}  # ranks first...
+    best = best_trial(study)
+    assert best is not None and best.params == {"a": "a1", "b": "b4"}  # ...but the incumbent is handed over
+    assert handed_over(ranked, pooled, study.direction)[0].number == best.number == 0
+    from autotune.results.summary import _kept_over
+
+    note = _kept_over(ranked, pooled, best, study.direction)
+    assert f"trial {lead.number} ranks higher" in note and "trial 0's, which was launched first, reaches that bound" in note
+    assert _kept_over(ranked, pooled, lead, study.direction) == ""  # nothing kept over the leader itself
+
+
+def test_a_later_configuration_better_beyond_the_noise_takes_the_pick():
+    study = _study(_runs_in_order([98.5, 97.5], [108.0, 107.0]))
+    best = best_trial(study)
+    assert best is not None and best.params == {"a": "a1", "b": "b1"}
+
+
+def test_with_too_few_configurations_for_the_model_each_estimate_is_its_own_mean():
+    """A racing study's first launches: the noise is measured by a re-run, the knobs cannot be fitted
+    on three configurations, so each is estimated by its own runs alone."""
+    runs = {("a1", "b1"): [101.0, 98.0], ("a1", "b2"): [99.0], ("a2", "b1"): [103.0]}
+    pooled = estimates(_study(runs))
+    assert pooled is not None and len(pooled) == 3
+    for (a, b), values in runs.items():
+        est = next(e for k, e in pooled.items() if f'"{a}"' in k and f'"{b}"' in k)
+        assert math.isclose(est.value, math.exp(statistics.fmean(math.log(v) for v in values)))
+        assert est.runs == len(values) and est.misfit_pct == 0.0
+    noise = pooled[next(iter(pooled))].noise_pct
+    assert math.isclose(noise, abs(math.log(101.0 / 98.0)) / math.sqrt(2) * 100)
+    best = best_trial(_study(runs))
+    assert best is not None and best.params == {"a": "a1", "b": "b1"}  # 103 alone does not show it better

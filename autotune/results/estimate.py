@@ -10,8 +10,9 @@ from autotune.study.search.estimate import (
     by_estimate,
     dominated,
     estimates,
+    handed_over,
     key_of,
 )
 
 __all__ = ["CONFIDENCE_Z", "MIN_CONFIGURATIONS", "RIDGE", "Estimate", "beyond_noise", "by_estimate", "dominated", "estimates",
-           "key_of"]
+           "handed_over", "key_of"]

@@ -12,7 +12,16 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import space
 from autotune.redact import redact_argv, redact_value
 from autotune.results import pareto
-from autotune.results.estimate import CONFIDENCE_Z, Estimate, beyond_noise, by_estimate, dominated, estimates, key_of
+from autotune.results.estimate import (
+    CONFIDENCE_Z,
+    Estimate,
+    beyond_noise,
+    by_estimate,
+    dominated,
+    estimates,
+    handed_over,
+    key_of,
+)
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs, phases
@@ -29,8 +38,8 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     if not ranked:
         return None
     pooled = estimates(study)
-    if pooled:  # the run-to-run noise is measured: rank by the noise-aware estimate (results/estimate.py)
-        first = by_estimate(ranked, pooled, study.direction)[0]
+    if pooled:  # the run-to-run noise is measured: the incumbent by the noise-aware estimate (results/estimate.py)
+        first = handed_over(ranked, pooled, study.direction)[0]
         if key_of(first) in pooled:
             return first
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
@@ -65,6 +74,20 @@ def _passed_over(ranked: list[FrozenTrial], pooled: dict[str, Estimate], top: Fr
     return (f"; trial {t.number}'s bound {pooled[key_of(t)].bound(sign):.2f} is better, but the study's runs show it "
             f"{'below' if sign > 0 else 'above'} another configuration's by more than the measured noise explains "
             f"among {len(pooled)} configurations ({beyond_noise(len(pooled)):.2f} standard errors)")
+
+
+def _kept_over(ranked: list[FrozenTrial], pooled: dict[str, Estimate], top: FrozenTrial,
+               direction: optuna.study.StudyDirection) -> str:
+    """When the best-ranked configuration is not ``top`` (the incumbent, launched first, whose estimate
+    reaches its bound: ``autotune.study.search.estimate.handed_over``): which, and why; else nothing."""
+    lead = by_estimate(ranked, pooled, direction)[0]
+    if key_of(lead) == key_of(top):
+        return ""
+    e = pooled[key_of(lead)]
+    lead_max = direction == optuna.study.StudyDirection.MAXIMIZE
+    return (f"; trial {lead.number} ranks higher (estimate {e.value:.2f}, bound {e.bound(1 if lead_max else -1):.2f}) "
+            f"but trial {top.number}'s, which was launched first, reaches that bound: a later configuration "
+            f"takes over only once its runs rank it above everything the earlier one could be")
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -194,7 +217,8 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
     pooled = estimates(study)
     estimate = pooled.get(key_of(top)) if pooled else None
     if estimate is not None and pooled:
-        note = estimate_reason(top.number, estimate, sign) + _passed_over(phases.ranked(study), pooled, top, sign)
+        note = (estimate_reason(top.number, estimate, sign) + _passed_over(phases.ranked(study), pooled, top, sign)
+                + _kept_over(phases.ranked(study), pooled, top, study.direction))
         choice["reason"] = note + (f"; {choice['reason']}" if choice.get("reason") else "")
     cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
     return {
