@@ -103,9 +103,9 @@ def test_time_to_target_needs_the_pick_to_stay_on_target(monkeypatch: pytest.Mon
 def test_the_drivers_pick_is_what_best_would_hand_over_after_each_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lucky single run leads; its re-run during the search (a race) measures the noise, and
     from that launch on the pick is the noise-aware ranking's (``best_trial`` on the trials so
-    far), not the best single run: the lucky configuration's two runs (104, 93) do not show it
-    better than the first-launched one beyond the noise they measure, so the incumbent is handed
-    over again, and stays the pick once its own race gives it a second run."""
+    far), not the best single run: the configuration measured twice holds the lead at first (its
+    pessimistic bound is the tighter), and the truly best one takes it once its own race gives
+    it a second run."""
     import optuna
     from optuna.distributions import CategoricalDistribution
 
@@ -129,7 +129,7 @@ def test_the_drivers_pick_is_what_best_would_hand_over_after_each_launch(monkeyp
     picks = [v for _, v in events]
     assert picks[:5] == [100.0] * 5
     assert picks[5] == 97.0  # the lucky single run leads: no noise measured yet, the best run is the pick
-    assert picks[6] == 100.0  # noise measured: the lucky configuration is within it, the incumbent is back
+    assert picks[6] == 97.0  # noise measured; only the lucky configuration has two runs: its bound leads
     assert picks[7] == 100.0  # (a1, b1) run twice: the estimate hands it over, not the best single run (104)
 
 

@@ -201,17 +201,18 @@ def test_one_lucky_run_among_many_configurations_is_not_beyond_the_noise():
 
 
 def _runs_in_order(first: list[float], later: list[float]) -> dict[tuple[str, str], list[float]]:
-    """(a1, b4) launched first, (a1, b1) later; six more configurations to fit the knobs on."""
+    """(a1, b4) launched first, (a1, b1) later; five more configurations to fit the knobs on."""
     return {("a1", "b4"): first, ("a1", "b2"): [97.0, 96.0], ("a1", "b3"): [90.5, 89.0], ("a2", "b2"): [94.0, 95.0],
             ("a2", "b3"): [87.0, 88.0], ("a2", "b4"): [95.5, 95.0], ("a1", "b1"): later}
 
 
 def test_within_the_noise_the_configuration_launched_first_keeps_the_pick():
-    """A later configuration that ranks higher, but whose lead stays within the best-ranked one's
-    pessimistic bound, does not take the pick from the one launched first (the incumbent)."""
+    """A later configuration that ranks higher on fewer runs does not take the pick from the one
+    launched first (the incumbent) while the incumbent's estimate reaches its pessimistic bound;
+    once its runs match the incumbent's, the estimates decide."""
     from autotune.results.estimate import by_estimate, handed_over
 
-    study = _study(_runs_in_order([98.6, 97.9], [99.0, 98.1]))
+    study = _study(_runs_in_order([98.6, 97.9, 98.3], [99.0, 98.1]))
     pooled = estimates(study)
     assert pooled is not None
     ranked = sorted((t for t in study.trials if "confirm_of" not in t.user_attrs), key=lambda t: -t.value)
@@ -223,12 +224,15 @@ def test_within_the_noise_the_configuration_launched_first_keeps_the_pick():
     from autotune.results.summary import _kept_over
 
     note = _kept_over(ranked, pooled, best, study.direction)
-    assert f"trial {lead.number} ranks higher" in note and "trial 0's, which was launched first, reaches that bound" in note
+    assert f"trial {lead.number} ranks higher" in note and "trial 0, launched first and run more often, reaches that bound" in note
     assert _kept_over(ranked, pooled, lead, study.direction) == ""  # nothing kept over the leader itself
+    even = _study(_runs_in_order([98.6, 97.9, 98.3], [99.0, 98.1, 98.6]))  # as many runs: the estimate decides
+    top = best_trial(even)
+    assert top is not None and top.params == {"a": "a1", "b": "b1"}
 
 
 def test_a_later_configuration_better_beyond_the_noise_takes_the_pick():
-    study = _study(_runs_in_order([98.5, 97.5], [108.0, 107.0]))
+    study = _study(_runs_in_order([98.6, 97.9, 98.3], [108.0, 107.0]))
     best = best_trial(study)
     assert best is not None and best.params == {"a": "a1", "b": "b1"}
 

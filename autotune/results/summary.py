@@ -78,16 +78,17 @@ def _passed_over(ranked: list[FrozenTrial], pooled: dict[str, Estimate], top: Fr
 
 def _kept_over(ranked: list[FrozenTrial], pooled: dict[str, Estimate], top: FrozenTrial,
                direction: optuna.study.StudyDirection) -> str:
-    """When the best-ranked configuration is not ``top`` (the incumbent, launched first, whose estimate
-    reaches its bound: ``autotune.study.search.estimate.handed_over``): which, and why; else nothing."""
+    """When the best-ranked configuration is not ``top`` (the incumbent, launched first and run more
+    often, whose estimate reaches its bound: ``autotune.study.search.estimate.handed_over``): which,
+    and why; else nothing."""
     lead = by_estimate(ranked, pooled, direction)[0]
     if key_of(lead) == key_of(top):
         return ""
     e = pooled[key_of(lead)]
     lead_max = direction == optuna.study.StudyDirection.MAXIMIZE
     return (f"; trial {lead.number} ranks higher (estimate {e.value:.2f}, bound {e.bound(1 if lead_max else -1):.2f}) "
-            f"but trial {top.number}'s, which was launched first, reaches that bound: a later configuration "
-            f"takes over only once its runs rank it above everything the earlier one could be")
+            f"on {e.runs} run(s); trial {top.number}, launched first and run more often, reaches that bound: a "
+            f"challenger takes the pick once its runs match the incumbent's or rank it beyond its reach")
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
