@@ -409,3 +409,49 @@ def test_the_speculative_walk_starts_from_sglangs_own_settings_and_climbs_from_t
     second = next_steps()
     assert second in (2, 4)
     assert next_steps() == (1 if second == 2 else 2)  # next to 2 steps (97), or to 3 (95) when 4 did worse
+
+
+def test_a_speculative_probe_that_was_not_measured_is_taken_again_on_the_best_base(tmp_path: Path):
+    """The designed probe ran out of memory at the baseline's layout (DP attention 1): once the design's
+    boundaries are measured it is taken again, with the same speculative settings, on the best base
+    (DP attention 8) at an f where its draft fits, before the space-filling points; only once."""
+    spec = _spec(tmp_path)
+    predict = _fits_up_to(0.93, 0.90)
+    policy, study = _policy(spec, predict)
+    F, C = optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE
+    probe = {**BASE, "--attn-dp-size": 1, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+             "speculative_eagle_topk": 1}
+    filling = {**BASE, "mem_fraction_static": 0.80, "cuda_graph_max_bs": 128}
+    study.set_user_attr("design_points", [{"params": probe, "why": "speculative probe"},
+                                          {"params": {**BASE, "--attn-dp-size": 1}, "why": "boundary"},
+                                          {"params": BASE, "why": "boundary"},
+                                          {"params": filling, "why": "space-filling"}])
+    _told(study, spec, probe, F, stage="design", design="speculative probe", failure_kind="runtime_oom")
+    _told(study, spec, {**BASE, "--attn-dp-size": 1}, C, 115.0, stage="design", design="boundary")
+    study.set_user_attr("design_used", 2)
+    assert policy.before_ask(budget_used(study)) == "design"  # the last boundary first: no retake yet
+    trial = study.ask()
+    assert space.suggest(trial, spec)["--attn-dp-size"] == 8 and trial.user_attrs["design"] == "boundary"
+    study.tell(trial, 184.0)
+    assert policy.before_ask(budget_used(study)) == "design"
+    trial = study.ask()
+    params = space.suggest(trial, spec)
+    assert trial.user_attrs["design"] == "speculative probe"
+    assert {k: params[k] for k in ("speculative_algorithm", "speculative_num_steps", "--attn-dp-size")} \
+        == {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "--attn-dp-size": 8}
+    assert params["mem_fraction_static"] == 0.90 and not predict(params)["should_prune"]
+    study.tell(trial, state=F)  # failed again: not a third time
+    assert policy.before_ask(budget_used(study)) == "design"
+    trial = study.ask()
+    assert trial.user_attrs["design"] == "space-filling"
+
+
+def test_a_measured_speculative_probe_is_not_taken_again(tmp_path: Path):
+    spec = _spec(tmp_path)
+    policy, study = _policy(spec, _fits_up_to(0.93, 0.90))
+    C = optuna.trial.TrialState.COMPLETE
+    probe = {**BASE, "--attn-dp-size": 1, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+             "speculative_eagle_topk": 1}
+    _told(study, spec, probe, C, 90.0, stage="design", design="speculative probe")
+    _told(study, spec, BASE, C, 184.0, stage="design", design="boundary")
+    assert policy._probe_retake(study.trials, []) is None
