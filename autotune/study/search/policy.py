@@ -16,7 +16,9 @@ Priors are hypotheses the data can overturn:
   and loses under an unbounded load: DeepSeek-R1-0528 on 8 x H200, 1,000 ShareGPT prompts,
   3,415 -> 1,060 tok/s (``gpustack-dsr1-0528-h200-tp8-sharegpt-options``), DeepSeek-V3.2
   1,427 -> 695 (``gpustack-deepseek-v3.2-h200-dpattn-dp-ep-mtp``). Because the sign flips with
-  load, the design probes each algorithm first (the prior that costs most when wrong).
+  load, the design probes each algorithm first (the prior that costs most when wrong); a
+  probe that was not measured (out of memory at the baseline's layout) is taken again on the
+  best base once the design's boundaries are measured.
 * **A stage ends when it stops improving**: after ``patience`` launched trials of the
   stage without a gain of ``MIN_GAIN`` over the study's best (pruned-before-launch trials
   cost no GPU time and do not count there), or at its cap: ``stage1_fraction`` of the trial
