@@ -29,8 +29,8 @@ configuration's own mean and the bound is the estimate; where the noise dominate
 on the model and on the configurations measured most. Without a configuration run twice the
 noise is unknown and nothing is estimated (``estimates`` returns None; ranking stays by
 measured value); with fewer configurations than the model needs, each estimate is the
-configuration's own mean. What is handed over is the incumbent among the configurations
-within the noise of the best-ranked one (:func:`handed_over`).
+configuration's own mean. What is handed over is the best-ranked configuration unless one
+launched earlier and run more often could be as good (:func:`handed_over`).
 
 Measured on ``benchmarks/scenarios/6-noisy-qwen32b-h200.yaml`` (4 % noise, 2 % target), with
 each new leader re-run once during the search (``race.py``): the ridge model ranked by its
@@ -223,8 +223,9 @@ def _fit(x: np.ndarray, y: np.ndarray, s2: float, knob_of: list[int]) -> tuple[n
 
 
 def estimates(study: optuna.Study) -> dict[str, Estimate] | None:
-    """Per configuration (:func:`key_of`): its noise-aware estimate, or None
-    when no noise is measured yet or the study is too small or has a non-positive value."""
+    """Per configuration (:func:`key_of`): its noise-aware estimate (its own mean while there are
+    fewer than :data:`MIN_CONFIGURATIONS`), or None when no noise is measured yet or a value is
+    not positive."""
     groups = _runs(study)
     if not groups or any(v <= 0 for _, vals in groups.values() for v in vals):
         return None
