@@ -392,9 +392,8 @@ class SearchPolicy:
         if self.study.user_attrs.get("probe_retaken") or any(p["why"] in ("boundary", "boundary step") for p in left):
             return None
         probes = [t for t in trials if t.user_attrs.get("design") == "speculative probe" and t.state.is_finished()]
-        if not probes or any(t.state == TrialState.COMPLETE for t in probes) or \
-                any(t.state == TrialState.COMPLETE and t.params.get("speculative_algorithm", "none") != "none"
-                    for t in trials):
+        if not probes or any(t.state == TrialState.COMPLETE and t.params.get("speculative_algorithm", "none") != "none"
+                             for t in trials):  # a probe, or any speculative launch, was measured
             return None
         best = [t for t in ranked(self.study) if t.params.get("speculative_algorithm", "none") == "none"]
         if not best:
