@@ -455,3 +455,61 @@ def test_a_measured_speculative_probe_is_not_taken_again(tmp_path: Path):
     _told(study, spec, probe, C, 90.0, stage="design", design="speculative probe")
     _told(study, spec, BASE, C, 184.0, stage="design", design="boundary")
     assert policy._probe_retake(study.trials, []) is None
+
+
+def _slo_spec(tmp_path: Path, slo: dict[str, float], concurrency: int = 256):
+    data = demo_data()
+    data["search_space"].pop("speculative")
+    data["search_space"]["max_running_requests"] = {"choices": [48, 96, 144, 192, 256]}
+    data["workload"]["concurrency"] = [concurrency]
+    data.update({"n_trials": 16, "search": {"confirm_top": 0}, "objective": {"metric": "output_throughput", "slo": slo}})
+    data.pop("sampler")
+    return demo_spec(tmp_path, data)
+
+
+SLO_BASE = {k: v for k, v in BASE.items() if k != "speculative_algorithm"}
+
+
+def test_a_designed_launch_that_broke_a_decode_latency_slo_is_followed_by_the_cap_it_allows(tmp_path: Path):
+    """The boundary at cap 144 measured p99 ITL 27.1 ms against a 25 ms ceiling (8.4 % over): every cap
+    above 144 / 1.084 = 133 breaks it too (a decode step grows less than in proportion to the batch), so
+    the next launch is the same knobs at 96, before the design's next point; at 48 after a second miss,
+    then no more in a row."""
+    spec = _slo_spec(tmp_path, {"p99_itl_ms": 25})
+    policy, study = _policy(spec, _fits_up_to(0.95, 0.95))
+    nxt = {**SLO_BASE, "cuda_graph_max_bs": 128, "max_running_requests": 144}
+    study.set_user_attr("design_points", [{"params": {**SLO_BASE, "max_running_requests": 144}, "why": "boundary"},
+                                          {"params": nxt, "why": "boundary"}])
+    study.set_user_attr("design_used", 1)
+    C = optuna.trial.TrialState.COMPLETE
+    _told(study, spec, {**SLO_BASE, "max_running_requests": 144}, C, 1680.0, stage="design", design="boundary",
+          slo_violation=0.084, slo_met=False)
+    caps = []
+    for excess in (0.2, 0.3):
+        assert policy.before_ask(budget_used(study)) == "design"
+        trial = study.ask()
+        params = space.suggest(trial, spec)
+        assert trial.user_attrs["design"] == "slo step"
+        assert {k: v for k, v in params.items() if k != "max_running_requests"} == SLO_BASE
+        caps.append(params["max_running_requests"])
+        trial.set_user_attr("slo_violation", excess)
+        trial.set_user_attr("slo_met", False)
+        study.tell(trial, 1500.0)
+    assert caps == [96, 48]
+    assert policy.before_ask(budget_used(study)) == "design"  # MAX_SLO_STEPS in a row: the design goes on
+    trial = study.ask()
+    assert trial.user_attrs["design"] == "boundary" and space.suggest(trial, spec)["cuda_graph_max_bs"] == 128
+
+
+def test_no_slo_step_where_a_smaller_cap_cannot_help_or_the_slo_was_met(tmp_path: Path):
+    """A TTFT ceiling (a smaller cap queues requests longer), a met SLO, or a concurrency already below
+    every cap the space holds: the design goes on as planned."""
+    C = optuna.trial.TrialState.COMPLETE
+    for slo, conc, attrs in (({"p99_ttft_ms": 500}, 256, {"slo_violation": 0.5, "slo_met": False}),
+                             ({"p99_itl_ms": 25}, 256, {"slo_violation": -0.1, "slo_met": True}),
+                             ({"median_tpot_ms": 25}, 40, {"slo_violation": 0.1, "slo_met": False})):
+        spec = _slo_spec(tmp_path, slo, concurrency=conc)
+        policy, study = _policy(spec, _fits_up_to(0.95, 0.95))
+        _told(study, spec, {**SLO_BASE, "max_running_requests": 48}, C, 1000.0, stage="design", design="boundary",
+              **attrs)
+        assert policy._slo_step(study.trials) is None, slo
