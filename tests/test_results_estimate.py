@@ -251,28 +251,3 @@ def test_with_too_few_configurations_for_the_model_each_estimate_is_its_own_mean
     assert math.isclose(noise, abs(math.log(101.0 / 98.0)) / math.sqrt(2) * 100)
     best = best_trial(_study(runs))
     assert best is not None and best.params == {"a": "a1", "b": "b1"}  # 103 alone does not show it better
-
-
-def test_the_confirmation_re_runs_the_incumbent_the_pick_keeps(tmp_path):
-    """Ranked by single runs the confirmation re-ran the lucky later configuration (99.0 on one run)
-    and never the incumbent the pick keeps; by ``contenders`` it re-runs the incumbent first, one trial
-    per configuration."""
-    from support.demo import demo_data, demo_spec
-
-    from autotune.study import attrs
-    from autotune.study.phases import Phases
-    from autotune.study.search.race import contenders
-
-    study = _study(_runs_in_order([98.6, 97.9, 98.3], [99.0, 98.1]))
-    order = contenders(study)
-    best = best_trial(study)
-    assert best is not None and order[0].number == best.number == 0
-    assert len({key_of(t) for t in order}) == len(order) == 7
-    single = max((t for t in study.trials if "confirm_of" not in t.user_attrs), key=lambda t: t.value)
-    assert single.number == 6  # (a1, b1): what a confirmation by single runs re-ran
-    data = demo_data()
-    data["search"] = {"confirm_top": 1, "repeats": 3, "stages": "off"}
-    phases = Phases(demo_spec(tmp_path, data), study)
-    assert phases.enqueue_confirmation(order) == [0]
-    queued = [t.user_attrs[attrs.CONFIRM_OF] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert queued == [0]  # three re-runs asked, two taken already

@@ -325,7 +325,7 @@ class StudyDriver:
         if self._searching(st) or self._live or (self.phases.pending() and not st.confirming) \
                 or not self._wants_confirmation(st):
             return
-        numbers = self.phases.enqueue_confirmation(race.contenders(self.study))
+        numbers = self.phases.enqueue_confirmation()
         st.confirming = True
         log.info("confirming trials %s (and the baseline) with %d more run(s) each", numbers,
                  self.spec.search.repeats)

@@ -102,12 +102,10 @@ class Phases:
         s = self.spec.search
         return s.confirm_top > 0 and s.repeats > 0 and not self.study.user_attrs.get(attrs.CONFIRMATION_STARTED)
 
-    def enqueue_confirmation(self, order: list[FrozenTrial] | None = None) -> list[int]:
-        """Queue the re-runs of the first ``confirm_top`` trials of ``order`` (one per configuration, in
-        the order the pick is decided: ``autotune.study.search.race.contenders``; default: by single
-        run) and of the baseline; returns the trial numbers they confirm."""
+    def enqueue_confirmation(self) -> list[int]:
+        """Queue the re-runs; returns the trial numbers they confirm."""
         s = self.spec.search
-        top = (ranked(self.study) if order is None else order)[: s.confirm_top]
+        top = ranked(self.study)[: s.confirm_top]
         seen = {json_key(t.params) for t in top}
         base = next((t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                      if t.user_attrs.get(attrs.BASELINE) and not is_extra(t)), None)

@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.phases import ranked
-from autotune.study.search.estimate import by_estimate, estimates, handed_over, key_of
+from autotune.study.search.estimate import by_estimate, estimates, key_of
 
 
 def races(spec: StudySpec) -> bool:
@@ -64,16 +64,6 @@ def standings(study: optuna.Study) -> list[FrozenTrial]:
     return out
 
 
-def contenders(study: optuna.Study) -> list[FrozenTrial]:
-    """One search trial per configuration in the order the pick is decided among them: the one
-    ``best`` would hand over first (the incumbent: :func:`handed_over`), then :func:`standings`.
-    What the confirmation re-runs: ranked by single runs, a lucky challenger was re-run while the
-    incumbent the pick keeps was not."""
-    top = standings(study)
-    pooled = estimates(study)
-    return handed_over(top, pooled, study.direction) if pooled and top else top
-
-
 def _runs_of(study: optuna.Study, t: FrozenTrial) -> int:
     """Completed and running launches of ``t``'s parameters (search trials and re-runs; a queued
     one is not counted: :func:`enqueue_race` waits until nothing is queued)."""
@@ -82,4 +72,4 @@ def _runs_of(study: optuna.Study, t: FrozenTrial) -> int:
                if key_of(u) == key and u.user_attrs.get(attrs.REUSED_FROM) is None)
 
 
-__all__ = ["contenders", "enqueue_race", "races", "standings"]
+__all__ = ["enqueue_race", "races", "standings"]
