@@ -76,3 +76,14 @@ def test_read_lag_is_reported_apart_and_kept_out_of_the_latencies() -> None:
     assert m["mean_ttft_ms"] == pytest.approx(100.0)  # token times are the arrivals: the lag is not added
     m, _ = run(reads, duration=0.5)
     assert m["read_lag_p50_ms"] is None and m["read_lag_p99_ms"] is None  # reads without arrival stamps
+
+
+def test_the_accept_length_is_read_only_from_a_positive_number_where_sglang_puts_it() -> None:
+    from autotune.load.run import accept_length_of
+
+    assert accept_length_of({"internal_states": [{"avg_spec_accept_length": 2.61}]}) == 2.61
+    for info in ({}, {"internal_states": []}, {"internal_states": {"avg_spec_accept_length": 2}},
+                 {"internal_states": [{"last_gen_throughput": 9.0}]}, None, [1, 2], "x",
+                 *({"internal_states": [{"avg_spec_accept_length": v}]}
+                   for v in (None, True, "3", float("nan"), float("inf"), 0, -1.0))):
+        assert accept_length_of(info) is None, info

@@ -65,6 +65,13 @@ def test_throughput_agrees_with_the_real_server(tmp_path: Path, name: str, param
     assert offline.metrics_by_point[point]["completed"] == real.metrics_by_point[point]["completed"]
     assert offline.observed["kv_tokens"] == real.observed["kv_tokens"]
     assert offline.observed["a_gib"] == real.observed["a_gib"]
+    # speculative decoding's accept length: the real path reads the server's avg_spec_accept_length from
+    # /server_info after the run (as bench_serving does), the offline one the same engine counter
+    acc, acc_real = (r.metrics_by_point[point]["accept_length"] for r in (offline, real))
+    if name == "plain":
+        assert acc is None and acc_real is None
+    else:  # EAGLE3 at 3 steps, top-k 1: between 1 (nothing accepted) and 4 tokens per verify
+        assert 1.5 < acc < 4 and acc_real == pytest.approx(acc, rel=0.05)
 
 
 @pytest.mark.parametrize(("name", "params", "kind"), [("kv", KV_OOM, "kv_oom"), ("rt", RUNTIME_OOM, "runtime_oom")])

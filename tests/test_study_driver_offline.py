@@ -202,3 +202,9 @@ def test_the_driver_races_leaders_before_the_confirmation(tmp_path: Path):
               key=lambda t: t.value)
     runs = [t for t in study.trials if t.user_attrs.get(attrs.CONFIRM_OF) == top.number]
     assert len(runs) == 2  # its race re-run and one confirmation re-run: repeats 2 in all
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    spec_runs = [t for t in done if t.params.get("speculative_algorithm", "none") != "none"]
+    assert spec_runs, "no speculative trial completed: the accept length is not checked"
+    for t in done:  # recorded (and exported) per trial: tokens per verify, the bonus token included
+        acc = t.user_attrs.get("accept_length")
+        assert acc is None if t not in spec_runs else 1 < acc <= t.params["speculative_num_steps"] + 1

@@ -75,6 +75,8 @@ def format_table(result: LoadResult, spec: LoadSpec) -> str:
     row("Peak concurrent requests:", m["max_concurrent_requests"])
     row("Total token throughput (tok/s):", m["total_throughput"])
     row("Concurrency:", m["concurrency"])
+    if m.get("accept_length") is not None:  # speculative decoding, as bench_serving prints it
+        row("Accept length:", m["accept_length"])
     section("End-to-End Latency")
     for stat in ("mean", "median", "p90", "p99"):
         row(f"{_label(stat)} E2E Latency (ms):", m[f"{stat}_e2e_latency_ms"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -67,6 +68,29 @@ async def probe_server(session: aiohttp.ClientSession, base_url: str) -> dict[st
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise LoadPointFailed(f"cannot reach the server at {base_url}: {exc}") from None
     return info if isinstance(info, dict) else {}
+
+
+async def accept_length(session: aiohttp.ClientSession, base_url: str) -> float | None:
+    """Speculative decoding's accept length after the run: the server's ``avg_spec_accept_length``
+    (tokens a request gains per draft/verify cycle, the bonus token included: SGLang's
+    ``cum_spec_accept_length / cum_spec_accept_count``, kept since the server started), read from
+    ``/server_info`` once the load point is over, as bench_serving reads it. None without speculative
+    decoding, or when the server does not say."""
+    try:
+        info = await _get_json(session, base_url + "/server_info")
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return None
+    return accept_length_of(info)
+
+
+def accept_length_of(server_info: Any) -> float | None:
+    """``internal_states[0].avg_spec_accept_length`` of a ``/server_info`` answer, when a positive number."""
+    states = server_info.get("internal_states") if isinstance(server_info, dict) else None
+    first = states[0] if isinstance(states, list) and states else None
+    value = first.get("avg_spec_accept_length") if isinstance(first, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
 
 
 def time_scale_of(server_info: dict[str, Any]) -> float:
@@ -181,6 +205,7 @@ async def run_load_async(
             await runner.preopen()
             clock = sim_clock_probe(session, base) if "sim" in info else None
             result = await runner.measure(on_snapshot, clock)
+            result.metrics["accept_length"] = await accept_length(session, base)
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)

@@ -413,6 +413,8 @@ def _server_info(state: ServerState) -> dict[str, Any]:
         cache = stats.get("cache") or {}
         if cache.get("enabled"):
             internal["cache_hit_rate"] = cache.get("hit_rate", 0.0)
+        if stats.get("spec_accept_length") is not None:  # as SGLang: only once a verify ran
+            internal["avg_spec_accept_length"] = stats["spec_accept_length"]
     info["internal_states"] = [internal]
     return info
 

@@ -34,6 +34,7 @@ FLAT_METRICS = (
     "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
     "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
     "mean_e2e_latency_ms", "p99_e2e_latency_ms", "concurrency", "completed", "failed",
+    "accept_length",  # speculative decoding's tokens per verify (None, so not copied, without it)
 )
 
 

@@ -292,6 +292,7 @@ def _measure(engine: Engine, client: _Client, spec: LoadSpec, out: PointOutcome)
     end = max(ok_ends) if ok_ends and not out.died else engine.modelled_now()
     metrics, records = compute_metrics(traces, t0=start, duration_wall=max(end - start, 0.0), time_scale=1.0,
                                        client_cpu_s=0.0, loop_lags_s=[])
+    metrics["accept_length"] = engine.spec_accept_length()
     metrics["stopped_early"] = False
     metrics["time_scale"] = 1.0
     metrics["time_scale_nominal"] = 1.0

@@ -203,6 +203,10 @@ class Engine:
             raise EngineStopped("idle_until: only an idle engine stepped with step_once can skip time")
         self._clock.skip_to(t)
 
+    def spec_accept_length(self) -> float | None:
+        """SGLang's ``avg_spec_accept_length`` (:meth:`Scheduler.spec_accept_length`)."""
+        return self._sched.spec_accept_length()
+
     def flush_cache(self) -> bool:
         """Empty the radix prefix cache (SGLang's ``/flush_cache``); False while requests run or wait."""
         return self._sched.flush_cache()

@@ -92,6 +92,10 @@ class Scheduler:
             self._accept_p = 1.0 - 1.0 / accepted  # geometric with the same mean (no depth cap)
             self._spec_depth = 1 << 30
         self._kv_per_decode = max(int(getattr(perf, "spec_draft_tokens", 1)), 1) if self._spec else 1
+        # tokens each request gained per verify (the bonus token included) and the verifies: SGLang's
+        # cum_spec_accept_length / cum_spec_accept_count, reported as avg_spec_accept_length
+        self.spec_accepted = 0
+        self.spec_verifies = 0
         # SGLang's overlap scheduler (on unless --disable-overlap-schedule or speculative decoding: PerfModel.overlap)
         # decides batch k+1 while the GPU runs batch k, so a request that arrived after batch k started waits
         # for the batch after next (see _admission_cutoff)
@@ -165,7 +169,13 @@ class Scheduler:
             "cache": self.cache_stats(),
             "steps": dict(self.steps),
             "dead": self.dead,
+            "spec_accept_length": self.spec_accept_length(),
         }
+
+    def spec_accept_length(self) -> float | None:
+        """Mean tokens a request gained per draft/verify cycle since the server started; None without
+        speculative decoding or before its first verify."""
+        return self.spec_accepted / self.spec_verifies if self.spec_verifies else None
 
     def cache_stats(self) -> dict[str, Any]:
         """The prefix cache's ground truth: tokens held, hit tokens over prompt tokens."""
@@ -446,11 +456,14 @@ class Scheduler:
         spec = self._spec
         si = self.stream_interval
         fast = 0  # tokens emitted on the inlined path (KV and counters settled after the loop)
+        accepted = verifies = 0
         for req in step.decode:
             if req.aborted or req.finish_s is not None:
                 continue
             if spec:
                 n = min(self._sample_accepted(), max(free, 1))
+                accepted += n
+                verifies += 1
             else:
                 n = 1
             free -= n
@@ -474,6 +487,8 @@ class Scheduler:
         self.kv_used += fast
         self.tokens_emitted += fast
         step.tokens += fast
+        self.spec_accepted += accepted
+        self.spec_verifies += verifies
 
     def _sample_accepted(self) -> int:
         n = 1
