@@ -169,3 +169,17 @@ def test_hung_server_ends_the_load_point_after_between_tokens_s_not_first_token_
             os.kill(server.proc.pid, signal.SIGCONT)
         assert time.monotonic() - t < 30.0
     assert info.value.result is not None and info.value.result.metrics["failed"] >= 1
+
+
+def test_the_accept_length_is_read_after_the_run_and_an_oversized_server_info_is_no_answer() -> None:
+    """The server's avg_spec_accept_length reaches the metrics; a /server_info answer over
+    CONTROL_BYTES is not read whole and counts as none (its time scale too), and the load point runs."""
+    from autotune.load.run import CONTROL_BYTES
+
+    with running("--ttft-ms", "1", "--token-delay-ms", "1", "--accept-length", "2.5") as server:
+        assert run_load(server.url, spec(concurrency=2, num_prompts=2, output_len=3)).metrics["accept_length"] == 2.5
+    with running("--ttft-ms", "1", "--token-delay-ms", "1", "--accept-length", "2.5", "--time-scale", "4",
+                 "--server-info-pad", str(CONTROL_BYTES + 1)) as server:
+        result = run_load(server.url, spec(concurrency=2, num_prompts=2, output_len=3))
+    assert result.metrics["completed"] == 2 and result.metrics["accept_length"] is None
+    assert result.time_scale == 1.0 and result.server_info == {}

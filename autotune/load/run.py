@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import math
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from autotune.errors import ConfigError, LoadGenError
-from autotune.limits import shown
+from autotune.limits import JSON_BYTES, shown
 from autotune.load.result import LoadPointFailed, LoadResult
 from autotune.load.runner import LoadRunner, SnapshotCallback
 from autotune.load.sources import check_files
@@ -49,15 +50,26 @@ def check_base_url(base_url: str | None) -> str:
 # Control requests (server info, model name, cache flush, the simulator's clock) answer at
 # once from a live server; a hung one (SIGSTOP, deadlock) must not hang the load point.
 CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
+#: A control answer is a few KB (SGLang's /server_info: its server args and internal states); a larger
+#: body is no answer, and is not read whole.
+CONTROL_BYTES = 4 * 2**20
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
+async def _get_json(session: aiohttp.ClientSession, url: str, limit: int = CONTROL_BYTES) -> Any:
+    """The JSON answer of a control GET; None for another status, a body over ``limit`` bytes or one
+    that is not JSON."""
     async with session.get(url, timeout=CONTROL_TIMEOUT) as resp:
         if resp.status != 200:
             return None
+        body = bytearray()
+        async for chunk in resp.content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > limit:
+                log.warning("%s answered more than %d bytes: ignored", url, limit)
+                return None
         try:
-            return await resp.json(content_type=None)
-        except ValueError:
+            return json.loads(body)
+        except (ValueError, RecursionError):
             return None
 
 
@@ -117,7 +129,8 @@ def sim_clock_probe(
     async def probe() -> tuple[float, float] | None:
         t0 = time.perf_counter()
         try:
-            stats = await _get_json(session, base_url + "/sim/stats")
+            # the simulator's ground truth carries a record per request served (~200 bytes each)
+            stats = await _get_json(session, base_url + "/sim/stats", JSON_BYTES)
         except (TimeoutError, aiohttp.ClientError, OSError):
             return None
         t1 = time.perf_counter()

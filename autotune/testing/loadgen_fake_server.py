@@ -320,6 +320,10 @@ class Conn(asyncio.Protocol):
             info: dict[str, Any] = {"version": "fake", "max_total_num_tokens": 1 << 20}
             if srv.args.time_scale:
                 info["sim"] = {"time_scale": srv.args.time_scale}
+            if srv.args.accept_length:
+                info["internal_states"] = [{"avg_spec_accept_length": srv.args.accept_length}]
+            if srv.args.server_info_pad:
+                info["pad"] = "x" * srv.args.server_info_pad
             return self.reply_json(info)
         if path == "/v1/models":
             return self.reply_json({"object": "list", "data": [{"id": srv.args.model, "object": "model"}]})
@@ -370,6 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     ap.add_argument("--hold-after-done", action="store_true", help="never end the body after [DONE]")
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--accept-length", type=float, default=0.0,
+                    help="report this avg_spec_accept_length in /server_info (default: none)")
+    ap.add_argument("--server-info-pad", type=int, default=0, help="pad /server_info's answer with this many bytes")
     ap.add_argument("--ticker", action="store_true",
                     help="paced mode on one global decode-step timer (cheaper; TTFT waits for the next step)")
     args = ap.parse_args(argv)
