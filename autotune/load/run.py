@@ -157,7 +157,7 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, attempts: i
     for _ in range(attempts):
         try:
             async with session.post(base_url + "/flush_cache", timeout=CONTROL_TIMEOUT) as resp:
-                await resp.read()
+                # only the status matters: the body is not read (a server could send one without end)
                 if resp.status == 200:
                     return True
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
