@@ -89,10 +89,9 @@ async def accept_length(session: aiohttp.ClientSession, base_url: str) -> float 
     ``/server_info`` once the load point is over, as bench_serving reads it. None without speculative
     decoding, or when the server does not say."""
     try:
-        info = await _get_json(session, base_url + "/server_info")
-    except (TimeoutError, aiohttp.ClientError, OSError):
+        return accept_length_of(await probe_server(session, base_url))
+    except LoadPointFailed:  # the server went away after its load point: the figure is just missing
         return None
-    return accept_length_of(info)
 
 
 def accept_length_of(server_info: Any) -> float | None:

@@ -104,6 +104,11 @@ def _needs_as_much_slack(point: dict[str, Any], failed: dict[str, Any]) -> bool:
     return bs is None or bs_failed is None or bs >= bs_failed
 
 
+def _designed_launches(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The designed start's launched trials, in launch order."""
+    return [t for t in trials if t.user_attrs.get("stage") == "design" and _launched(t)]
+
+
 def _in_a_row(design: list[FrozenTrial], why: str) -> int:
     """How many of the last designed launches were ``why`` points, back to the last other one."""
     n = 0
@@ -432,7 +437,7 @@ class SearchPolicy:
         KV pool that really fits is the next step down, and the memory model's edge is least certain
         right there; a failed launch costs its startup, far less than a completed one. At most
         MAX_BOUNDARY_STEPS in a row."""
-        design = [t for t in trials if t.user_attrs.get("stage") == "design" and _launched(t)]
+        design = _designed_launches(trials)
         if not design:
             return None
         last = design[-1]
@@ -466,7 +471,7 @@ class SearchPolicy:
         if not slo or sp is None or self.spec.workloads or wl.rate_search is not None \
                 or not all(k.endswith(_DECODE_SLO) for k in slo):
             return None
-        design = [t for t in trials if t.user_attrs.get("stage") == "design" and _launched(t)]
+        design = _designed_launches(trials)
         if not design:
             return None
         last = design[-1]
