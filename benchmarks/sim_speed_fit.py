@@ -1,8 +1,8 @@
 """Fit the speed model's free constants on the FITTED published points only (issue 32, phase 2).
 
 The structure of the speed model comes from SGLang's code and microbenchmarks
-(``docs/simulator-speed.md``); a few constants stay free: the kernel floor, each GPU kind's achievable HBM
-share, the routed experts' grouped-GEMM share, the GEMM and prefill shares, the eager launch, the request
+(``docs/simulator-speed.md``); a few constants stay free: the kernel floor (one for every kind, then each
+kind's own where it has enough sets), each GPU kind's achievable HBM share, the routed experts' grouped-GEMM share, the GEMM and prefill shares, the eager launch, the request
 path (fixed and per input token), the scheduler's per-request cost, the speculative cycle's fixed cost, the
 attention backends' factors on Hopper. It starts from the values in the code: the committed ones came out
 of successive runs (their grids and results: ``docs/simulator-speed.md``). This script chooses them by coordinate
@@ -98,6 +98,8 @@ def params(points: list[Any]) -> list[Param]:
               lambda v: setattr(perf, "STEP_PER_REQ_S", v), lambda p: True),
         Param("eager", [1.0, 1.5, 2.0, 3.0, 4.0], perf_gpu.DEFAULT.eager, lambda v: _set_rows("eager", v),
               lambda p: True),
+        Param("FP8_GEMM_RELATIVE", [0.5, 0.6, 0.7, 0.85, 1.0], perf_gpu.FP8_GEMM_RELATIVE,
+              lambda v: setattr(perf_gpu, "FP8_GEMM_RELATIVE", v), _is_fp8),
         Param("SPEC_CYCLE_FIXED_S", [0.25e-3, 0.5e-3, 1e-3, 2e-3, 4e-3], perf.SPEC_CYCLE_FIXED_S,
               lambda v: setattr(perf, "SPEC_CYCLE_FIXED_S", v), lambda p: p.key in spec),
     ]
@@ -112,11 +114,18 @@ def params(points: list[Any]) -> list[Param]:
         row = perf_gpu.GPU_SPEED.get(g, perf_gpu.DEFAULT)
         out.append(Param(f"hbm[{g}]", [0.45, 0.55, 0.65, 0.75, 0.85, 0.92], row.hbm,
                          lambda v, g=g: _set_rows("hbm", v, [g]), lambda p, g=g: _gpu_of(p) == g))
+        out.append(Param(f"kernel_floor_s[{g}]", [3e-6, 4.5e-6, 6e-6, 9e-6, 13e-6], row.kernel_floor_s,
+                         lambda v, g=g: _set_rows("kernel_floor_s", v, [g]), lambda p, g=g: _gpu_of(p) == g))
     return out
 
 
 def _is_moe(point: Any) -> bool:
     return offline._profile(point.request.config.model_path).num_experts > 0
+
+
+def _is_fp8(point: Any) -> bool:
+    return point.request is not None and offline._profile(point.request.config.model_path).quant_method in \
+        perf_gpu.FP8_METHODS
 
 
 def loss(h: Any, points: list[Any]) -> float:

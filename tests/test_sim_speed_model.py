@@ -132,6 +132,51 @@ def test_deepep_all_to_all_replaces_the_moe_allreduce(dsv3: Any) -> None:
     assert a2a.target.moe_comm_s(256) > a2a.target.moe_comm_s(64)
 
 
+def _floors(model: Any, gpu: str, graph: bool, **kw: Any) -> float:
+    """A decode forward at batch 8 of ``model`` less the same forward with no shared experts: same weights, so
+    only the shared experts' kernel floors can differ."""
+    def busy(m: Any) -> float:  # the GPU's busy time (eager, the CPU's launch would hide it)
+        t = perf(m, gpu, **kw).target
+        return t.gpu_s(8, 8 * 1500, captured=graph, efficiency=t.speed.gemm)
+
+    return busy(model) - busy(replace(model, shared_experts=0))
+
+
+def test_shared_experts_cost_no_floor_where_sglang_fuses_or_overlaps_them(dsv3: Any) -> None:
+    assert dsv3.shared_experts == 1
+    kimi_like = replace(dsv3, num_experts=384)  # DeepSeek's architecture, not fused: a second stream on CUDA
+    # NVIDIA, replayed: fused (DeepSeek-V3, 256 + 1) or on the other stream (the rest): no floor of their own
+    assert _floors(dsv3, "h200", graph=True) == pytest.approx(0.0, abs=1e-9)
+    assert _floors(kimi_like, "h200", graph=True) == pytest.approx(0.0, abs=1e-9)
+    # eager on NVIDIA: the fused ones still cost nothing, the others their activation, GEMMs and quantisations
+    assert _floors(dsv3, "h200", graph=False) == pytest.approx(0.0, abs=1e-9)
+    assert _floors(kimi_like, "h200", graph=False) > 0.0
+    # with EP, SGLang does not fuse DeepSeek-V3's shared expert: eager it pays, replayed it overlaps
+    assert _floors(dsv3, "h200", graph=False, knobs=KnobSpeed(ep_size=8)) > 0.0
+    assert _floors(dsv3, "h200", graph=True, knobs=KnobSpeed(ep_size=8)) == pytest.approx(0.0, abs=1e-9)
+    # AMD has no second stream: DeepSeek-V3 fuses there (gfx942+), a 384-expert model pays replayed too
+    assert _floors(dsv3, "mi300x", graph=True) == pytest.approx(0.0, abs=1e-9)
+    assert _floors(kimi_like, "mi300x", graph=True) > 0.0
+
+
+def test_moe_without_shared_experts_pays_no_shared_expert_kernels() -> None:
+    models = ROOT / "tests" / "data" / "published_speed" / "models"
+    qwen_moe = load_model_profile(models / "qwen--qwen3-235b-a22b-instruct-2507")
+    qwen_next = load_model_profile(models / "qwen--qwen3-next-80b-a3b-instruct")
+    assert qwen_moe.shared_experts == 0  # Qwen3-MoE has none
+    assert qwen_next.shared_experts == 1  # Qwen3-Next: one, given as shared_expert_intermediate_size
+    with_one = replace(qwen_moe, shared_experts=1)
+    assert _floors(with_one, "mi300x", graph=True) > 0.0  # what the former count charged every MoE model
+
+
+def test_mla_normalises_q_and_kv_on_two_streams_when_replayed(dsv3: Any) -> None:
+    on_h200, on_mi300x = perf(dsv3, "h200").target, perf(dsv3, "mi300x").target
+    floor = on_h200.speed.kernel_floor_s
+    # eager, the two normalisations follow each other on both; replayed on CUDA one is beside the other
+    assert on_h200.small_s - on_h200.small_graph_s == pytest.approx(dsv3.num_layers * floor)
+    assert on_mi300x.small_s == pytest.approx(on_mi300x.small_graph_s)
+
+
 # --- TTFT: scheduling, the request path, chunked prefill -----------------------------------------
 
 

@@ -113,6 +113,9 @@ class ModelProfile:
     #: ``index_topk``; 0 for every other family). The speed model's indexer term reads them.
     index_n_heads: int = 0
     index_topk: int = 0
+    #: A MoE layer's shared experts (config ``n_shared_experts``; 1 where only ``shared_expert_intermediate_size``
+    #: is given, as Qwen2-MoE and Qwen3-Next do; 0 for dense models and MoE without them). The speed model reads it.
+    shared_experts: int = 0
     #: Bytes made after loading, split like attention (MLA's bf16 absorbed kv_b copies), all ranks together.
     post_load_weight_bytes: int = 0
     vision_weight_bytes: int = 0  # a multimodal wrapper's vision tower (inside weight_bytes)
@@ -327,6 +330,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         replicated_weight_bytes=min(replicated, weight_bytes),
         index_n_heads=int(text.get("index_n_heads") or 64) if fam == "dsa" and not unknown else 0,
         index_topk=int(text.get("index_topk") or 0) if fam == "dsa" and not unknown else 0,
+        shared_experts=_shared_experts(text) if n_experts else 0,
         post_load_weight_bytes=int(absorbed),
         vision_weight_bytes=int(est.get("vision") * scale),
         expert_weight_bytes=int(experts * scale),
@@ -334,6 +338,15 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         vlm_f_factor=vlm_mem_fraction_factor(top.get("vision_config")),
         weight_source=source or "config",
     )
+
+
+def _shared_experts(text: dict[str, Any]) -> int:
+    """A MoE layer's shared experts, from its config (``n_shared_experts``, or one of ``shared_expert_intermediate_size``)."""
+    n = text.get("n_shared_experts")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return n
+    size = text.get("shared_expert_intermediate_size") or text.get("moe_shared_expert_intermediate_size")
+    return 1 if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from autotune.sglang.hardware.gpus import GpuKind
 from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.models.sizing import layout_of
 from autotune.sim.perf.comm import CommSetup, allreduce_s
-from autotune.sim.perf.gpu import gemm_peak_factor, gpu_speed
+from autotune.sim.perf.gpu import gemm_speed_factor, gpu_speed
 from autotune.sim.perf.knobs import FP8_GEMM_SPEED, KnobSpeed
 
 
@@ -49,13 +49,29 @@ EAGER_GAP_PER_LAYER_S = {"dense": 30e-6, "moe": 50e-6}
 #: models/deepseek_v2.py DeepseekV2AttentionMLA forward_absorb): add-RMSNorm, the q_a and kv_a RMSNorms,
 #: the two absorbed bmm (w_kc, w_vc), rope, KV store, the decode attention kernel, the output reshape.
 #: Dense MLP: add-RMSNorm, SiLU-and-mul. MoE MLP (layers/moe/fused_moe_triton, topk.py): add-RMSNorm,
-#: router GEMM, grouped top-k, moe_align_block_size, SiLU-and-mul, moe_sum_reduce, the shared experts'
-#: activation. FP8 checkpoints add a per-token-group activation quantisation before each GEMM.
-SMALL_KERNELS = {"gqa": 4, "mla": 9, "dense": 2, "moe": 7}
+#: router GEMM, grouped top-k, moe_align_block_size, SiLU-and-mul, moe_sum_reduce; shared experts add
+#: their activation (``SHARED_EXPERT_SMALL_KERNELS``). FP8 checkpoints add a per-token-group activation
+#: quantisation before each GEMM.
+SMALL_KERNELS = {"gqa": 4, "mla": 9, "dense": 2, "moe": 6}
 #: Weight-streaming GEMMs per layer (a GEMM over a few rows costs at least the kernel floor too):
-#: qkv + o; MLA's fused q_a/kv_a, q_b, o; dense gate_up + down; MoE: the two grouped GEMMs and the shared
-#: experts' gate_up + down.
-GEMM_KERNELS = {"gqa": 2, "mla": 3, "dense": 2, "moe": 4}
+#: qkv + o; MLA's fused q_a/kv_a, q_b, o; dense gate_up + down; MoE: the two grouped GEMMs, and the shared
+#: experts' gate_up + down where the model has them (``SHARED_EXPERT_GEMMS``).
+GEMM_KERNELS = {"gqa": 2, "mla": 3, "dense": 2, "moe": 2}
+SHARED_EXPERT_SMALL_KERNELS = 1
+SHARED_EXPERT_GEMMS = 2
+#: What a CUDA graph replays off the step's critical path on NVIDIA GPUs **[code: SGLang 0.5.9]**. SGLang gives
+#: DeepSeek-family, GLM-4-MoE, Qwen2-MoE and Qwen3-Next models a second CUDA stream (``alt_stream``, only
+#: ``_is_cuda``) and, while capturing: runs the shared experts on the main stream beside the router, top-k and
+#: routed experts on the other (``DeepseekV2MoE.forward_normal_dual_stream``, models/deepseek_v2.py:591-613;
+#: glm4_moe.py:478; qwen2_moe.py:292-298), or fuses them into the routed MoE as one more expert (DeepSeek-V3/R1:
+#: ``determine_num_fused_shared_experts``, deepseek_v2.py:2853-2895, on by default on compute capability >= 8.0
+#: without EP; on AMD gfx942+ the one place it happens there); either way the shared experts' kernels add no floor
+#: to a replayed step. MLA normalises q_a on the main stream beside kv_a on the other
+#: (``forward_absorb_prepare``, deepseek_v2.py:1548-1555): one floor less. DSA projects ``q_b`` on the other
+#: stream beside the lightning indexer (deepseek_v2.py:1610-1630): q_b's GEMM and its quantisation.
+MLA_GRAPH_OVERLAPPED_SMALL_KERNELS = 1
+DSA_GRAPH_OVERLAPPED_GEMMS = 1
+
 #: Per forward, outside the layers: the final norm, the logits' gather/processing (the LM head GEMM streams).
 HEAD_SMALL_KERNELS = 2
 #: The fused MoE kernel pads each expert's rows to its block: BLOCK_SIZE_M 16 for decode-sized batches
@@ -81,6 +97,16 @@ A2A_LATENCY_S = 20e-6
 DSA_INDEX_SMALL_KERNELS = 7
 DSA_INDEX_GEMM_KERNELS = 3
 DSA_INDEX_KEY_SCALE_BYTES = 4
+
+
+def _fuses_shared_experts(architecture: str, routed: int, shared: int, nvidia: bool, ep_size: int) -> bool:
+    """Whether SGLang 0.5.9 fuses this model's shared experts into its routed MoE, eager or replayed
+    **[code]**: DeepSeek-V3/R1 (``DeepseekV3ForCausalLM``, 256 routed, 1 shared) on NVIDIA without EP or on AMD
+    gfx942+ (deepseek_v2.py:2853-2895); GLM-4-MoE on NVIDIA without EP (glm4_moe.py:1035-1063). DeepEP and
+    other all-to-all backends turn it off; they come with EP here (perf.knobs), so EP stands for them."""
+    if architecture == "DeepseekV3ForCausalLM" and routed == 256 and shared == 1:
+        return not nvidia or ep_size <= 1
+    return architecture in ("Glm4MoeForCausalLM", "GlmMoeDsaForCausalLM") and nvidia and ep_size <= 1
 
 
 def _mlp_params(model: Any) -> tuple[float, float]:
@@ -149,7 +175,7 @@ class Forward:
         self.speed = gpu_speed(gpu)
         self.bw = gpu.hbm_tb_s * 1e12 * self.speed.hbm
         self.flops = gpu.bf16_tflops * 1e12  # the BF16 dense peak (attention runs there)
-        self.gemm_flops = self.flops * gemm_peak_factor(model, gpu)  # this checkpoint's GEMMs
+        self.gemm_flops = self.flops * gemm_speed_factor(model, gpu)  # this checkpoint's GEMMs
         e = model.num_experts
         k = max(model.num_experts_per_tok, 1)
         self.moe = e > k
@@ -184,19 +210,38 @@ class Forward:
         # [T, k, hidden], each written and read once, bf16), N the expert's intermediate size on this GPU
         inter = model.moe_intermediate_size / tp if self.moe else 0.0
         self.moe_act_bytes_per_token = 4.0 * k * (3.0 * inter + model.hidden_size) * model.num_layers if self.moe else 0.0
-        attn_kind = "mla" if model.is_mla else "gqa"
-        mlp_kind = "moe" if self.moe else "dense"
-        quant = GEMM_KERNELS[attn_kind] + GEMM_KERNELS[mlp_kind] if getattr(model, "quant_method", None) == "fp8" else 0
-        floor = self.speed.kernel_floor_s
-        self.small_s = (model.num_layers * (SMALL_KERNELS[attn_kind] + SMALL_KERNELS[mlp_kind] + quant)
-                        + HEAD_SMALL_KERNELS) * floor
-        self.gemm_floor_s = model.num_layers * (GEMM_KERNELS[attn_kind] + GEMM_KERNELS[mlp_kind]) * floor
+        self._init_floors(model, gpu, max(knobs.ep_size, 1))
         self._init_dsa(model, tp)
         self.a2a = self.moe and knobs.moe_a2a not in ("", "none") and knobs.ep_size > 1
         self.ep = max(knobs.ep_size, 1)
         kind = "moe" if e > 0 else "dense"
         self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers * self.speed.eager
         self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
+
+    def _init_floors(self, model: Any, gpu: Any, ep_size: int) -> None:
+        """The small kernels' and the GEMMs' floors per forward, eager (``small_s``, ``gemm_floor_s``) and replayed
+        from a CUDA graph (``small_graph_s``, ``gemm_floor_graph_s``: less what a second stream overlaps)."""
+        attn_kind = "mla" if model.is_mla else "gqa"
+        mlp_kind = "moe" if self.moe else "dense"
+        nvidia = getattr(gpu, "vendor", "nvidia") != "amd"
+        shared = int(getattr(model, "shared_experts", 0) or 0) if self.moe else 0
+        fused = shared > 0 and _fuses_shared_experts(model.architecture, self.experts, shared, nvidia, ep_size)
+        self.fp8_quant = getattr(model, "quant_method", None) == "fp8"  # one activation quantisation per GEMM
+        q = 1 if self.fp8_quant else 0
+        floor = self.speed.kernel_floor_s
+        layers = model.num_layers
+
+        def floors(shared_kernels: bool, overlapped_small: int) -> tuple[float, float]:
+            gemms = GEMM_KERNELS[attn_kind] + GEMM_KERNELS[mlp_kind] + (SHARED_EXPERT_GEMMS if shared_kernels else 0)
+            small = SMALL_KERNELS[attn_kind] + SMALL_KERNELS[mlp_kind] - overlapped_small + q * gemms
+            small += SHARED_EXPERT_SMALL_KERNELS if shared_kernels else 0
+            return (layers * small + HEAD_SMALL_KERNELS) * floor, layers * gemms * floor
+
+        self.small_s, self.gemm_floor_s = floors(shared > 0 and not fused, 0)
+        self.graph_overlap = nvidia  # a second stream exists on CUDA only
+        q_norm_beside_kv = model.is_mla and nvidia and int(getattr(model, "q_lora_rank", 0) or 0) > 0
+        self.small_graph_s, self.gemm_floor_graph_s = floors(
+            shared > 0 and not fused and not nvidia, MLA_GRAPH_OVERLAPPED_SMALL_KERNELS if q_norm_beside_kv else 0)
 
     def _init_dsa(self, model: Any, tp: int) -> None:
         """DSA's lightning indexer (``DSA_INDEX_*``): replicated projections, FP8 logits, a top-k."""
@@ -220,6 +265,10 @@ class Forward:
         floor = self.speed.kernel_floor_s
         self.small_s += layers * DSA_INDEX_SMALL_KERNELS * floor
         self.gemm_floor_s += layers * DSA_INDEX_GEMM_KERNELS * floor
+        # replayed on CUDA, q_b_proj (its GEMM, and its activation quantisation counted with MLA's) runs beside the indexer
+        overlapped = DSA_GRAPH_OVERLAPPED_GEMMS if self.graph_overlap else 0
+        self.small_graph_s += layers * (DSA_INDEX_SMALL_KERNELS - (overlapped if self.fp8_quant else 0)) * floor
+        self.gemm_floor_graph_s += layers * (DSA_INDEX_GEMM_KERNELS - overlapped) * floor
 
     def indexer_s(self, tokens: float, context_tokens: float, queries_per_seq: float, efficiency: float) -> float:
         """DSA's indexer on one rank: its replicated projections over the tokens its attention-DP rank serves
@@ -285,9 +334,10 @@ class Forward:
         weights = self.weight_read_s(routed_tokens)
         compute = self.compute_s(tokens, routed_tokens, efficiency)
         attended = self.attended_context(tokens, context_tokens, queries_per_seq)
-        body = max(weights, compute, self.gemm_floor_s) + self.attention_s(attended, queries_per_seq)
+        gemm_floor, small = (self.gemm_floor_graph_s, self.small_graph_s) if captured else (self.gemm_floor_s, self.small_s)
+        body = max(weights, compute, gemm_floor) + self.attention_s(attended, queries_per_seq)
         body += self.indexer_s(tokens, context_tokens, queries_per_seq, efficiency)
-        body += tokens * self.moe_act_bytes_per_token / self.bw + self.small_s + self.moe_comm_s(tokens)
+        body += tokens * self.moe_act_bytes_per_token / self.bw + small + self.moe_comm_s(tokens)
         layers = self.model.num_layers
         ar, _ = allreduce_s(self.comm, tokens, self.model.hidden_size, captured=captured)
         moe_ar = 0.0 if self.a2a else ar  # the all-to-all replaces the MoE output's allreduce

@@ -80,10 +80,10 @@ STEP_FIXED_S = 300e-6  # [modelled]
 #: From the client's send to the scheduler's queue: HTTP, the tokenizer manager, ZMQ. The engine admits a
 #: request only once received (scheduler._admission_cutoff), so TTFT includes this and the scheduling
 #: delay it causes.
-#: [fitted on fitted.FITTED_SETS: TTFT, 16 ms] (1 ms before the fit, modelled). More than HTTP, the tokenizer
+#: [fitted on fitted.FITTED_SETS: TTFT, 8 ms] (1 ms before the first fit, modelled; 16 ms before the refit). More than HTTP, the tokenizer
 #: manager and ZMQ take: it also holds what TTFT has that the model lacks (the first token's detokenisation and
 #: streaming back, the client's own overhead), so it is a calibration, not a measurement of the request path.
-REQUEST_PATH_S = 16e-3
+REQUEST_PATH_S = 8e-3
 #: ... and per input token: the tokenizer manager tokenises text prompts (bench_serving sends text)
 #: [fitted on fitted.FITTED_SETS: 10 us a token]
 REQUEST_PATH_PER_TOKEN_S = 10e-6
@@ -296,6 +296,7 @@ class PerfModel:
             "gpu_speed_kind": t.speed.kind,
             "gemm_peak_tflops": t.gemm_flops / 1e12,
             "small_kernels_s_per_step": t.small_s,
+            "small_kernels_graph_s_per_step": t.small_graph_s,
             "graph_replay_s": GRAPH_REPLAY_S,
             "overlap_scheduler": self.overlap,
             "eager_cpu_s_per_step": t.eager_cpu,
