@@ -58,6 +58,19 @@ FITTED_SETS: tuple[str, ...] = tuple(FITTED)
 MOE_SETS: tuple[str, ...] = tuple(s for s, (_, moe, _, _) in FITTED.items() if moe)
 #: The speculative cycle's fixed cost (not identifiable on them: left modelled).
 SPECULATIVE_SETS: tuple[str, ...] = tuple(s for s, (_, _, spec, _) in FITTED.items() if spec)
+#: FP8 GEMMs' achieved share against BF16's (perf/gpu.py FP8_GEMM_RELATIVE): the sets whose checkpoint is FP8, as
+#: the fit found them (``benchmarks/sim_speed_fit.py`` ``_is_fp8``).
+FP8_SETS: tuple[str, ...] = (
+    "amd-blog-2025-09-deepseek-v3-mtp-mi300x-random", "amd-blog-2025-09-deepseek-v3-mtp-mi300x-sharegpt",
+    "gpustack-dsr1-0528-h200-dpattn-random-lengths", "gpustack-dsr1-0528-h200-tp8-sharegpt-options",
+    "gpustack-glm-4.6-fp8-h200-tp4-random-lengths", "gpustack-glm-4.6-h200-quant-tp-ep",
+    "gpustack-qwen3-14b-fp8-h100-sharegpt-attention-backend", "gpustack-qwen3-14b-h100-sharegpt-fp8",
+    "gpustack-qwen3-8b-fp8-h100-c4-attention-backend", "gpustack-qwen3-8b-h100-c4-fp8",
+    "sgl-cookbook-deepseek-v3-mi300x-tp8", "sgl-cookbook-deepseek-v3.2-exp-b200",
+    "sgl-cookbook-dsr1-0528-fp8-b200-tp8-1k1k", "sgl-cookbook-dsr1-0528-fp8-b200-tp8-1k8k",
+    "sgl-cookbook-dsr1-0528-fp8-b200-tp8-8k1k", "sgl-cookbook-kimi-k2-b200-dpattn", "sgl-cookbook-kimi-k2-mi300x-tp8-1k1k",
+    "sglang-pr4521-deepseek-v3-h200-dp4-ep8-rate40", "sglang-pr7631-deepseek-v3-0324-h20-tp8",
+)
 #: The attention backends' KV-read factors on Hopper.
 ATTENTION_BACKEND_SETS: tuple[str, ...] = tuple(s for s, (_, _, _, attn) in FITTED.items() if attn)
 #: A GPU kind's HBM share, for the kinds with at least three fitted sets.
