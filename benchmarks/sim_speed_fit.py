@@ -1,8 +1,8 @@
 """Fit the speed model's free constants on the FITTED published points only (issue 32, phase 2).
 
 The structure of the speed model comes from SGLang's code and microbenchmarks
-(``docs/simulator-speed.md``); a few constants stay free: the kernel floor (one for every kind, then each
-kind's own where it has enough sets), each GPU kind's achievable HBM share, the routed experts' grouped-GEMM share, the GEMM and prefill shares, the eager launch, the request
+(``docs/simulator-speed.md``); a few constants stay free: the kernel floor (one for every kind; with
+``--per-kind-floor`` each kind's own where it has enough sets, tried and not taken), each GPU kind's achievable HBM share, the routed experts' grouped-GEMM share, the GEMM and prefill shares, the eager launch, the request
 path (fixed and per input token), the scheduler's per-request cost, the speculative cycle's fixed cost, the
 attention backends' factors on Hopper. It starts from the values in the code: the committed ones came out
 of successive runs (their grids and results: ``docs/simulator-speed.md``). This script chooses them by coordinate
@@ -17,7 +17,7 @@ constant was fitted on, to be written into ``autotune/sim/perf/gpu.py`` / ``perf
 
 Usage::
 
-    python benchmarks/sim_speed_fit.py [--rounds 2] [--max-prompts-per-slot 3]
+    python benchmarks/sim_speed_fit.py [--rounds 2] [--max-prompts-per-slot 3] [--only NAME ...] [--per-kind-floor]
 
 Every evaluation is modelled time; a round takes about ten minutes on 2 cores.
 """
@@ -78,7 +78,7 @@ def _gpu_of(point: Any) -> str:
     return get_gpu(point.request.gpu).name if point.request is not None else ""
 
 
-def params(points: list[Any]) -> list[Param]:
+def params(points: list[Any], per_kind_floor: bool = False) -> list[Param]:
     gpus = sorted({_gpu_of(p) for p in points if p.request is not None})
     moe = {p.key for p in points if p.request is not None and _is_moe(p)}
     spec = {p.key for p in points if p.request is not None and p.request.config.speculative.enabled}
@@ -114,8 +114,9 @@ def params(points: list[Any]) -> list[Param]:
         row = perf_gpu.GPU_SPEED.get(g, perf_gpu.DEFAULT)
         out.append(Param(f"hbm[{g}]", [0.45, 0.55, 0.65, 0.75, 0.85, 0.92], row.hbm,
                          lambda v, g=g: _set_rows("hbm", v, [g]), lambda p, g=g: _gpu_of(p) == g))
-        out.append(Param(f"kernel_floor_s[{g}]", [3e-6, 4.5e-6, 6e-6, 9e-6, 13e-6], row.kernel_floor_s,
-                         lambda v, g=g: _set_rows("kernel_floor_s", v, [g]), lambda p, g=g: _gpu_of(p) == g))
+        if per_kind_floor:  # tried and not taken (docs/simulator-speed.md): H100 and H200 came out 6 and 9 us
+            out.append(Param(f"kernel_floor_s[{g}]", [3e-6, 4.5e-6, 6e-6, 9e-6, 13e-6], row.kernel_floor_s,
+                             lambda v, g=g: _set_rows("kernel_floor_s", v, [g]), lambda p, g=g: _gpu_of(p) == g))
     return out
 
 
@@ -150,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-prompts-per-slot", type=int, default=3)
     ap.add_argument("--only", nargs="*", default=None, help="parameter names to fit (default: all)")
+    ap.add_argument("--per-kind-floor", action="store_true",
+                    help="also fit a kernel floor per GPU kind (after the global one; a second round would overwrite it)")
     args = ap.parse_args(argv)
     h = _harness()
     points, _, _ = h.run(h.DATA, None, args.max_prompts_per_slot, fitted_only=True)
     points = [p for p in points if p.group == "fitted"]
     fitted_sets = sorted({p.set_id for p in points if p.modelled})
-    ps = [p for p in params(points) if not args.only or p.name in args.only]
+    ps = [p for p in params(points, args.per_kind_floor) if not args.only or p.name in args.only]
     best = loss(h, points)
     print(f"fitted points: {sum(1 for p in points if p.modelled)} of {len(fitted_sets)} sets; start loss {best:.4f}")
     for rnd in range(args.rounds):
