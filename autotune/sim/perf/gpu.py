@@ -61,9 +61,8 @@ class GpuSpeed:
     source: str
 
 
-#: [fitted on fitted.FITTED_SETS, 39 sets] the kernel floor (the kinds without a floor of their own), the GEMM
-#: and prefill shares and the eager launch x4 (prefill runs eager; SGLang's Python launch path is slower than the
-#: former 150 / 300 us a layer).
+#: [fitted on fitted.FITTED_SETS, 39 sets] the kernel floor, the GEMM and prefill shares and the eager launch x4
+#: (prefill runs eager; SGLang's Python launch path is slower than the former 150 / 300 us a layer).
 KERNEL_FLOOR_S = 9e-6
 GEMM_SHARE = 0.55
 PREFILL_SHARE = 0.45
@@ -75,8 +74,8 @@ _HOPPER_HBM = "FlashMLA decode 3000 GB/s on H800 SXM5 (README), 2826 GB/s on H10
 _ATTN = "attention: FlashMLA 660 TFLOPS on H800 SXM5 (README)"
 
 
-def _fitted(hbm: float, attention: float, source: str, floor_s: float = KERNEL_FLOOR_S) -> GpuSpeed:
-    return GpuSpeed(hbm, GEMM_SHARE, PREFILL_SHARE, attention, floor_s, MOE_SHARE, EAGER_SCALE, "fitted",
+def _fitted(hbm: float, attention: float, source: str) -> GpuSpeed:
+    return GpuSpeed(hbm, GEMM_SHARE, PREFILL_SHARE, attention, KERNEL_FLOOR_S, MOE_SHARE, EAGER_SCALE, "fitted",
                     f"{source}; {_FITTED}")
 
 
@@ -88,12 +87,13 @@ DEFAULT = _fitted(0.85, 0.67, f"hbm: {_HOPPER_HBM} (published); {_ATTN}")
 #: constants in perf/comm.py were chosen with these, its batch-1 TPOT is held in tests/test_sim_perf.py).
 SEED_CALIBRATED = frozenset({"rtx-pro-6000", "rtx-5090"})
 GPU_SPEED: dict[str, GpuSpeed] = {
-    # hbm and the kernel floor [fitted on fitted.GPU_SETS[kind]]
-    "h100": _fitted(0.92, 0.67, f"hbm, floor fitted (the published FlashMLA figures: {_HOPPER_HBM}); {_ATTN}", 9e-6),
-    "h200": _fitted(0.75, 0.67, f"hbm, floor fitted; {_ATTN}", 9e-6),
-    "b200": _fitted(0.92, 0.67, "hbm, floor fitted; attention: Hopper's", 9e-6),
-    "a100-80": _fitted(0.75, 0.67, "hbm, floor fitted; attention: Hopper's", 9e-6),
-    "mi300x": _fitted(0.65, 0.67, "hbm, floor fitted; attention: Hopper's", 9e-6),
+    # hbm [fitted on fitted.GPU_SETS[kind]]; one kernel floor for all (a floor per kind was tried and not taken:
+    # docs/simulator-speed.md, "Refitted after the second stream")
+    "h100": _fitted(0.92, 0.67, f"hbm fitted (the published FlashMLA figures: {_HOPPER_HBM}); {_ATTN}"),
+    "h200": _fitted(0.75, 0.67, f"hbm fitted; {_ATTN}"),
+    "b200": _fitted(0.92, 0.67, "hbm fitted; attention: Hopper's"),
+    "a100-80": _fitted(0.75, 0.67, "hbm fitted; attention: Hopper's"),
+    "mi300x": _fitted(0.65, 0.67, "hbm fitted; attention: Hopper's"),
     # one fitted set only: hbm stays H100's published benchmark
     "h20": _fitted(0.85, 0.85, "attention: FlashMLA 117-130 of 148 TFLOPS (FlashMLA issue #30), FA3 126 TFLOPS "
                    "(flash-attention issue #1310) (published); hbm: H100's benchmark (modelled)"),
