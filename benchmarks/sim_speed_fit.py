@@ -2,7 +2,7 @@
 
 The structure of the speed model comes from SGLang's code and microbenchmarks
 (``docs/simulator-speed.md``); a few constants stay free: the kernel floor (one for every kind; with
-``--per-kind-floor`` each kind's own where it has enough sets, tried and not taken), each GPU kind's achievable HBM share, the routed experts' grouped-GEMM share, the GEMM and prefill shares, the eager launch, the request
+``--per-kind-floor`` each kind's own where it has enough sets, tried and not taken), each GPU kind's achievable HBM share, the routed experts' grouped-GEMM share (one for NVIDIA kinds, one for AMD's), the GEMM and prefill shares, the eager launch, the request
 path (fixed and per input token), the scheduler's per-request cost, the speculative cycle's fixed cost, the
 attention backends' factors on Hopper. It starts from the values in the code: the committed ones came out
 of successive runs (their grids and results: ``docs/simulator-speed.md``). This script chooses them by coordinate
@@ -37,7 +37,7 @@ from autotune.sglang.hardware.gpus import get_gpu
 from autotune.sim.perf import gpu as perf_gpu
 from autotune.sim.perf import knobs as perf_knobs
 from autotune.sim.perf import model as perf
-from autotune.sim.perf.fitted import MIN_SETS_PER_GPU  # a kind's HBM share needs that many sets on it
+from autotune.sim.perf.fitted import AMD_KINDS, MIN_SETS_PER_GPU  # a kind's HBM share needs that many sets on it
 from autotune.trial import offline
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +74,16 @@ def _set_rows(field: str, value: float, names: list[str] | None = None) -> None:
         perf_gpu.DEFAULT = replace(perf_gpu.DEFAULT, **{field: value})
 
 
+def _set_moe_nvidia(value: float) -> None:
+    _set_rows("moe", value, [n for n in perf_gpu.GPU_SPEED if n not in perf_gpu.SEED_CALIBRATED | AMD_KINDS])
+    perf_gpu.DEFAULT = replace(perf_gpu.DEFAULT, moe=value)
+
+
+def _set_moe_amd(value: float) -> None:
+    _set_rows("moe", value, [n for n in perf_gpu.GPU_SPEED if n in AMD_KINDS])
+    perf_gpu.MOE_SHARE_AMD = value
+
+
 def _gpu_of(point: Any) -> str:
     return get_gpu(point.request.gpu).name if point.request is not None else ""
 
@@ -85,9 +95,11 @@ def params(points: list[Any], per_kind_floor: bool = False) -> list[Param]:
     out = [
         Param("kernel_floor_s", [2e-6, 3e-6, 4.5e-6, 6e-6, 9e-6, 13e-6], perf_gpu.DEFAULT.kernel_floor_s,
               lambda v: _set_rows("kernel_floor_s", v), lambda p: True),
-        Param("moe", [0.8, 0.65, 0.5, 0.4, 0.3], perf_gpu.DEFAULT.moe, lambda v: _set_rows("moe", v),
-              lambda p: p.key in moe),
-        Param("gemm", [0.2, 0.25, 0.3, 0.4, 0.55], perf_gpu.DEFAULT.gemm, lambda v: _set_rows("gemm", v), lambda p: True),
+        Param("moe", [0.9, 0.8, 0.65, 0.5, 0.4, 0.3], perf_gpu.DEFAULT.moe, _set_moe_nvidia,
+              lambda p: p.key in moe and _gpu_of(p) not in AMD_KINDS),
+        Param("moe[amd]", [0.8, 0.65, 0.5, 0.4, 0.3, 0.2], perf_gpu.MOE_SHARE_AMD, _set_moe_amd,
+              lambda p: p.key in moe and _gpu_of(p) in AMD_KINDS),
+        Param("gemm", [0.2, 0.25, 0.3, 0.4, 0.55, 0.7], perf_gpu.DEFAULT.gemm, lambda v: _set_rows("gemm", v), lambda p: True),
         Param("prefill", [0.25, 0.35, 0.45, 0.6, 0.75], perf_gpu.DEFAULT.prefill, lambda v: _set_rows("prefill", v),
               lambda p: True),
         Param("REQUEST_PATH_S", [1e-3, 2e-3, 4e-3, 8e-3, 16e-3], perf.REQUEST_PATH_S,
@@ -96,7 +108,7 @@ def params(points: list[Any], per_kind_floor: bool = False) -> list[Param]:
               lambda v: setattr(perf, "REQUEST_PATH_PER_TOKEN_S", v), lambda p: True),
         Param("STEP_PER_REQ_S", [0.4e-6, 5e-6, 15e-6, 30e-6, 60e-6], perf.STEP_PER_REQ_S,
               lambda v: setattr(perf, "STEP_PER_REQ_S", v), lambda p: True),
-        Param("eager", [1.0, 1.5, 2.0, 3.0, 4.0], perf_gpu.DEFAULT.eager, lambda v: _set_rows("eager", v),
+        Param("eager", [1.0, 1.5, 2.0, 3.0, 4.0, 6.0], perf_gpu.DEFAULT.eager, lambda v: _set_rows("eager", v),
               lambda p: True),
         Param("FP8_GEMM_RELATIVE", [0.5, 0.6, 0.7, 0.85, 1.0], perf_gpu.FP8_GEMM_RELATIVE,
               lambda v: setattr(perf_gpu, "FP8_GEMM_RELATIVE", v), _is_fp8),

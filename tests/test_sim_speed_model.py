@@ -254,6 +254,22 @@ def test_a_later_chunk_attends_to_its_earlier_chunks(llama: Any) -> None:
     assert p.prefill_time_s(8192, 1) == pytest.approx(first)
 
 
+def test_amd_kinds_stream_routed_experts_at_their_own_fitted_share(dsv3: Any) -> None:
+    """ROCm runs other MoE kernels than CUDA's Triton fused MoE: the experts' share is fitted per vendor, and an
+    AMD kind without a row of its own takes AMD's share, not NVIDIA's."""
+    from autotune.sim.perf import gpu as perf_gpu
+
+    assert gpu_speed(get_gpu("mi300x")).moe == perf_gpu.MOE_SHARE_AMD
+    assert gpu_speed(get_gpu("mi355x")).moe == perf_gpu.MOE_SHARE_AMD  # no row: the default row, AMD's share
+    assert gpu_speed(get_gpu("h200")).moe == gpu_speed(get_gpu("b200")).moe == perf_gpu.MOE_SHARE
+    assert perf_gpu.MOE_SHARE != perf_gpu.MOE_SHARE_AMD
+    # as behaviour: the expert read of a MoE decode step follows the kind's share
+    amd, slower = perf(dsv3, gpu="mi300x").target, perf(dsv3, gpu="mi300x").target
+    assert amd.speed.moe == perf_gpu.MOE_SHARE_AMD
+    slower.speed = replace(amd.speed, moe=amd.speed.moe / 2)
+    assert slower.weight_read_s(64) > amd.weight_read_s(64)
+
+
 def test_fitted_constants_were_fitted_on_fitted_sets_only() -> None:
     import yaml
 
@@ -263,6 +279,8 @@ def test_fitted_constants_were_fitted_on_fitted_sets_only() -> None:
     held = {h["id"] for h in yaml.safe_load((data / "holdout.yaml").read_text())["holdout"]}
     assert perf_fitted.FITTED_SETS and not held & set(perf_fitted.FITTED_SETS)
     assert set(perf_fitted.FP8_SETS) <= set(perf_fitted.FITTED_SETS)
+    assert perf_fitted.AMD_MOE_SETS and not set(perf_fitted.AMD_MOE_SETS) & set(perf_fitted.MOE_SETS)
+    assert set(perf_fitted.AMD_MOE_SETS) | set(perf_fitted.MOE_SETS) <= set(perf_fitted.FITTED_SETS)
     assert all((data / f"{sid}.yaml").exists() for sid in perf_fitted.FITTED_SETS)
     assert set(perf_fitted.GPU_SETS) <= set(GPU_SPEED)  # every kind whose HBM share was fitted has its row
     for kind, sets in perf_fitted.GPU_SETS.items():

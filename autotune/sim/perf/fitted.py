@@ -54,8 +54,12 @@ FITTED: dict[str, tuple[str, bool, bool, bool]] = {
 #: The global constants (kernel floor, GEMM and prefill shares, eager launch, request path, scheduler cost per
 #: request) were fitted on all of them.
 FITTED_SETS: tuple[str, ...] = tuple(FITTED)
-#: The routed experts' grouped-GEMM share: the MoE ones.
-MOE_SETS: tuple[str, ...] = tuple(s for s, (_, moe, _, _) in FITTED.items() if moe)
+#: AMD kinds among the fitted sets' GPUs (their routed experts run ROCm's kernels: perf/gpu.py MOE_SHARE_AMD).
+AMD_KINDS = frozenset({"mi300x", "mi325x", "mi355x"})
+#: The routed experts' grouped-GEMM share on NVIDIA kinds: the MoE ones there.
+MOE_SETS: tuple[str, ...] = tuple(s for s, (g, moe, _, _) in FITTED.items() if moe and g not in AMD_KINDS)
+#: The same share on AMD kinds (perf/gpu.py MOE_SHARE_AMD).
+AMD_MOE_SETS: tuple[str, ...] = tuple(s for s, (g, moe, _, _) in FITTED.items() if moe and g in AMD_KINDS)
 #: The speculative cycle's fixed cost (not identifiable on them: left modelled).
 SPECULATIVE_SETS: tuple[str, ...] = tuple(s for s, (_, _, spec, _) in FITTED.items() if spec)
 #: FP8 GEMMs' achieved share against BF16's (perf/gpu.py FP8_GEMM_RELATIVE): the sets whose checkpoint is FP8, as

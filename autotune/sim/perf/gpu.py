@@ -40,7 +40,7 @@ Columns:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["GPU_SPEED", "GpuSpeed", "gemm_peak_factor", "gemm_speed_factor", "gpu_speed"]
@@ -67,15 +67,20 @@ KERNEL_FLOOR_S = 9e-6
 GEMM_SHARE = 0.55
 PREFILL_SHARE = 0.45
 EAGER_SCALE = 4.0
-#: [fitted on fitted.MOE_SETS, 24 sets] the routed experts' grouped GEMM streams at 0.65 of the dense share.
-MOE_SHARE = 0.65
+#: [fitted on fitted.MOE_SETS, the 20 MoE sets on NVIDIA kinds] the routed experts' grouped GEMM streams at 0.8 of
+#: the dense share (0.65 while one share served both vendors: the AMD sets held it down).
+MOE_SHARE = 0.8
+#: [fitted on fitted.AMD_MOE_SETS, 4 sets on MI300X] the same share on AMD kinds (0.65), fitted apart: on ROCm the
+#: routed experts run other kernels than CUDA's Triton fused MoE (SGLang 0.5.9 layers/quantization/fp8.py:98-103
+#: takes aiter's ``fused_moe`` under ``SGLANG_USE_AITER`` on HIP; otherwise the Triton kernel compiled for CDNA).
+MOE_SHARE_AMD = 0.65
 _FITTED = "kernel floor, GEMM/prefill/MoE shares, eager launch fitted (fitted.py)"
 _HOPPER_HBM = "FlashMLA decode 3000 GB/s on H800 SXM5 (README), 2826 GB/s on H100 SXM (achatbot PR #123)"
 _ATTN = "attention: FlashMLA 660 TFLOPS on H800 SXM5 (README)"
 
 
-def _fitted(hbm: float, attention: float, source: str) -> GpuSpeed:
-    return GpuSpeed(hbm, GEMM_SHARE, PREFILL_SHARE, attention, KERNEL_FLOOR_S, MOE_SHARE, EAGER_SCALE, "fitted",
+def _fitted(hbm: float, attention: float, source: str, moe: float = MOE_SHARE) -> GpuSpeed:
+    return GpuSpeed(hbm, GEMM_SHARE, PREFILL_SHARE, attention, KERNEL_FLOOR_S, moe, EAGER_SCALE, "fitted",
                     f"{source}; {_FITTED}")
 
 
@@ -91,9 +96,9 @@ GPU_SPEED: dict[str, GpuSpeed] = {
     # docs/simulator-speed.md, "Refitted after the second stream")
     "h100": _fitted(0.92, 0.67, f"hbm fitted (the published FlashMLA figures: {_HOPPER_HBM}); {_ATTN}"),
     "h200": _fitted(0.75, 0.67, f"hbm fitted; {_ATTN}"),
-    "b200": _fitted(0.92, 0.67, "hbm fitted; attention: Hopper's"),
+    "b200": _fitted(0.85, 0.67, "hbm fitted; attention: Hopper's"),
     "a100-80": _fitted(0.75, 0.67, "hbm fitted; attention: Hopper's"),
-    "mi300x": _fitted(0.65, 0.67, "hbm fitted; attention: Hopper's"),
+    "mi300x": _fitted(0.65, 0.67, "hbm and MoE share (AMD's) fitted; attention: Hopper's", moe=MOE_SHARE_AMD),
     # one fitted set only: hbm stays H100's published benchmark
     "h20": _fitted(0.85, 0.85, "attention: FlashMLA 117-130 of 148 TFLOPS (FlashMLA issue #30), FA3 126 TFLOPS "
                    "(flash-attention issue #1310) (published); hbm: H100's benchmark (modelled)"),
@@ -105,7 +110,10 @@ GPU_SPEED: dict[str, GpuSpeed] = {
 
 def gpu_speed(gpu: Any) -> GpuSpeed:
     """The achievable-share row of a GPU kind (a catalogue kind, or a custom one: the default row)."""
-    return GPU_SPEED.get(str(getattr(gpu, "name", "")), DEFAULT)
+    row = GPU_SPEED.get(str(getattr(gpu, "name", "")))
+    if row is not None:
+        return row
+    return replace(DEFAULT, moe=MOE_SHARE_AMD) if getattr(gpu, "vendor", "nvidia") == "amd" else DEFAULT
 
 
 #: Methods whose GEMMs run FP8 x FP8 on tensor cores (activations quantised per token group on the fly).
