@@ -18,6 +18,7 @@ import pytest
 from support.sim_server import MODEL, sim_server
 
 from autotune.load import LoadSpec, run_load
+from autotune.load.run import sim_clock_probe
 
 QUIET = os.getloadavg()[0] < (os.cpu_count() or 1)
 REL = 0.01 if QUIET else 0.05
@@ -50,3 +51,27 @@ def test_tokens_exact_and_throughput_in_modelled_time(sim: str, backend: str) ->
     assert m["output_throughput"] == pytest.approx(truth, rel=REL)
     assert m["time_scale_nominal"] == 2.0 and result.time_scale == m["time_scale"]
     assert 0.5 < result.time_scale <= 2.2  # measured factor: at most a little above nominal
+
+
+def test_the_clock_probe_reads_the_counters_without_every_requests_record(sim: str) -> None:
+    """``/sim/stats?requests=0``: the counters and the modelled clock, not a record per request served (which grow
+    with every request since the server started: a probe polled through a long run fetched them all each time)."""
+    import asyncio
+
+    import aiohttp
+
+    run_load(sim, LoadSpec(backend="openai", concurrency=4, num_prompts=8, input_len=32, output_len=8,
+                           warmup_requests=0))
+    full = _stats(sim)
+    with urllib.request.urlopen(sim + "/sim/stats?requests=0", timeout=10) as resp:
+        lean = json.loads(resp.read())
+    assert len(full["requests"]) >= 8 and "requests" not in lean
+    assert lean["requests_served"] == full["requests_served"] >= 8
+    assert lean["modelled_now_s"] >= full["modelled_now_s"] > 0
+
+    async def probe() -> tuple[float, float] | None:
+        async with aiohttp.ClientSession() as session:
+            return await sim_clock_probe(session, sim)()
+
+    got = asyncio.run(probe())
+    assert got is not None and got[1] >= lean["modelled_now_s"]

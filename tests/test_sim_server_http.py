@@ -52,8 +52,8 @@ class StubEngine:
                 self.served += 1
             yield _Chunk([100 + i], self.now, last, "length" if last else None)
 
-    def stats(self) -> dict[str, Any]:
-        return {"tokens_emitted": self.emitted, "requests_served": self.served, "requests": []}
+    def stats(self, requests: bool = True) -> dict[str, Any]:
+        return {"tokens_emitted": self.emitted, "requests_served": self.served, **({"requests": []} if requests else {})}
 
     def modelled_now(self) -> float:
         return self.now

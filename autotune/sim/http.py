@@ -5,7 +5,8 @@ cumulative SSE chunks and ``meta_info``, OpenAI ``/v1/completions`` and
 ``/v1/chat/completions`` (chunks, ``[DONE]``, the usage chunk of
 ``stream_options.include_usage``), ``/server_info``, ``/model_info``, ``/v1/models``,
 ``/flush_cache``, health. Everything answers 503 until :attr:`ServerState.ready`.
-``/sim/stats`` is the simulator's ground truth (exact tokens, per-request modelled times).
+``/sim/stats`` is the simulator's ground truth (exact tokens, per-request modelled times; ``?requests=0``: without
+the per-request records).
 
 Latencies in responses (``e2e_latency``) are *modelled* seconds, like every time the
 simulator reports; divide wall clock by the time scale to compare.
@@ -449,7 +450,10 @@ _FLUSH_NOTE = ("Please check backend logs for more details. "
 
 async def handle_sim_stats(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE_KEY]
-    stats: dict[str, Any] = dict(state.engine.stats()) if state.engine is not None else {}
+    # ?requests=0: the counters and the clock without a record per request served (the load generator's clock
+    # probe polls this during a run; the records grow with every request the server has served)
+    records = request.query.get("requests", "1").lower() not in ("0", "false", "no")
+    stats: dict[str, Any] = dict(state.engine.stats(records)) if state.engine is not None else {}
     stats["modelled_now_s"] = state.engine.modelled_now() if state.engine is not None else 0.0
     stats["in_flight_http"] = state.in_flight
     stats["faults"] = {"requests_finished": state.faults.requests_finished,

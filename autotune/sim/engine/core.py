@@ -254,9 +254,9 @@ class Engine:
             if req.finish_s is None and req.error is None:
                 self._sched.abort(req)
 
-    def stats(self) -> dict[str, Any]:
-        """Ground truth for /sim/stats: counters and per-request modelled timestamps."""
-        return self._sched.stats()
+    def stats(self, requests: bool = True) -> dict[str, Any]:
+        """Ground truth for /sim/stats: counters and (unless ``requests`` is False) per-request modelled timestamps."""
+        return self._sched.stats(requests)
 
     # --- the scheduler loop (asyncio driver) ------------------------------------------
 
