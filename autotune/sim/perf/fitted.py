@@ -8,6 +8,8 @@ not a validation; the held-out sets are what ``benchmarks/sim_vs_published.py`` 
 
 from __future__ import annotations
 
+from autotune.sglang.hardware.gpus import GPUS
+
 #: Every fitted set with a modelled point: (the GPU kind it ran on, a MoE model, speculative decoding, an
 #: attention backend named in its flags).
 FITTED: dict[str, tuple[str, bool, bool, bool]] = {
@@ -54,8 +56,8 @@ FITTED: dict[str, tuple[str, bool, bool, bool]] = {
 #: The global constants (kernel floor, GEMM and prefill shares, eager launch, request path, scheduler cost per
 #: request) were fitted on all of them.
 FITTED_SETS: tuple[str, ...] = tuple(FITTED)
-#: AMD kinds among the fitted sets' GPUs (their routed experts run ROCm's kernels: perf/gpu.py MOE_SHARE_AMD).
-AMD_KINDS = frozenset({"mi300x", "mi325x", "mi355x"})
+#: The catalogue's AMD kinds (their routed experts run ROCm's kernels: perf/gpu.py MOE_SHARE_AMD).
+AMD_KINDS = frozenset(name for name, g in GPUS.items() if g.rocm)
 #: The routed experts' grouped-GEMM share on NVIDIA kinds: the MoE ones there.
 MOE_SETS: tuple[str, ...] = tuple(s for s, (g, moe, _, _) in FITTED.items() if moe and g not in AMD_KINDS)
 #: The same share on AMD kinds (perf/gpu.py MOE_SHARE_AMD).
