@@ -330,7 +330,7 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         replicated_weight_bytes=min(replicated, weight_bytes),
         index_n_heads=int(text.get("index_n_heads") or 64) if fam == "dsa" and not unknown else 0,
         index_topk=int(text.get("index_topk") or 0) if fam == "dsa" and not unknown else 0,
-        shared_experts=_shared_experts(text) if n_experts else 0,
+        shared_experts=weights.shared_expert_count(text) if n_experts else 0,
         post_load_weight_bytes=int(absorbed),
         vision_weight_bytes=int(est.get("vision") * scale),
         expert_weight_bytes=int(experts * scale),
@@ -338,15 +338,6 @@ def profile_from_config(cfg: dict[str, Any], *, path: str = "<config>", total_si
         vlm_f_factor=vlm_mem_fraction_factor(top.get("vision_config")),
         weight_source=source or "config",
     )
-
-
-def _shared_experts(text: dict[str, Any]) -> int:
-    """A MoE layer's shared experts, from its config (``n_shared_experts``, or one of ``shared_expert_intermediate_size``)."""
-    n = text.get("n_shared_experts")
-    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-        return n
-    size = text.get("shared_expert_intermediate_size") or text.get("moe_shared_expert_intermediate_size")
-    return 1 if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:

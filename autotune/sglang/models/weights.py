@@ -117,6 +117,15 @@ def linear_attn_params(cfg: dict[str, Any], h: int) -> float:
     return float(h * (2 * inter + 2 * ng * state + heads) + (inter + 2 * ng * state) * k + inter * h)
 
 
+def shared_expert_count(cfg: dict[str, Any]) -> int:
+    """A MoE layer's shared experts: ``n_shared_experts``, or one where only its size is given (Qwen2-MoE and
+    Qwen3-Next's ``shared_expert_intermediate_size``); the same keys :func:`estimate_parts` sizes them from."""
+    n = _g(cfg, "n_shared_experts")
+    if n > 0:
+        return n
+    return 1 if _g(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size") > 0 else 0
+
+
 def estimate_parts(cfg: dict[str, Any], *, family: str, layer_kinds: list[str], quant: QuantScheme,
                    dtype_bytes: float, vision: dict[str, Any] | None = None) -> WeightParts:
     """Bytes per component of the loaded checkpoint, from config.json.
