@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from support.sim_engine import RecordingPerf, make_engine
+from support.sim_engine import RecordingPerf, make_engine, run_to_idle
 
 from autotune.errors import ConfigError
 from autotune.sim.engine.core import Chunk, Engine, EngineStopped
@@ -270,3 +270,31 @@ def test_modelled_results_do_not_depend_on_the_time_scale(scale):
     span = run(scenario())
     # two waves of 4: each is one prefill step (0.005 + 200 x 1e-5 s) and 29 decode steps of 0.02 s
     assert span == pytest.approx(2 * (0.007 + 29 * 0.02), rel=0.05)
+
+
+def test_a_long_lived_server_keeps_a_bounded_summary_of_finished_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished request leaves only its summary record, and only the newest RECORDS_KEPT of those: a server
+    that runs without end (``python -m autotune.sim`` under ``autotune bench``) does not grow a request at a
+    time. What is dropped is counted; a live request and a late reader of the cached-token count still work."""
+    from autotune.sim.engine import scheduler
+
+    monkeypatch.setattr(scheduler, "RECORDS_KEPT", 4)
+    engine = make_engine(RecordingPerf())
+    prefix = list(range(64))
+    for i in range(10):
+        engine.submit(f"r{i}", 80, 3, keys=prefix + [1000 + i] * 16)
+        run_to_idle(engine)
+    live = engine.submit("live", 80, 3, keys=prefix + [5000] * 16)
+    stats = engine.stats()
+    rids = [r["rid"] for r in stats["requests"]]
+    assert rids == ["r6", "r7", "r8", "r9", "live"]  # the newest finished ones, in submission order
+    assert stats["requests_dropped"] == 6 and stats["requests_served"] == 10
+    assert all(r["output_len"] == 3 and r["finish_reason"] == "length" for r in stats["requests"][:4])
+    assert engine.cached_tokens("r9") == 64  # read after it finished, from its summary
+    assert engine.cached_tokens("r0") == 0  # dropped: unknown
+    # what bounds the memory: the scheduler holds no finished request whole (chunk times, prompt ids)
+    held = [v for v in engine._sched.records.values() if not isinstance(v, dict)]
+    assert [h.rid for h in held] == ["live"]
+    run_to_idle(engine)
+    assert live.done and engine.stats()["requests"][-1]["rid"] == "live"
+    assert engine.stats(requests=False).get("requests_dropped") is None  # the lean answer stays lean

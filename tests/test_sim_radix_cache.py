@@ -63,16 +63,11 @@ def test_a_finished_reply_is_cached_so_the_next_turn_hits_prompt_and_reply() -> 
     h1 = engine.submit("t1", 100, 6, keys=turn1)
     run_to_idle(engine)
     assert h1.done
-    ids = _output_ids(engine, "t1")  # what the server streamed back as output_ids
+    ids = h1.output_ids  # what the server streamed back as output_ids
     turn2 = turn1 + ids + list(range(200, 250))
     h2 = engine.submit("t2", len(turn2), 3, keys=turn2)
     run_to_idle(engine)
     assert h2.cached_tokens == 100 + 5  # the prompt and the reply but its last token (never computed)
-
-
-def _output_ids(engine: Engine, rid: str) -> list[int]:
-    req = engine._sched.records[rid]
-    return req.token_ids(0, req.output)
 
 
 def test_the_cache_shares_the_kv_pool_and_is_evicted_for_running_requests() -> None:

@@ -61,7 +61,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.sim.engine.api import Chunk, EngineStopped, StepResult
 from autotune.sim.engine.clock import ModelledClock
-from autotune.sim.engine.request import RequestHandle
+from autotune.sim.engine.request import Request, RequestHandle
 from autotune.sim.engine.scheduler import Scheduler, Step
 
 __all__ = ["Chunk", "Engine", "EngineStopped", "RequestHandle", "StepResult"]
@@ -169,6 +169,10 @@ class Engine:
         nothing (see :meth:`generate`). Raises :class:`EngineStopped` on a dead or
         stopping engine, ConfigError for ``input_len`` < 1.
         """
+        return self._submit(rid, input_len, max_new_tokens, keys, at).handle
+
+    def _submit(self, rid: str, input_len: int, max_new_tokens: int, keys: Sequence[int] | None = None,
+                at: float | None = None) -> Request:
         if self._sched.dead or self._stopping:
             raise EngineStopped(f"request {rid}: {self._sched.dead or 'engine is stopping'}")
         if input_len < 1:
@@ -181,7 +185,7 @@ class Engine:
             self._clock.wake(now)
             if self._work is not None:
                 self._work.set()
-        return req.handle
+        return req
 
     def step_once(self) -> StepResult | None:
         """One scheduler iteration in pure modelled time (no sleeping); None when idle.
@@ -213,8 +217,7 @@ class Engine:
 
     def cached_tokens(self, rid: str) -> int:
         """Prompt tokens of request ``rid`` served from the prefix cache (0 when unknown)."""
-        req = self._sched.records.get(rid)
-        return req.cached if req is not None else 0
+        return self._sched.cached_tokens_of(rid)
 
     async def generate(
         self, rid: str, input_len: int, max_new_tokens: int, ignore_eos: bool = True,
@@ -228,8 +231,7 @@ class Engine:
         """
         if self._sched.dead or self._stopping or self._task is None:
             raise EngineStopped(f"request {rid}: {self._sched.dead or 'engine is not running'}")
-        self.submit(rid, input_len, max_new_tokens, ignore_eos, keys)
-        req = self._sched.records[rid]
+        req = self._submit(rid, input_len, max_new_tokens, keys)
         sent = offset = 0
         try:
             while True:

@@ -175,6 +175,11 @@ class RequestHandle:
         return r.finish_s is not None or r.error is not None
 
     @property
+    def output_ids(self) -> list[int]:
+        """The token ids of the output generated so far (what the server streams as ``output_ids``)."""
+        return self._req.token_ids(0, self._req.output)
+
+    @property
     def chunk_times(self) -> list[float]:
         """Modelled time of each streamed chunk (a copy)."""
         return list(self._req.times)

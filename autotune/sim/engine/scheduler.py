@@ -35,6 +35,9 @@ MIN_NEW_TOKEN_RATIO = 0.1
 NEW_TOKEN_RATIO_DECAY = 0.001
 CLIP_MAX_NEW_TOKENS = 4096
 RETRACT_DECODE_STEPS = 20
+#: Finished requests whose summary ``/sim/stats`` still lists (about 0.3 KB each: 30 MB at most); older ones are
+#: counted (``requests_dropped``), not kept. A trial's load is a few hundred requests; a long-lived server is not.
+RECORDS_KEPT = 100_000
 
 
 class Step:
@@ -110,7 +113,11 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # prefill finished, decoding
         self.chunked: Request | None = None  # partially prefilled, holds KV
-        self.records: dict[str, Request] = {}
+        # every request by rid, in submission order: the live ones whole, a finished one as its summary record
+        # (RECORDS_KEPT of them at most: :meth:`_retire`)
+        self.records: dict[str, Request | dict[str, object]] = {}
+        self._retired: deque[tuple[str, dict[str, object]]] = deque()
+        self.records_dropped = 0
         self.kv_used = 0
         self.ratio = INIT_NEW_TOKEN_RATIO
         knobs = getattr(perf, "inputs", None) and getattr(perf.inputs, "knobs", None)
@@ -148,11 +155,36 @@ class Scheduler:
         if req.max_new == 0:
             req.finish(now, "length")
             self.requests_served += 1
+            self._retire(req)
         elif req.input_len + 1 > self.kv_tokens:
             req.finish(now, "abort")
+            self._retire(req)
         else:
             self.waiting.append(req)
         return req
+
+    def _retire(self, req: Request) -> None:
+        """A finished request keeps only its summary record (``Request.record``), and only the newest
+        ``RECORDS_KEPT`` summaries stay: a live request holds its chunk times and its prompt's token ids, and a
+        long-lived server (``python -m autotune.sim`` under ``autotune bench``) serves without end, so keeping
+        every request whole grew the server by kilobytes a request for as long as it ran."""
+        if self.records.get(req.rid) is not req:
+            return
+        rec = req.record()
+        self.records[req.rid] = rec  # in place: the submission order stays
+        self._retired.append((req.rid, rec))
+        while len(self._retired) > RECORDS_KEPT:
+            rid, old = self._retired.popleft()
+            if self.records.get(rid) is old:
+                del self.records[rid]
+                self.records_dropped += 1
+
+    def cached_tokens_of(self, rid: str) -> int:
+        """Prompt tokens of request ``rid`` served from the prefix cache (0 when unknown or dropped)."""
+        rec = self.records.get(rid)
+        if isinstance(rec, Request):
+            return rec.cached
+        return int(rec.get("cached_tokens") or 0) if rec is not None else 0  # type: ignore[call-overload]
 
     def stats(self, requests: bool = True) -> dict[str, Any]:
         """Counters and per-request modelled timestamps (``/sim/stats``); ``requests=False`` leaves out the
@@ -172,7 +204,8 @@ class Scheduler:
             "spec_accept_length": self.spec_accept_length(),
         }
         if requests:
-            out["requests"] = [r.record() for r in self.records.values()]
+            out["requests"] = [r.record() if isinstance(r, Request) else r for r in self.records.values()]
+            out["requests_dropped"] = self.records_dropped  # the oldest finished ones past RECORDS_KEPT
         return out
 
     def spec_accept_length(self) -> float | None:
@@ -279,6 +312,8 @@ class Scheduler:
         ended = step.ended
         if len(ended) > 1:
             ended.sort(key=lambda r: r.seq)
+        for req in ended:
+            self._retire(req)
         return StepResult(step.kind, step.start, t_end - step.start, len(step.prefill) or len(step.decode),
                           step.tokens, step.chunks, tuple(r.handle for r in ended), self.dead)
 
@@ -561,6 +596,7 @@ class Scheduler:
         self._free(req)
         self._drop_match(req)
         req.finish(self.clock.t, "abort")
+        self._retire(req)
 
     def fail_all(self, reason: str) -> list[Request]:
         """Fail every request still queued or in flight; returns them."""
