@@ -5,6 +5,7 @@ Never a timing of the test itself."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,21 @@ def test_fp8_prefill_gains_less_than_the_datasheets_2x() -> None:
     assert gemm_speed_factor(fp8, get_gpu("a100-80")) == 1.0  # no FP8 tensor cores: nothing to discount
     gain = perf(bf16, "h100", tp=1).prefill_time_s(8192, 4) / perf(fp8, "h100", tp=1).prefill_time_s(8192, 4)
     assert 1.0 < gain < 1.6  # faster, as measured, and far from the datasheets' 2x
+
+
+def test_every_w8a8_fp8_method_quantises_activations_and_marlin_on_a100_does_not() -> None:
+    """The small-kernel floors count an activation quantisation per GEMM wherever the GEMMs run FP8 x FP8 (every
+    W8A8 FP8 method, not only block FP8), and none where an FP8 checkpoint runs weight-only (Marlin on A100:
+    SGLang 0.5.9 fp8.py:240-244, 582), as the GEMM speed already did."""
+    models = ROOT / "tests" / "data" / "published_speed" / "models"
+    bf16, fp8 = (load_model_profile(models / name) for name in ("qwen--qwen3-14b", "qwen--qwen3-14b-fp8"))
+    w8a8 = dataclasses.replace(fp8, quant_method="w8a8_fp8")
+    on = {name: perf(m, "h100", tp=1).target for name, m in (("bf16", bf16), ("fp8", fp8), ("w8a8", w8a8))}
+    assert on["fp8"].small_graph_s > on["bf16"].small_graph_s
+    assert on["w8a8"].small_graph_s == pytest.approx(on["fp8"].small_graph_s)
+    a100 = {name: perf(m, "a100-80", tp=1).target for name, m in (("bf16", bf16), ("fp8", fp8))}
+    assert a100["fp8"].small_graph_s == pytest.approx(a100["bf16"].small_graph_s)
+    assert not a100["fp8"].fp8_quant and on["w8a8"].fp8_quant
 
 
 # --- MoE decode: costs beyond the weight read that grow with the batch ---------------------------

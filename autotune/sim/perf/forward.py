@@ -24,7 +24,7 @@ from autotune.sglang.hardware.gpus import GpuKind
 from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.models.sizing import layout_of
 from autotune.sim.perf.comm import CommSetup, allreduce_s
-from autotune.sim.perf.gpu import gemm_speed_factor, gpu_speed
+from autotune.sim.perf.gpu import gemm_speed_factor, gpu_speed, w8a8_fp8
 from autotune.sim.perf.knobs import FP8_GEMM_SPEED, KnobSpeed
 
 
@@ -198,7 +198,9 @@ class Forward:
         self.expert_bytes *= knobs.moe_factor
         self.attn_comm = replace(comm, tp_size=attn_tp) if attn_dp > 1 else None
         self.attn_dp = attn_dp
-        self.fp8_factor = FP8_GEMM_SPEED.get(knobs.fp8_gemm, 1.0) if getattr(model, "quant_method", None) == "fp8" else 1.0
+        # --fp8-gemm-backend picks the block-FP8 GEMM (the "fp8" method on FP8 tensor cores; Marlin elsewhere)
+        block_fp8 = getattr(model, "quant_method", None) == "fp8" and w8a8_fp8(model, gpu)
+        self.fp8_factor = FP8_GEMM_SPEED.get(knobs.fp8_gemm, 1.0) if block_fp8 else 1.0
         self.params = flop_params(model) / tp
         _, expert = _mlp_params(model)
         self.expert_params = expert / tp  # one routed expert's share on this GPU (TP or EP: the same FLOPs)
@@ -226,7 +228,7 @@ class Forward:
         nvidia = getattr(gpu, "vendor", "nvidia") != "amd"
         shared = int(getattr(model, "shared_experts", 0) or 0) if self.moe else 0
         fused = shared > 0 and _fuses_shared_experts(model.architecture, self.experts, shared, nvidia, ep_size)
-        self.fp8_quant = getattr(model, "quant_method", None) == "fp8"  # one activation quantisation per GEMM
+        self.fp8_quant = w8a8_fp8(model, gpu)  # one activation quantisation per GEMM (every W8A8 FP8 method)
         q = 1 if self.fp8_quant else 0
         floor = self.speed.kernel_floor_s
         layers = model.num_layers

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["GPU_SPEED", "GpuSpeed", "gemm_peak_factor", "gemm_speed_factor", "gpu_speed"]
+__all__ = ["GPU_SPEED", "GpuSpeed", "gemm_peak_factor", "gemm_speed_factor", "gpu_speed", "w8a8_fp8"]
 
 
 @dataclass(frozen=True)
@@ -128,11 +128,19 @@ FP8_METHODS = frozenset({"fp8", "modelopt_fp8", "w8a8_fp8", "fbgemm_fp8", "ptpc_
 FP8_GEMM_RELATIVE = 0.6
 
 
+def w8a8_fp8(model: Any, gpu: Any) -> bool:
+    """This checkpoint's GEMMs run FP8 x FP8 on ``gpu``'s FP8 tensor cores, each after quantising its activations.
+
+    An FP8 checkpoint on a GPU without FP8 tensor cores (A100) runs weight-only: SGLang 0.5.9
+    ``layers/quantization/fp8.py:240-244`` switches to Marlin there, whose GEMM reads FP8 weights and computes in
+    BF16 ("Activations not quantized for marlin", ``fp8.py:582``): no activation quantisation, BF16's peak."""
+    return str(getattr(model, "quant_method", None) or "").lower() in FP8_METHODS and gemm_peak_factor(model, gpu) == 2.0
+
+
 def gemm_speed_factor(model: Any, gpu: Any) -> float:
     """:func:`gemm_peak_factor` with FP8's achieved share against BF16's (``FP8_GEMM_RELATIVE``)."""
     peak = gemm_peak_factor(model, gpu)
-    fp8 = str(getattr(model, "quant_method", None) or "").lower() in FP8_METHODS and peak == 2.0
-    return peak * FP8_GEMM_RELATIVE if fp8 else peak
+    return peak * FP8_GEMM_RELATIVE if w8a8_fp8(model, gpu) else peak
 
 
 def gemm_peak_factor(model: Any, gpu: Any) -> float:
