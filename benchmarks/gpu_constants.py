@@ -325,7 +325,7 @@ def measure_experts(b: Bench, gpu: GpuKind, report: Report) -> None:
         starts = (torch.cumsum(counts, 0) - counts).tolist()
         spans = [(e, int(s), int(c)) for e, (s, c) in enumerate(zip(starts, counts.tolist(), strict=True)) if c > 0]
         loop = per_expert_body(rows, spans)
-        body, how = loop, "one GEMM per touched expert" + (", graph-replayed" if b.cuda else "")
+        body, how = loop, "one GEMM per touched expert"
         if grouped:
             try:  # checked against the per-expert loop before it is timed (bf16: within 2 %)
                 offs = torch.cumsum(counts, 0).to(device=b.device, dtype=torch.int32)
@@ -337,7 +337,8 @@ def measure_experts(b: Bench, gpu: GpuKind, report: Report) -> None:
                 body, how = cand, "torch._grouped_mm"
             except Exception as exc:  # noqa: BLE001 (any failure: the loop is timed instead, and says why)
                 raw[f"grouped_mm_t{tokens}"] = f"not used: {type(exc).__name__}: {exc}"[:300]
-        run = _graphed(b, body) if b.cuda else (lambda _i, body=body: body())
+        run, mode = _replayed(b, body)
+        how = f"{how}, {mode}" if b.cuda else how
         t, sp = b.time(run)
         read = touched * per_expert
         raw[f"t{tokens}"] = {"s": t, "touched": touched, "how": how}
@@ -361,6 +362,18 @@ def _graphed(b: Bench, body: Callable[[], Any]) -> Callable[[int], Any]:
     return lambda _i: graph.replay()
 
 
+def _replayed(b: Bench, body: Callable[[], Any]) -> tuple[Callable[[int], Any], str]:
+    """``body`` as timed: replayed from a CUDA graph on a GPU (eager where the capture fails, saying why; on a
+    CPU, eager), and how."""
+    if not b.cuda:
+        return (lambda _i: body()), "eager"
+    try:
+        return _graphed(b, body), "graph-replayed"
+    except Exception as exc:  # noqa: BLE001 (timed eagerly instead; the figure says so)
+        b.sync()
+        return (lambda _i: body()), f"eager: graph capture failed ({type(exc).__name__}: {str(exc)[:120]})"
+
+
 def measure_small_kernels(b: Bench, gpu: GpuKind, report: Report) -> None:
     torch = b.torch
     f = torch.nn.functional
@@ -382,11 +395,12 @@ def measure_small_kernels(b: Bench, gpu: GpuKind, report: Report) -> None:
         def body(op: Callable[[], Any] = op) -> None:
             for _ in range(inner):
                 op()
-        run = _graphed(b, body) if b.cuda else (lambda _i, body=body: body())
+        run, mode = _replayed(b, body)
         t, sp = b.time(run)
         raw[name] = t / inner
-        report.add(time_figure(f"small op, {'graph-replayed' if b.cuda else 'eager'}: {name}", t / inner, floor, "gpu.py kernel_floor_s",
-                               (sp[0] / inner, sp[1] / inner), "64 x 7168 decode rows; one op may be several kernels"))
+        report.add(time_figure(f"small op ({mode.split(':')[0]}): {name}", t / inner, floor, "gpu.py kernel_floor_s",
+                               (sp[0] / inner, sp[1] / inner), f"64 x 7168 decode rows; one op may be several kernels; "
+                               f"{mode}"))
     report.raw["small_ops_s"] = raw
 
 
