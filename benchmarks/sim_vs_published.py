@@ -79,6 +79,9 @@ DATA = ROOT / "tests" / "data" / "published_speed"
 MAX_PROMPTS_PER_SLOT = 6
 MAX_RATE_PROMPTS = 2000
 MIN_DRAWN_PROMPTS = 64
+#: A measured relative effect under this ratio counts as flat (no direction to miss), unless the set shows a wider
+#: run-to-run spread of its own (``run_to_run``: two runs of one configuration that measured apart).
+FLAT_BAND = 1.03
 SHAREGPT_MEAN_IN, SHAREGPT_MEAN_OUT = 229, 196
 #: Flags releases before 0.5.9 had, and what 0.5.9 spells instead (value None: the TP size). --enable-ep-moe set
 #: ep_size = tp_size; --enable-deepep-moe chose DeepEP; --enable-flashinfer-mla the FlashInfer MLA backend.
@@ -129,6 +132,7 @@ class Point:
     modelled: dict[str, float] = field(default_factory=dict)
     group: str = "unassigned"
     unseen_source: bool = False  # held out, and no fitted set shares its source
+    flat_band: float = FLAT_BAND  # a measured effect within this ratio counts as flat (the set's run_to_run)
 
     @property
     def key(self) -> str:
@@ -163,8 +167,25 @@ def load_sets(directory: Path) -> list[dict[str, Any]]:
             _need(data, key, path.stem)
         if not isinstance(data["points"], list) or not data["points"]:
             raise SetError(f"{path.stem}.points: no points")
+        _run_to_run(data, path.stem)
         sets.append(data)
     return sets
+
+
+def _run_to_run(data: dict[str, Any], where: str) -> float:
+    """The set's measured run-to-run spread (``run_to_run: {ratio, evidence}``) as a ratio, or ``FLAT_BAND``.
+
+    Only where the source itself shows it: two runs of one configuration (by SGLang's code at the set's release)
+    that measured apart. An effect within it has no direction to judge: it counts as flat."""
+    rr = data.get("run_to_run")
+    if rr is None:
+        return FLAT_BAND
+    ratio = rr.get("ratio") if isinstance(rr, dict) else None
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not FLAT_BAND <= ratio <= 2.0:
+        raise SetError(f"{where}.run_to_run.ratio: a number from {FLAT_BAND} to 2.0 (got {ratio!r})")
+    if not isinstance(rr.get("evidence"), str) or not rr["evidence"].strip():
+        raise SetError(f"{where}.run_to_run.evidence: missing (which runs of one configuration measured apart)")
+    return float(ratio)
 
 
 def load_holdout(directory: Path) -> tuple[set[str], set[str]] | None:
@@ -367,7 +388,7 @@ def build_point(s: dict[str, Any], p: dict[str, Any], directory: Path, cap_per_s
     if "decode_throughput_tok_s" in measured and not any(k in measured for k, _ in TPOT_KEYS):
         # one request's decode speed: its time per output token is the inverse
         measured["median_tpot_ms"] = 1000.0 / measured["decode_throughput_tok_s"]
-    point = Point(str(s["id"]), pid, str(s.get("knob") or "none"), measured)
+    point = Point(str(s["id"]), pid, str(s.get("knob") or "none"), measured, flat_band=_run_to_run(s, str(s["id"])))
     hw = s["hardware"]
     if int(hw.get("nodes") or 1) > 1:
         point.skipped = f"{hw['nodes']} nodes: the simulator models one node"
@@ -469,18 +490,21 @@ def effects(points: list[Point]) -> list[dict[str, Any]]:
                 if a is None or b is None or a[0] != b[0]:
                     continue
                 meas, mod = b[2] / a[2], b[1] / a[1]
+                uniform = judge(meas, mod)
                 out.append({"set": set_id, "point": p.point_id, "ref": ref.point_id, "figure": name,
-                            "measured": meas, "modelled": mod, "group": p.group, **judge(meas, mod)})
+                            "measured": meas, "modelled": mod, "group": p.group, "band": ref.flat_band,
+                            **judge(meas, mod, ref.flat_band), "direction_uniform": uniform["direction"]})
                 break
     return out
 
 
-def judge(measured: float, modelled: float) -> dict[str, bool]:
+def judge(measured: float, modelled: float, band: float = FLAT_BAND) -> dict[str, bool]:
     """Direction and size of a modelled relative effect against the measured one (log scale). A measured
-    change under 3 % counts as flat: the model is right when its change is under 10 %."""
+    change under 3 % (or within the set's measured run-to-run spread, ``band``) counts as flat: the model is right
+    when its change is under 10 % (or within the same spread)."""
     lm, ls = math.log(measured), math.log(modelled)
-    if abs(lm) < math.log(1.03):
-        flat = abs(ls) < math.log(1.10)
+    if abs(lm) < math.log(FLAT_BAND) or abs(lm) <= math.log(band):
+        flat = abs(ls) < math.log(max(1.10, band))
         return {"direction": flat, "within_1_5x": flat, "within_2x": abs(ls) < math.log(1.25)}
     same = lm * ls > 0
     size = ls / lm if same else 0.0
@@ -510,6 +534,7 @@ def summary(points: list[Point], effs: list[dict[str, Any]], groups: list[str]) 
             es = [e for e in effs if e["group"] == g]
         out[g] = {name: [r for p in pts if (r := ratio(p, name)) is not None] for name in SUMMARY_FIGURES}
         out[g]["effects"] = {"n": len(es), "direction": sum(e["direction"] for e in es),
+                             "direction_uniform": sum(e["direction_uniform"] for e in es),
                              "within_1_5x": sum(e["within_1_5x"] for e in es), "within_2x": sum(e["within_2x"] for e in es)}
     return out
 
@@ -538,9 +563,12 @@ def print_report(points: list[Point], effs: list[dict[str, Any]], summ: dict[str
         print(f"{'set: point vs ref':<70} {'figure':<10} {'measured':>9} {'modelled':>9}  direction  1.5x  2x")
         for e in effs:
             label = f"{e['set']}: {e['point']} vs {e['ref']}"
+            band = f"  (flat within {e['band']:.2f}x: the set's run-to-run spread)" \
+                if e["band"] != FLAT_BAND and math.log(FLAT_BAND) <= abs(math.log(e["measured"])) <= math.log(e["band"]) \
+                else ""
             print(f"{label[:70]:<70} {e['figure']:<10} {e['measured']:9.2f} {e['modelled']:9.2f}  "
                   f"{'yes' if e['direction'] else 'NO':<9}  {'yes' if e['within_1_5x'] else 'no':<4}  "
-                  f"{'yes' if e['within_2x'] else 'no'}")
+                  f"{'yes' if e['within_2x'] else 'no'}{band}")
     for g, s in summ.items():
         print(f"\nSummary, {g} points (modelled/measured):")
         for name in SUMMARY_FIGURES:
@@ -549,6 +577,9 @@ def print_report(points: list[Point], effs: list[dict[str, Any]], summ: dict[str
         if e["n"]:
             print(f"  effects    {e['direction']}/{e['n']} in the measured direction, {e['within_1_5x']}/{e['n']} within "
                   f"1.5x of its size, {e['within_2x']}/{e['n']} within 2x")
+            if e["direction_uniform"] != e["direction"]:
+                print(f"             ({e['direction_uniform']}/{e['n']} in the measured direction with a 3 % flat band for "
+                      "every set, its sets' measured run-to-run spread ignored)")
         else:
             print("  effects    none")
 

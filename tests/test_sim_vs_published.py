@@ -115,6 +115,34 @@ def test_judging_a_relative_effect(harness: Any) -> None:
     assert harness.judge(1.01, 1.05)["direction"] is True  # flat measured, flat modelled
 
 
+def test_an_effect_within_the_sets_own_run_to_run_spread_has_no_direction_to_miss(harness: Any, sets: Path) -> None:
+    """A set whose source ran one configuration twice and measured it apart (``run_to_run``) widens the flat band
+    for its effects: a 1.3x measured change is then no evidence of a direction, and a model that changes nothing is
+    right; beyond the spread the direction is judged as before. Without the field, the 3 % band."""
+    assert harness.judge(1.3, 1.0)["direction"] is False
+    assert harness.judge(1.3, 1.0, 1.393) == {"direction": True, "within_1_5x": True, "within_2x": True}
+    assert harness.judge(1.3, 1.35, 1.393)["direction"] is True  # the model inside the same spread: flat too
+    assert harness.judge(1.3, 1.6, 1.393)["direction"] is False  # the model moved far beyond it
+    assert harness.judge(2.44, 0.97, 1.393)["direction"] is False  # beyond the spread: judged as before
+    s = _set("e-set", run_to_run={"ratio": 1.2, "evidence": "default measured twice: 500 and 600 tok/s"})
+    (sets / "e-set.yaml").write_text(yaml.safe_dump(s))
+    loaded = {d["id"]: d for d in harness.load_sets(sets)}
+    assert harness.build_point(loaded["e-set"], s["points"][0], sets, 6).flat_band == 1.2
+    assert harness.build_point(loaded["a-set"], loaded["a-set"]["points"][0], sets, 6).flat_band == harness.FLAT_BAND
+
+
+@pytest.mark.parametrize(("run_to_run", "says"), [
+    ({"ratio": 0.8, "evidence": "x"}, "f-set.run_to_run.ratio: a number from 1.03 to 2.0 (got 0.8)"),
+    ({"ratio": 1.2}, "f-set.run_to_run.evidence: missing"),
+    (1.2, "f-set.run_to_run.ratio: a number from 1.03 to 2.0 (got None)"),
+])
+def test_a_bad_run_to_run_spread_exits_2_naming_the_field(harness: Any, sets: Path, capsys: pytest.CaptureFixture[str],
+                                                          run_to_run: Any, says: str) -> None:
+    (sets / "f-set.yaml").write_text(yaml.safe_dump(_set("f-set", run_to_run=run_to_run)))
+    assert harness.main(["--dir", str(sets)]) == 2
+    assert says in capsys.readouterr().err
+
+
 def test_a_broken_set_exits_2_with_one_line(harness: Any, sets: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _set("d-set")
     del bad["workload"]
