@@ -184,7 +184,8 @@ class Scheduler:
         rec = self.records.get(rid)
         if isinstance(rec, Request):
             return rec.cached
-        return int(rec.get("cached_tokens") or 0) if rec is not None else 0  # type: ignore[call-overload]
+        cached = rec.get("cached_tokens") if rec is not None else None
+        return cached if isinstance(cached, int) else 0
 
     def stats(self, requests: bool = True) -> dict[str, Any]:
         """Counters and per-request modelled timestamps (``/sim/stats``); ``requests=False`` leaves out the
