@@ -27,6 +27,7 @@ from autotune.sim.engine.api import StepResult
 from autotune.sim.engine.cache import RadixCache
 from autotune.sim.engine.clock import ModelledClock
 from autotune.sim.engine.request import TOKEN_ID_RANGE, Request
+from autotune.sim.perf.knobs import CACHE_AWARE_POLICIES
 
 log = logging.getLogger("autotune.sim.engine")  # the engine's log lines, one logger for the engine
 
@@ -124,6 +125,12 @@ class Scheduler:
         self.min_ratio = MIN_NEW_TOKEN_RATIO
         if knobs is not None and knobs.schedule_conservativeness != 1.0:  # --schedule-conservativeness
             self.ratio, self.min_ratio = knobs.new_token_ratios()
+        # --schedule-policy lpm / dfs-weight: each admission round matches the waiting queue against the radix
+        # tree on the scheduler's CPU (KnobSpeed.schedule_round_s); SGLang runs them as FCFS without the tree
+        matching = knobs is not None and radix_cache and knobs.schedule_policy in CACHE_AWARE_POLICIES
+        self._policy = knobs if matching else None
+        self._round_full = False  # SGLang's batch_is_full: no admission round until the running batch shrinks
+        self._round_cpu_s = 0.0  # the pending round's CPU time, charged to the step it decides
         self.tokens_emitted = 0
         self.requests_served = 0
         self.submitted = 0
@@ -289,15 +296,30 @@ class Scheduler:
             return None
         batch = self._plan_prefill()
         if batch:
-            return self._begin_prefill(batch)
+            return self._charge_round(self._begin_prefill(batch))
         if self.running:
-            return self._begin_decode()
+            return self._charge_round(self._begin_decode())
+        self._round_cpu_s = 0.0
         head = self.waiting[0] if self.waiting else None
         if head is not None and not self._received_by(head, self.clock.t):
             # nothing in flight and the next request still on its way to the scheduler: the loop spins until then
             return Step("wait", self.clock.t, self._received_at(head) - self.clock.t)
         step = Step("abort", self.clock.t)  # waiting requests that cannot be admitted while nothing runs
         step.ended.append(self._abort_unadmittable())
+        return step
+
+    def _charge_round(self, step: Step) -> Step:
+        """Add what the admission round's CPU time (schedule policy) delays the step by. Under the overlap
+        scheduler (0.5.9 ``event_loop_overlap``) the round that decided this step ran while the GPU ran the
+        previous one, so only its excess over that step's time shows; without it, or after the GPU idled, all
+        of it does."""
+        cpu, self._round_cpu_s = self._round_cpu_s, 0.0
+        if cpu <= 0.0 or step.kind not in ("prefill", "decode"):
+            return step
+        last, end = self._last_start, self._last_end
+        if self._overlap and last is not None and end is not None and self.clock.t <= end + 1e-12:
+            cpu = max(0.0, cpu - (end - last))
+        step.dt += cpu
         return step
 
     def end_step(self, step: Step, t_end: float) -> StepResult:
@@ -311,6 +333,8 @@ class Scheduler:
         if self.dead:
             step.ended.extend(self.fail_all(self.dead))
         ended = step.ended
+        if ended:
+            self._round_full = False  # the running batch shrank (SGLang resets batch_is_full)
         if len(ended) > 1:
             ended.sort(key=lambda r: r.seq)
         for req in ended:
@@ -350,6 +374,10 @@ class Scheduler:
         """Pick (request, new tokens) pairs for the next prefill step, as SGLang's PrefillAdder."""
         if self.chunked is None and (not self.waiting or len(self.running) >= self.max_running_requests):
             return []  # nothing to continue and no request may start (the reserves need not be summed)
+        if self._policy is not None and (not self._round_full or self.chunked is not None):
+            waiting = self.waiting
+            self._round_cpu_s += self._policy.schedule_round_s(
+                len(waiting), sum(r.input_len + r.output for r in waiting))
         cutoff = self._admission_cutoff()
         budget = self.chunked_prefill_size
         rem = self.kv_tokens - self._held() - sum(self._reserve(r) for r in self.running)
@@ -370,6 +398,7 @@ class Scheduler:
                 if req.match is not None and not req.kv_locked:  # not admitted: match again next time
                     req.match = None
                     req.prefilled = 0
+                self._round_full = True  # SGLang's AddReqResult.NO_TOKEN
                 break
             self.waiting.popleft()
             if req.match is not None and self.cache is not None:
@@ -390,6 +419,8 @@ class Scheduler:
             slots -= 1
             if take < req.prefill_left:
                 break  # this request is now the chunked one
+        if slots <= 0 and self.waiting:
+            self._round_full = True  # as many running as may run
         return batch
 
     def _abort_unadmittable(self) -> Request:
@@ -573,6 +604,7 @@ class Scheduler:
         victim.prefill_target = victim.input_len + victim.output
         self.waiting.appendleft(victim)
         self.retractions += 1
+        self._round_full = False
         total_decoded = sum(r.output for r in self.running)
         total_max_new = sum(r.max_new for r in self.running) or 1
         self.ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)

@@ -54,9 +54,28 @@ figure, not fitted to any expected answer).
   **[modelled]**. ``NCCL_P2P_DISABLE=1`` or ``NCCL_P2P_LEVEL`` LOC/PIX on a
   switchless PCIe node: transfers staged through host memory, hop latency x2
   and bandwidth x ``NCCL_NO_P2P_BW_FACTOR`` 0.5 **[modelled]**.
-* Accepted with no speed effect (said here, not hidden): ``--enable-mixed-chunk``
-  and ``--schedule-policy`` (random prompts share no prefixes); any flag or
-  variable the catalogue does not know.
+* ``--schedule-policy lpm`` / ``dfs-weight``: every scheduling round that may admit
+  a request (SGLang's ``get_new_batch_prefill`` past its ``batch_is_full`` check)
+  matches each waiting request's prompt and output against the radix tree and
+  inserts it into an in-batch tree (``SchedulePolicy.calc_priority``,
+  ``_compute_prefix_matches``, ``schedule_policy.py:114-240`` at v0.5.9); ``lpm``
+  falls back to FCFS above ``LPM_MATCH_MAX_WAITING`` 128 waiting requests (lines
+  158-161), ``dfs-weight`` never does, and with ``--disable-radix-cache`` both are
+  FCFS (164-180). CPU time of a round: ``POLICY_MATCH_PER_REQ_S`` 20 us per
+  waiting request + ``POLICY_MATCH_PER_TOKEN_S`` 17 ns per token of theirs
+  **[measured]**: 0.5.9's ``calc_priority`` timed on this repository's 2-core CI
+  machine by ``benchmarks/schedule_policy_cpu.py`` (dfs-weight: 0.7 ms for 32
+  waiting 2,000-token requests, 113 ms for 2,000; the least-squares fit, 19.7 us
+  + 17.3 ns, rounded; within 25 % at 512 or more waiting, small queues of long
+  prompts overstated up to 4.6x). 0.3.5.post2's code, without the in-batch tree,
+  measured 4.1 us + 5.2 ns; a server CPU's single thread may be faster. Under
+  the overlap scheduler the round runs while the GPU runs the previous batch,
+  so only what exceeds that batch's time is added; without it, all of it
+  (:mod:`autotune.sim.engine.scheduler`). The order a policy picks is not
+  modelled (FCFS for all): on prompts that share no prefix it changes nothing
+  but this CPU time.
+* Accepted with no speed effect (said here, not hidden): ``--enable-mixed-chunk``;
+  any flag or variable the catalogue does not know.
 """
 
 from __future__ import annotations
@@ -77,6 +96,13 @@ ATTENTION_BACKEND_SPEED = {"triton": 1.0, "flashinfer": 0.95, "fa3": 1.0, "torch
 ATTENTION_BACKEND_SPEED_SM90 = {"fa3": 1.0, "flashinfer": 2.0, "triton": 2.5}
 OVERLAP_HIDDEN_S = 1.0e-3
 OVERLAP_HIDDEN_PER_REQ_S = 4e-6
+#: One scheduling round's prefix matching per waiting request and per token of theirs (see the docstring)
+#: [measured: SGLang 0.5.9's calc_priority on the CI machine's CPU, benchmarks/schedule_policy_cpu.py's fit].
+POLICY_MATCH_PER_REQ_S = 20e-6
+POLICY_MATCH_PER_TOKEN_S = 17e-9
+#: SGLang's lpm turns its matching off above this many waiting requests (schedule_policy.py:158-161, v0.5.9).
+LPM_MATCH_MAX_WAITING = 128
+CACHE_AWARE_POLICIES = ("lpm", "dfs-weight")
 TORCH_COMPILE_FACTOR = 0.90
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.1
@@ -103,6 +129,7 @@ class KnobSpeed:
     schedule_conservativeness: float = 1.0
     moe_a2a: str = "none"  # --moe-a2a-backend (deepep, ...): the MoE's dispatch/combine (perf.forward)
     spec_v2: bool = False  # SGLANG_ENABLE_SPEC_V2: EAGLE keeps the overlap scheduler
+    schedule_policy: str = "fcfs"
 
     @property
     def moe_factor(self) -> float:
@@ -118,6 +145,14 @@ class KnobSpeed:
     def new_token_ratios(self) -> tuple[float, float]:
         c = self.schedule_conservativeness
         return min(INIT_NEW_TOKEN_RATIO * c, 1.0), min(MIN_NEW_TOKEN_RATIO * c, 1.0)
+
+    def schedule_round_s(self, waiting: int, waiting_tokens: int) -> float:
+        """CPU seconds of one scheduling round's prefix matching over ``waiting`` requests holding
+        ``waiting_tokens`` prompt and output tokens (0 for a policy that does not match)."""
+        p = self.schedule_policy
+        if p == "dfs-weight" or (p == "lpm" and waiting <= LPM_MATCH_MAX_WAITING):
+            return waiting * POLICY_MATCH_PER_REQ_S + waiting_tokens * POLICY_MATCH_PER_TOKEN_S
+        return 0.0
 
     def overhead(self, base: float, batch: int, *, decode: bool) -> float:
         """Per-step scheduler overhead ``base`` as these knobs change it."""
@@ -163,6 +198,7 @@ def knob_speed(raw: dict[str, Any], env: dict[str, str], *, version: Any, interc
         moe_a2a=str(_raw(raw, "moe_a2a_backend", default="none") or "none")
         if not _raw(raw, "enable_deepep_moe", default=False) else "deepep",
         spec_v2=str(env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in _TRUE,
+        schedule_policy=str(_raw(raw, "schedule_policy", default="fcfs") or "fcfs"),
     )
 
 
