@@ -29,7 +29,10 @@ Faithfulness and its limits (printed with each point where they apply):
   run's steady state; a point whose published count is at or below the cap runs as published
   (a single wave stays a single wave). Request-rate points keep their count up to 2,000.
 * A release before the oldest modelled one (0.5.9) is modelled as 0.5.9, a later unknown one
-  as the nearest older modelled release; the point says so.
+  as the nearest older modelled release; the point says so. A release before 0.4 ran without the
+  overlap scheduler (``enable_overlap_schedule: bool = False`` in v0.3.5.post2's ``server_args.py``; on
+  by default from v0.4, https://lmsys.org/blog/2024-12-04-sglang-v0-4/): modelled with
+  ``--disable-overlap-schedule``, and the point says so.
 * Points the simulator cannot model (several nodes, a dataset without lengths, a draft model
   without a profile) are listed as skipped with the reason, never silently dropped.
 
@@ -90,6 +93,8 @@ RENAMED_FLAGS: dict[str, tuple[str, Any]] = {
     "enable-deepep-moe": ("moe-a2a-backend", "deepep"),
     "enable-flashinfer-mla": ("attention-backend", "flashinfer"),
 }
+#: The first release whose scheduler overlapped CPU scheduling with the GPU by default (see the docstring).
+OVERLAP_DEFAULT_SINCE = "0.4.0"
 #: measured key -> the offline metrics key it is compared with, in order of preference per figure.
 THROUGHPUT_KEYS = (("output_throughput_tok_s", "output_throughput"), ("total_throughput_tok_s", "total_throughput"),
                    ("request_throughput_req_s", "request_throughput"))
@@ -227,6 +232,18 @@ def modelled_version(release: Any) -> tuple[str, str | None]:
     chosen = older[-1] if older else known[0]
     note = None if str(chosen) == str(v) else f"release {release} modelled as {chosen}"
     return str(chosen), note
+
+
+def released_before(release: Any, version: str) -> bool:
+    """Whether a published release (free text such as "0.3.5.post2 (a fork's dev branch of it)") predates
+    ``version``; False when it names none."""
+    m = re.search(r"\d+\.\d+\.\d+(\.post\d+)?", str(release or ""))
+    if not m:
+        return False
+    try:
+        return parse_version(m.group(0)) < parse_version(version)
+    except ConfigError:
+        return False
 
 
 def _flag_argv(flags: dict[str, Any]) -> list[str]:
@@ -403,6 +420,10 @@ def build_point(s: dict[str, Any], p: dict[str, Any], directory: Path, cap_per_s
     version, vnote = modelled_version(s.get("release"))
     if vnote:
         point.notes.append(vnote)
+    if released_before(s.get("release"), OVERLAP_DEFAULT_SINCE) and "enable-overlap-schedule" not in flags:
+        flags.setdefault("disable-overlap-schedule", True)
+        point.notes.append(f"no overlap scheduler (its default before {OVERLAP_DEFAULT_SINCE})")
+    flags.pop("enable-overlap-schedule", None)  # 0.3.x's opt-in: the default since
     for old, (new, value) in RENAMED_FLAGS.items():  # flags older releases had, in 0.5.9's words
         if flags.get(old):
             flags.pop(old)

@@ -81,6 +81,21 @@ def test_flags_no_knob_carries_travel_verbatim(harness: Any, sets: Path) -> None
     assert p.request.config.max_running_requests == 16
 
 
+@pytest.mark.parametrize(("release", "flags", "overlap"), [
+    ("0.3.5.post2 (a fork's dev branch of it)", {}, False),  # before v0.4: no overlap scheduler by default
+    ("0.3.5.post2", {"enable_overlap_schedule": True}, True),  # ... unless the run opted in
+    ("0.4.0", {}, True),
+    ("a fork, release unknown", {}, True),
+])
+def test_a_release_before_0_4_runs_without_the_overlap_scheduler(harness: Any, sets: Path, release: str,
+                                                                  flags: dict[str, Any], overlap: bool) -> None:
+    s = _set("d-set", release=release, flags=flags)
+    p = harness.build_point(s, s["points"][0], sets, 6)
+    assert p.request is not None
+    assert ("--disable-overlap-schedule" in p.request.config.extra_args) is not overlap
+    assert any("no overlap scheduler" in n for n in p.notes) is not overlap
+
+
 def test_unassigned_before_the_holdout_then_fitted_and_held_out_apart(harness: Any, sets: Path) -> None:
     points, effs, summ = harness.run(sets, None, 6)
     assert list(summ) == ["unassigned"]
