@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune.sglang.hardware.rocm import CUDA_ONLY_ATTENTION, CUDA_ONLY_KNOBS
+from autotune.sglang.hardware.rocm import CUDA_ONLY_ATTENTION, CUDA_ONLY_KNOBS, is_rocm
 from autotune.sglang.knobs.catalogue import Knob, exists_in, releases
 from autotune.sglang.knobs.config import ServerConfig
 from autotune.sglang.versions import SglangVersion, as_version
@@ -57,7 +57,7 @@ class NodeContext:
         sm = int(getattr(gpu, "sm_family", getattr(gpu, "sm", 0)))  # B300's 10.3 is SGLang's "SM100"
         return cls(version=as_version(version), sm=sm, interconnect=interconnect,
                    tp_size=tp_size, is_moe=bool(getattr(model, "num_experts", 0)), is_mla=bool(model.is_mla),
-                   fp8="fp8" in quant.lower(), rocm=getattr(gpu, "vendor", "nvidia") == "amd",
+                   fp8="fp8" in quant.lower(), rocm=is_rocm(gpu),
                    hybrid_state=getattr(model, "family", "") == "mamba")
 
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from autotune.sglang.hardware.gpus import GpuKind
+from autotune.sglang.hardware.rocm import is_rocm
 from autotune.sglang.models.dp_attention import attn_tp_weight_bytes
 from autotune.sglang.models.sizing import layout_of
 from autotune.sim.perf.comm import CommSetup, allreduce_s
@@ -225,7 +226,7 @@ class Forward:
         from a CUDA graph (``small_graph_s``, ``gemm_floor_graph_s``: less what a second stream overlaps)."""
         attn_kind = "mla" if model.is_mla else "gqa"
         mlp_kind = "moe" if self.moe else "dense"
-        nvidia = getattr(gpu, "vendor", "nvidia") != "amd"
+        nvidia = not is_rocm(gpu)
         shared = int(getattr(model, "shared_experts", 0) or 0) if self.moe else 0
         fused = shared > 0 and _fuses_shared_experts(model.architecture, self.experts, shared, nvidia, ep_size)
         self.fp8_quant = w8a8_fp8(model, gpu)  # one activation quantisation per GEMM (every W8A8 FP8 method)

@@ -43,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autotune.sglang.hardware.rocm import is_rocm
+
 __all__ = ["GPU_SPEED", "GpuSpeed", "gemm_peak_factor", "gemm_speed_factor", "gpu_speed", "w8a8_fp8"]
 
 
@@ -113,7 +115,7 @@ def gpu_speed(gpu: Any) -> GpuSpeed:
     row = GPU_SPEED.get(str(getattr(gpu, "name", "")))
     if row is not None:
         return row
-    return replace(DEFAULT, moe=MOE_SHARE_AMD) if getattr(gpu, "vendor", "nvidia") == "amd" else DEFAULT
+    return replace(DEFAULT, moe=MOE_SHARE_AMD) if is_rocm(gpu) else DEFAULT
 
 
 #: Methods whose GEMMs run FP8 x FP8 on tensor cores (activations quantised per token group on the fly).
@@ -152,7 +154,7 @@ def gemm_peak_factor(model: Any, gpu: Any) -> float:
     four times. Weight-only quantisation (AWQ, GPTQ, MXFP4 experts dequantised) computes in BF16: 1.
     """
     method = str(getattr(model, "quant_method", None) or "").lower()
-    amd = getattr(gpu, "vendor", "nvidia") == "amd"
+    amd = is_rocm(gpu)
     sm = int(getattr(gpu, "sm", 0) or 0)
     fp8_cores = (amd and getattr(gpu, "gfx", "") in ("gfx942", "gfx950")) or sm >= 89
     if method in FP8_METHODS and fp8_cores:
