@@ -218,15 +218,23 @@ def load_holdout(directory: Path) -> tuple[set[str], set[str]] | None:
     return sets, points
 
 
+def published_version(release: Any) -> Any | None:
+    """The SGLang version a published release names (free text such as "0.3.5.post2 (a fork's dev branch of
+    it)"), or None when it names none."""
+    m = re.search(r"\d+\.\d+\.\d+(\.post\d+)?", str(release or ""))
+    if not m:
+        return None
+    try:
+        return parse_version(m.group(0))
+    except ConfigError:
+        return None
+
+
 def modelled_version(release: Any) -> tuple[str, str | None]:
     """The modelled SGLang release for a published one, and a note when it differs."""
     known = sorted(parse_version(v) for v in known_versions())
-    m = re.search(r"\d+\.\d+\.\d+(\.post\d+)?", str(release or ""))
-    if not m:
-        return str(known[0]), f"release {release!r} unknown: modelled as {known[0]}"
-    try:
-        v = parse_version(m.group(0))
-    except ConfigError:
+    v = published_version(release)
+    if v is None:
         return str(known[0]), f"release {release!r} unknown: modelled as {known[0]}"
     older = [k for k in known if not v < k]
     chosen = older[-1] if older else known[0]
@@ -235,15 +243,9 @@ def modelled_version(release: Any) -> tuple[str, str | None]:
 
 
 def released_before(release: Any, version: str) -> bool:
-    """Whether a published release (free text such as "0.3.5.post2 (a fork's dev branch of it)") predates
-    ``version``; False when it names none."""
-    m = re.search(r"\d+\.\d+\.\d+(\.post\d+)?", str(release or ""))
-    if not m:
-        return False
-    try:
-        return parse_version(m.group(0)) < parse_version(version)
-    except ConfigError:
-        return False
+    """Whether a published release predates ``version``; False when it names none."""
+    v = published_version(release)
+    return v is not None and v < parse_version(version)
 
 
 def _flag_argv(flags: dict[str, Any]) -> list[str]:
