@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
+from support.sim_engine import RecordingPerf, make_engine, run_to_idle
 
 from autotune.sglang.versions import parse_version
-from autotune.sim.engine.core import Engine
 from autotune.sim.perf.knobs import (
     LPM_MATCH_MAX_WAITING,
     POLICY_MATCH_PER_REQ_S,
@@ -17,37 +15,17 @@ from autotune.sim.perf.knobs import (
     knob_speed,
 )
 
-PREFILL_S, DECODE_S = 0.004, 0.010
-
-
-class StepPerf:
-    """Fixed step times, the overlap scheduler on or off, and the launch's knobs as PerfModel exposes them."""
-
-    def __init__(self, policy: str, overlap: bool) -> None:
-        self.overlap = overlap
-        self.inputs = SimpleNamespace(knobs=KnobSpeed(schedule_policy=policy))
-
-    def prefill_time_s(self, num_tokens: int, batch_reqs: int, attn_pairs: float | None = None) -> float:
-        return PREFILL_S
-
-    def decode_step_time_s(self, batch_size: int, context_tokens: int) -> float:
-        return DECODE_S
-
-    def accepted_tokens_per_step(self, batch_size: int) -> float:
-        return 1.0
-
 
 def _serve(policy: str, *, overlap: bool, requests: int, radix_cache: bool = True,
            input_len: int = 1000) -> tuple[float, int]:
     """Modelled time to serve ``requests`` sent at once through a pool that fits about 20, and the steps taken."""
-    engine = Engine(StepPerf(policy, overlap), kv_tokens=20 * (input_len + 40), max_running_requests=256,
-                    chunked_prefill_size=8192, time_scale=1.0, seed=0, radix_cache=radix_cache)
+    perf = RecordingPerf(decode_s=0.010, overlap=overlap, knobs=KnobSpeed(schedule_policy=policy))
+    engine = make_engine(perf, kv_tokens=20 * (input_len + 40), max_running_requests=256, time_scale=1.0,
+                         radix_cache=radix_cache)
     handles = [engine.submit(f"r{i}", input_len, 20) for i in range(requests)]
-    steps = 0
-    while any(h.finish_s is None for h in handles):
-        assert engine.step_once() is not None
-        steps += 1
-    return max(h.finish_s for h in handles), steps
+    steps = len(run_to_idle(engine))
+    assert all(h.finish_s is not None for h in handles)
+    return max(h.finish_s for h in handles if h.finish_s is not None), steps
 
 
 def test_a_round_costs_per_waiting_request_and_token_and_lpm_stops_matching_above_128() -> None:

@@ -6,9 +6,11 @@ checks scheduling exactly; ``run_to_idle`` steps it synchronously in modelled ti
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from autotune.sim.engine.core import Engine, StepResult
+from autotune.sim.perf.knobs import KnobSpeed
 
 FAST = 1e6  # time scale at which the tests do not wait
 
@@ -17,7 +19,11 @@ class RecordingPerf:
     """Constant step times; remembers every decode batch and prefill batch."""
 
     def __init__(self, decode_s: float = 0.02, prefill_s_per_token: float = 1e-5, accepted: float = 1.0,
-                 accept_p: float = 0.0, draft_tokens: int = 1) -> None:
+                 accept_p: float = 0.0, draft_tokens: int = 1, overlap: bool = False,
+                 knobs: KnobSpeed | None = None) -> None:
+        self.overlap = overlap  # SGLang's overlap scheduler, as PerfModel.overlap
+        if knobs is not None:  # the launch's speed knobs, as PerfModel.inputs.knobs
+            self.inputs = SimpleNamespace(knobs=knobs)
         self.decode_s = decode_s
         self.prefill_s_per_token = prefill_s_per_token
         self.accepted = accepted
