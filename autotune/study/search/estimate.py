@@ -37,7 +37,7 @@ each new leader re-run once during the search (``race.py``): the ridge model ran
 estimate (before 2026-12-02, third session) reached the target at a median 925 GPU-s on
 seeds 0-39 and 1,187 on seeds 40-79, on target at the end in 35 and 34 of 40; this fit and
 the bound 616 and 519 GPU-s, 36 and 31 of 40 (grid 770 and 694, 26 and 26; random 719 and
-1,117, 25 and 29). benchmarks/README.md has the table and what was tried.
+1,117, 25 and 29). benchmarks/HISTORY.md ("Search efficiency on six landscapes") has the table and what was tried.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ EM_ROUNDS = 50
 #: keeps the plain ridge.
 MIN_LEVELS = 3
 #: Standard errors below the estimate at which configurations are ranked (two: about 98 %
-#: one-sided under a normal posterior; 1.5 and 3 were tried, benchmarks/README.md).
+#: one-sided under a normal posterior; 1.5 and 3 were tried, benchmarks/HISTORY.md).
 CONFIDENCE_Z = 2.0
 #: Fewer configurations than this: too little to fit the knobs' effects on (each estimate is then
 #: the configuration's own mean).
@@ -172,7 +172,7 @@ def handed_over(trials: list[FrozenTrial], pooled: dict[str, Estimate],
     re-runs the best-ranked challenger, so once its runs match the incumbent's the estimates decide.
 
     Measured with ``benchmarks/search_efficiency.py`` (GPU-seconds until the pick stays within 2 % of
-    the optimum, median; benchmarks/README.md): scenario 6 (4 % noise, 20 seeds) 503 -> 63, its 8 %
+    the optimum, median; benchmarks/HISTORY.md): scenario 6 (4 % noise, 20 seeds) 503 -> 63, its 8 %
     variant 662 -> 63 (40 seeds), scenario 2 at 4 % noise 3,527 -> 4,569 (the first launch there is
     2.8 % off the optimum and holds the pick until the better one is re-run); the 1 %-noise scenarios
     unchanged. Keeping the first-launched configuration whatever the run counts (tried) cost scenario 2
