@@ -51,7 +51,14 @@ from autotune.limits import (
 from autotune.load.spec import GOODPUT_KEYS, LoadTimeouts
 from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
-from autotune.redact import REDACTED, is_secret_name
+from autotune.redact import (
+    REDACTED,
+    abbreviated_secret_flags,
+    is_secret_name,
+    redact_argv,
+    redact_value,
+    secret_argv_positions,
+)
 
 _W = TypeVar("_W", bound="WorkloadSpec")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -175,8 +182,15 @@ class ServerSpec(_Model):
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
-        for a in v:
-            launch_text(a, "argument")
+        secret = secret_argv_positions(v)  # the value of --api-key: never echoed, even when wrong
+        for i, a in enumerate(v):
+            launch_text(a, "argument", echo=i not in secret)
+            full = abbreviated_secret_flags(a)  # --api-ke KEY: argparse's --api-key, whose value nothing hides
+            if full:
+                raise ValueError(f"{a.partition('=')[0]!r} abbreviates the secret flag {' or '.join(full)}, which "
+                                 f"SGLang's parser would take it for: write it out: {full[0]}")
+            if i in secret:
+                continue
             if a in ("--port", "--host", "--model-path", "--tp-size") or a.startswith(("--port=", "--host=")):
                 raise ValueError(f"{a!r} is set by autotune; use the study's own field instead")
         return v
@@ -379,6 +393,9 @@ class SearchSpace(_Model):
                 raise ValueError(f"flag {shown(name)}: must look like --some-flag")
             if name in ("--port", "--host", "--model-path", "--tp-size", "--dp-size"):
                 raise ValueError(f"flag {name!r} is set by autotune; use the study's own field instead")
+            refused = searched_secret("flags", name)
+            if refused:
+                raise ValueError(f"{name}: {refused}")
         return v
 
     @field_validator("env")
@@ -387,7 +404,43 @@ class SearchSpace(_Model):
         for name in v:
             if not _ENV_NAME_RE.fullmatch(name):
                 raise ValueError(f"environment variable {shown(name)}: must look like SOME_VAR")
+            refused = searched_secret("env", name)
+            if refused:
+                raise ValueError(f"{name}: {refused}")
         return v
+
+
+def searched_secret(kind: Literal["flags", "env"], name: str) -> str | None:
+    """Why ``search_space.<kind>.<name>`` cannot be searched, or None: a secret (the rule of
+    :mod:`autotune.redact`) would be stored as a trial parameter and its distribution, and shown by
+    every command that shows a candidate. A secret is fixed for a study: ``server.extra_args`` or
+    ``server.env``, which hand it to the server and hide it everywhere else."""
+    home = "server.extra_args" if kind == "flags" else "server.env"
+    why = "its values would be stored as trial parameters"
+    if is_secret_name(name):
+        return f"a secret cannot be searched: {why}; set it in {home}"
+    full = abbreviated_secret_flags(name) if kind == "flags" else []
+    if full:
+        return (f"abbreviates the secret flag {' or '.join(full)}, and a secret cannot be searched: {why}; "
+                f"set it, written out, in {home}")
+    return None
+
+
+def _searched_secret(data: dict[str, Any]) -> str | None:
+    """The first secret among ``search_space.flags`` / ``search_space.env`` of the raw study, as one
+    line that names it and none of its values (checked before validation: an error of the model
+    would show the values it received)."""
+    space = data.get("search_space")
+    if not isinstance(space, dict):
+        return None
+    for kind in ("flags", "env"):
+        knobs = space.get(kind)
+        if isinstance(knobs, dict):
+            for name in knobs:
+                refused = searched_secret(kind, name) if isinstance(name, str) else None
+                if refused:
+                    return f"search_space.{kind}.{clip(name)}: {refused}"
+    return None
 
 
 class RateSearchSpec(_Model):
@@ -750,6 +803,12 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     value = first.get("input")
     if any(is_secret_name(str(p)) for p in first["loc"]) and not isinstance(value, (bool, int, float, type(None))):
         value = REDACTED  # server.env.HF_TOKEN: a text (or a list of them) is not shown; a number is
+    elif _secret_argument(first["loc"], data):
+        value = REDACTED  # server.extra_args[1], the value of --api-key: not shown, whatever it is
+    elif isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        value = redact_argv(value)  # server.extra_args: [..., '--api-key', '***', ...]
+    elif isinstance(value, (str, dict, list, tuple)):
+        value = redact_value(value)
     more = f" [and {len(errors) - 1} more]" if len(errors) > 1 else ""
     if not loc:  # a rule across fields: its message names them, and the value is the whole study
         return f"{clip(msg, 300)}{more}"
@@ -759,22 +818,35 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     return f"{clip(loc)}: {clip(msg, 200)}{got}{more}"
 
 
+def _secret_argument(loc: tuple[Any, ...], data: Any) -> bool:
+    """Whether the error's place is an element of ``server.extra_args`` that holds a secret (the
+    value after ``--api-key``)."""
+    if len(loc) != 3 or tuple(loc[:2]) != ("server", "extra_args") or not isinstance(loc[2], int):
+        return False
+    args = data.get("server", {}).get("extra_args") if isinstance(data, dict) else None
+    if not isinstance(args, list) or not isinstance(data.get("server"), dict):
+        return False
+    return loc[2] in secret_argv_positions([str(a) for a in args])
+
+
 def _bad_text(data: Any) -> str | None:
     """The dotted path of the first string (key or value) holding a NUL byte or a lone surrogate:
     neither can reach a file name, an argv, the environment or the study's storage."""
-    stack: list[tuple[str, Any]] = [("", data)]
+    stack: list[tuple[str, Any, bool]] = [("", data, False)]
     while stack:
-        where, value = stack.pop()
+        where, value, secret = stack.pop()
         if isinstance(value, dict):
             for key, item in value.items():
                 name = f"{where}.{key}" if where else str(key)
                 if isinstance(key, str) and _unwritable(key):
                     return f"{clip(name)}: a NUL byte or a lone surrogate in the key (got {shown(key)})"
-                stack.append((name, item))
+                secret_key = isinstance(key, str) and (is_secret_name(key) or bool(abbreviated_secret_flags(key)))
+                stack.append((name, item, secret or secret_key))
         elif isinstance(value, list):
-            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+            hidden = secret_argv_positions([str(a) for a in value]) if where == "server.extra_args" else set()
+            stack.extend((f"{where}[{i}]", item, secret or i in hidden) for i, item in enumerate(value))
         elif isinstance(value, str) and _unwritable(value):
-            if where.startswith("server.env."):  # a variable may hold a secret: its position, not its value
+            if secret or where.startswith("server.env."):  # a secret's position, not its value
                 at = next(i for i, c in enumerate(value) if c == "\x00" or "\ud800" <= c <= "\udfff")
                 return f"{clip(where)}: a NUL byte or a lone surrogate at position {at} of the value"
             return f"{clip(where)}: a NUL byte or a lone surrogate (got {shown(value)})"
@@ -799,7 +871,7 @@ def parse_study(data: Any, *, source_path: str | None = None, hardware: Hardware
     if not isinstance(data, dict):
         raise ConfigError(f"{source_path or 'study'}: the study file must be a mapping, got {type(data).__name__}")
     prefix = f"{source_path}: " if source_path else ""
-    bad = _bad_text(data)
+    bad = _bad_text(data) or _searched_secret(data)
     if bad:
         raise ConfigError(prefix + bad)
     if hardware is not None:

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from autotune.redact import (
     REDACTED,
+    SECRET_FLAGS,
     RedactingFilter,
+    abbreviated_secret_flags,
     is_secret_name,
     redact_argv,
     redact_env,
@@ -28,10 +30,16 @@ from autotune.redact import (
 
 SECRET_NAMES = ("HF_TOKEN", "OPENAI_API_KEY", "WANDB_KEY", "HUGGINGFACE_HUB_CREDS", "AWS_ACCESS_KEY_ID",
                 "AWS_SECRET_ACCESS_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "DATABASE_URL", "DB_PASSWORD",
-                "REDIS_PASS", "PGPASSWORD", "GITHUB_TOKEN", "api_key", "apiKey", "accessToken")
+                "REDIS_PASS", "PGPASSWORD", "GITHUB_TOKEN", "api_key", "apiKey", "accessToken",
+                # plurals, a number after the name, camelCase, an auth
+                "OPENAI_API_KEYS", "HF_TOKENS", "--api-keys", "DB_PASSWORDS", "MY_SECRETS", "HF_TOKEN_2", "HF_TOKEN2",
+                "openaiApiKey", "HFToken", "X_AUTH", "PROXY_AUTH")
 PLAIN_NAMES = ("PATH", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "SGLANG_USE_CPU_ENGINE", "HF_HOME",
                "TOKENIZERS_PARALLELISM", "max_total_tokens", "launch_key", "first_token_s", "token_id_range",
-               "kv_tokens", "per_token")
+               "kv_tokens", "per_token",
+               # counts and lists of names stay plain: a plural is secret only after a credential's word
+               "max_new_tokens", "prompt_tokens", "cached_tokens", "maxTotalTokens", "sort_keys", "GOODPUT_KEYS",
+               "tokens", "ENABLE_AUTH", "launchKey", "AUTH_MODE")
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)
@@ -49,6 +57,10 @@ def test_of_every_sglang_flag_only_the_keys_and_the_ssl_password_are_secret() ->
     flags = {n for f in tables.glob("*.json") for flag in json.loads(f.read_text())["flags"] for n in flag["names"]}
     assert len(flags) > 300
     assert {f for f in flags if is_secret_name(f)} == {"--api-key", "--admin-api-key", "--ssl-keyfile-password"}
+    assert set(SECRET_FLAGS) == {"--api-key", "--admin-api-key", "--ssl-keyfile-password"}
+    # A flag written out is never taken for an abbreviation of a secret one (--ssl-keyfile is a flag
+    # of its own; argparse takes an exact name first).
+    assert not [f for f in flags if abbreviated_secret_flags(f)]
 
 
 # A secret: long enough and from an alphabet that cannot be read back out of the rest of a launch line.
@@ -110,6 +122,60 @@ def test_values_shaped_like_tokens_are_hidden_wherever_they_sit(token: str) -> N
     assert token not in redact_text(f"--some-url https://hub/{token}/x SETTING={token}")
     assert redact_env({"SETTING": token}) == {"SETTING": REDACTED}
     assert token not in " ".join(redact_argv(["python3", "--model-path", token]))
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://u:SEC/RETPG@127.0.0.1:1/db",  # a '/' in the password
+    "postgresql://u:SEC'RETPG@127.0.0.1:1/db",  # a quote
+    "mysql://u:SEC@RETPG@db.example/x",  # an '@': the password runs to the last one
+    "https://h.example/x?token=SECRETPG&n=1", "https://h.example/x?a=1&api_key=SECRETPG", "redis://h/0?password=SECRETPG",
+])
+def test_a_url_password_with_any_character_and_a_secret_query_value_never_survive(url: str) -> None:
+    for line in (url, f"error: storage unreachable ({url!r})", f"error: {url}, retrying"):
+        assert "RETPG" not in redact_text(line), line
+    assert "127.0.0.1:1/db" in redact_text("postgresql+psycopg://u:SEC/RETPG@127.0.0.1:1/db")  # the host stays
+    assert redact_url("https://h/x?token=t0k&n=1&api_key=k3y") == "https://h/x?token=***&n=1&api_key=***"
+
+
+@pytest.mark.parametrize(("line", "secret"), [
+    ("error: unrecognized arguments: --api-keys SECRETPLURAL", "SECRETPLURAL"),  # a plural's value
+    ("--enable-metrics --api-key SECRETAFTERSWITCH --port 1", "SECRETAFTERSWITCH"),  # after a flag with no value
+    ("(got ['--api-key', 'SECRETPORT', '--port'])", "SECRETPORT"),  # an argv's repr in an error line
+    ('(got ["--admin-api-key", "SEC\'RETQ", "--port"])', "RETQ"),
+    ("(got ['--port', '1', '--api-key', 'SECRETCUTOF...", "SECRETCUTOF"),  # a repr cut short
+    ("launching on x: SGLANG_CFG='{\"api_key\": \"JSONENVSECRET6\"}' python3 -m s", "JSONENVSECRET6"),
+    ("best: env SGLANG_CFG={\"hf_token\": \"JSONENVSECRET7\"}", "JSONENVSECRET7"),
+    ("DB_PASSWORD=$DOLLARPW2xyz python3", "DOLLARPW2xyz"),  # autotune does not expand '$': the literal secret
+    ('HF_TOKEN="$OTHER_SECRET_VALUE"', "OTHER_SECRET_VALUE"),
+])
+def test_a_secret_in_a_line_never_survives(line: str, secret: str) -> None:
+    assert secret not in redact_text(line)
+    assert redact_text(redact_text(line)) == redact_text(line)
+
+
+def test_a_list_repr_keeps_what_is_not_secret() -> None:
+    assert redact_text("(got ['--api-key', 'K', '--port'])") == "(got ['--api-key', '***', '--port'])"
+    assert redact_text("['--api-key', '--port', '1']") == "['--api-key', '--port', '1']"  # a flag is no value
+    assert redact_text("['--max-total-tokens', '4096']") == "['--max-total-tokens', '4096']"
+
+
+def test_only_a_reference_to_the_variable_itself_is_kept() -> None:
+    stored = redact_value({"HF_TOKEN": "$HF_TOKEN", "OPENAI_API_KEY": "${OPENAI_API_KEY}", "DB_PASSWORD": "$DOLLARPW2xyz",
+                           "WANDB_KEY": "$HF_TOKEN", "HF_TOKENS": ["SECRETINLIST"]})
+    assert stored == {"HF_TOKEN": "$HF_TOKEN", "OPENAI_API_KEY": "${OPENAI_API_KEY}", "DB_PASSWORD": REDACTED,
+                      "WANDB_KEY": REDACTED, "HF_TOKENS": REDACTED}
+    assert redact_env({"DB_PASSWORD": "$DOLLARPW2xyz", "HF_TOKEN": "$HF_TOKEN"}) == {"DB_PASSWORD": REDACTED,
+                                                                                     "HF_TOKEN": "$HF_TOKEN"}
+
+
+def test_a_secret_inside_the_value_of_a_plain_name_or_flag_is_hidden() -> None:
+    argv = ["python3", "--model-loader-extra-config", '{"hf_token": "JSONFLAGSECRET7", "revision": "main"}',
+            "--api-ke", "SECRETABBR", "--ssl-keyfile", "/k.pem"]
+    assert redact_argv(argv) == ["python3", "--model-loader-extra-config", '{"hf_token": "***", "revision": "main"}',
+                                 "--api-ke", REDACTED, "--ssl-keyfile", "/k.pem"]
+    assert redact_env({"SGLANG_CFG": '{"api_key": "JSONENVSECRET6"}', "SOME_URL": "https://bob:URLPW777@h.example"}) \
+        == {"SGLANG_CFG": '{"api_key": "***"}', "SOME_URL": "https://bob:***@h.example"}
+    assert "JSONENVSECRET6" not in json.dumps(redact_value({"env": {"SGLANG_CFG": '{"api_key": "JSONENVSECRET6"}'}}))
 
 
 def test_references_and_empty_values_are_kept() -> None:
@@ -244,3 +310,65 @@ def test_an_error_about_a_secret_field_does_not_show_its_value() -> None:
         parse_study({"name": "x", "server": {"model_path": "m", "api_key": ["hfSecretInAList01"]},
                      "hardware": {"gpu": "h100"}})
     assert str(err.value) == "server.api_key: unknown key (got '***')"
+
+
+# ---- the study file: an error names the field, never a secret it holds ---------------------------
+
+def _refused(server: dict[str, object] | None = None, search_space: dict[str, object] | None = None) -> str:
+    from autotune.errors import ConfigError
+    from autotune.spec import parse_study
+
+    data: dict[str, object] = {"name": "x", "server": {"model_path": "m", **(server or {})}, "hardware": {"gpu": "h100"}}
+    if search_space is not None:
+        data["search_space"] = search_space
+    with pytest.raises(ConfigError) as err:
+        parse_study(data)
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--api-key", "SECRETPORT", "--port"],
+     "server.extra_args: '--port' is set by autotune; use the study's own field instead (got ['--api-key', '***', '--port'])"),
+    (["--api-key=SECRETEQ", "--host=h"],
+     "server.extra_args: '--host=h' is set by autotune; use the study's own field instead (got ['--api-key=***', '--host=h'])"),
+    (["--api-key", "SECRETA\tB"],
+     "server.extra_args: argument: non-printable character '\\t' at position 7 of the value (got ['--api-key', '***'])"),
+    (["--admin-api-key", "SECRETNUL\x00X"], "server.extra_args[1]: a NUL byte or a lone surrogate at position 9 of the value"),
+    (["--api-key", 12345678], "server.extra_args.1: Input should be a valid string (got '***')"),
+])
+def test_an_error_about_an_argv_never_shows_the_value_of_a_secret_flag(args: list[object], expected: str) -> None:
+    assert _refused({"extra_args": args}) == expected
+
+
+@pytest.mark.parametrize("args", [["--api-ke", "SECRETABBR"], ["--api=SECRETABBR"], ["--admin-api", "SECRETABBR"]])
+def test_an_abbreviated_secret_flag_is_refused_by_its_full_name(args: list[str]) -> None:
+    """SGLang's parser takes --api-ke for --api-key (allow_abbrev), where nothing would hide its value."""
+    line = _refused({"extra_args": args})
+    assert "write it out: --" in line and "SECRETABBR" not in line
+    assert line.startswith(f"server.extra_args: '{args[0].partition('=')[0]}' abbreviates the secret flag")
+
+
+def test_a_flag_that_merely_starts_like_a_secret_one_is_accepted() -> None:
+    from autotune.spec import parse_study
+
+    spec = parse_study({"name": "x", "server": {"model_path": "m", "extra_args": ["--ssl-keyfile", "/k.pem"]},
+                        "hardware": {"gpu": "h100"}})
+    assert spec.server.extra_args == ["--ssl-keyfile", "/k.pem"]
+
+
+@pytest.mark.parametrize(("kind", "name", "expected"), [
+    ("flags", "--api-key", "search_space.flags.--api-key: a secret cannot be searched: its values would be stored as "
+                           "trial parameters; set it in server.extra_args"),
+    ("flags", "--api-keys", "search_space.flags.--api-keys: a secret cannot be searched: its values would be stored "
+                            "as trial parameters; set it in server.extra_args"),
+    ("env", "HF_TOKEN", "search_space.env.HF_TOKEN: a secret cannot be searched: its values would be stored as trial "
+                        "parameters; set it in server.env"),
+    ("flags", "--admin-api", "search_space.flags.--admin-api: abbreviates the secret flag --admin-api-key, and a secret "
+                             "cannot be searched: its values would be stored as trial parameters; set it, written out, "
+                             "in server.extra_args"),
+])
+def test_a_secret_cannot_be_searched(kind: str, name: str, expected: str) -> None:
+    assert _refused(search_space={kind: {name: {"choices": ["CHOICESECRET1", "CHOICESECRET2"]}}}) == expected
+    # a value the file cannot hold is refused first: by its position, not its value
+    assert "CHOICESECRET" not in _refused(search_space={kind: {name: {"choices": ["CHOICESECRET\x00"]}}})
