@@ -48,3 +48,25 @@ def test_redact_argv_keeps_non_secret_flags() -> None:
 def test_redact_env_patterns() -> None:
     out = redact_env({"HF_TOKEN": "a", "X_API_KEY": "b", "GITHUB_TOKEN_FILE": "c", "AWS_SECRET_ACCESS_KEY": "d", "PGPASSWORD": "e", "PATH": "/bin"})
     assert out == {"HF_TOKEN": "***", "X_API_KEY": "***", "GITHUB_TOKEN_FILE": "***", "AWS_SECRET_ACCESS_KEY": "***", "PGPASSWORD": "***", "PATH": "/bin"}
+
+
+def test_a_secret_in_a_variable_whose_name_is_not_secret_is_taken_from_the_environment(tmp_path: Path) -> None:
+    """command.sh holds no secret a variable's value carries (a URL's password, a token shape, a key in
+    a JSON text, a literal '$...' value of a secret name): such a variable is written NAME="$NAME"."""
+    env = {"SOME_URL": "https://bob:URLPWSECRET777@example.com", "PLAIN_VAR": "hf_" + "Plain7" * 5,
+           "OTHER": "ghp_" + "Other7" * 5, "SGLANG_CFG": '{"api_key": "JSONENVSECRET6"}', "DB_PASSWORD": "$DOLLARPW2xyz",
+           "HF_TOKEN": "$HF_TOKEN", "NCCL_DEBUG": "INFO"}
+    argv = ["python3", "-m", "sglang.launch_server", "--model-loader-extra-config", '{"hf_token": "JSONFLAGSECRET7"}',
+            "--api-ke", "SECRETABBR"]
+    paths = write_launch_artifacts(tmp_path, argv, env, sglang_version="0.5.9", gpu="H100-80G", driver=None)
+    for p in paths.values():
+        text = Path(p).read_text()
+        for secret in ("URLPWSECRET777", "Plain7", "Other7", "JSONENVSECRET6", "DOLLARPW2xyz", "JSONFLAGSECRET7",
+                       "SECRETABBR"):
+            assert secret not in text, (p, secret)
+    script = Path(paths["command.sh"]).read_text()
+    words = shlex.split(script.splitlines()[-1])
+    for name in ("SOME_URL", "PLAIN_VAR", "OTHER", "SGLANG_CFG", "DB_PASSWORD", "HF_TOKEN"):
+        assert f"{name}=${name}" in words, name
+    assert "NCCL_DEBUG=INFO" in words
+    assert "# Secrets are read from your environment: DB_PASSWORD, HF_TOKEN, OTHER, PLAIN_VAR, SGLANG_CFG, SOME_URL" in script

@@ -171,13 +171,20 @@ def test_missing_executable_is_a_launch_error(tmp_path: Path) -> None:
 def test_env_reaches_the_server_and_no_secret_reaches_our_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
     caplog.set_level("DEBUG", logger="autotune.launch")
-    names = ["CUDA_VISIBLE_DEVICES", "HF_TOKEN", "AUTOTUNE_LAUNCH_ID"]
-    server = ServerProcess(fake_argv(port, print_env=names), env={"HF_TOKEN": "hf_secret_value"}, gpu_ids=[2, 3], log_path=tmp_path / "s.log", port=port, poll_interval_s=0.1)
+    names = ["CUDA_VISIBLE_DEVICES", "HF_TOKEN", "AUTOTUNE_LAUNCH_ID", "SOME_URL"]
+    # Secrets also in variables whose names are not secret (a URL's password, a key in a JSON text):
+    # the line is redacted where it is logged, so a Ray worker's handler, which has no filter, gets
+    # no secret either (caplog's handler has none).
+    env = {"HF_TOKEN": "hf_secret_value", "SOME_URL": "https://bob:URLPWSECRET777@example.com",
+           "SGLANG_CFG": '{"api_key": "JSONENVSECRET6"}'}
+    server = ServerProcess(fake_argv(port, print_env=names), env=env, gpu_ids=[2, 3], log_path=tmp_path / "s.log", port=port, poll_interval_s=0.1)
     with server:
         server.wait_ready()
         lines = server.log_lines()
     assert "ENV CUDA_VISIBLE_DEVICES=2,3" in lines
     assert "ENV HF_TOKEN=hf_secret_value" in lines
+    assert "ENV SOME_URL=https://bob:URLPWSECRET777@example.com" in lines  # the server gets it unchanged
     assert f"ENV AUTOTUNE_LAUNCH_ID={server.launch_id}" in lines
-    assert "hf_secret_value" not in caplog.text
+    for secret in ("hf_secret_value", "URLPWSECRET777", "JSONENVSECRET6"):
+        assert secret not in caplog.text
     assert "launching on" in caplog.text

@@ -45,11 +45,21 @@ def nvidia_driver_version() -> str | None:
     return version.decode() if isinstance(version, bytes) else str(version)
 
 
+def secret_variables(env: Mapping[str, str] | None) -> list[str]:
+    """The names of ``env`` whose value holds a secret: a secret name (``HF_TOKEN``), or a value
+    the rule hides anything of (a URL's password, a token shape, a pair in a JSON text)."""
+    env = dict(env or {})
+    shown = redact_env(env)
+    return [name for name, value in env.items() if is_secret_name(name) or shown[name] != str(value)]
+
+
 def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-    """One shell line: ``NAME=value ... argv``, shlex-quoted, secrets taken from ``$NAME``."""
+    """One shell line: ``NAME=value ... argv``, shlex-quoted, every variable that holds a secret
+    taken from ``$NAME`` (:func:`secret_variables`), the argv's secrets hidden."""
     parts: list[str] = []
+    secret = set(secret_variables(env))
     for name, value in (env or {}).items():
-        if is_secret_name(name):
+        if name in secret:
             parts.append(f'{name}="${name}"')
         else:
             parts.append(f"{name}={shlex.quote(str(value))}")
@@ -95,7 +105,7 @@ def write_launch_artifacts(
         "env.json": out / "env.json",
         "launch.json": out / "launch.json",
     }
-    secrets = sorted(k for k in env if is_secret_name(k))
+    secrets = sorted(secret_variables(env))
     lines = ["#!/bin/sh", "# The exact launch of this trial's server (autotune)."]
     if secrets:
         lines.append(f"# Secrets are read from your environment: {', '.join(secrets)}")

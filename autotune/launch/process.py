@@ -49,6 +49,7 @@ from autotune.launch.spawn import pdeathsig_preexec, spawn_watchdog
 from autotune.launch.tail import LogTail
 from autotune.launch.tree import TreeWatch, tree_members
 from autotune.outcome import FailureKind
+from autotune.redact import redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +170,9 @@ class ServerProcess:
         env[LAUNCH_ID_ENV] = self.launch_id
         env.setdefault("PYTHONUNBUFFERED", "1")
         added = {k: v for k, v in self.launch_env.items() if os.environ.get(k) != v}  # not the whole environ
-        logger.info("launching on %s: %s (log %s)", self.url, shell_command(self.argv, added), self.log_path)
+        # Redacted here, not only by the CLI's logging filter: a Ray worker's handlers have none.
+        logger.info("launching on %s: %s (log %s)", redact_text(self.url), redact_text(shell_command(self.argv, added)),
+                    self.log_path)
         try:
             self._proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
                 self.argv,
@@ -238,7 +241,7 @@ class ServerProcess:
             except ValueError:
                 fk = FailureKind.CRASHED
             self._kill_request = (fk, evidence)
-            logger.info("kill_now(%s): %s", fk, evidence)
+            logger.info("kill_now(%s): %s", fk, redact_text(evidence))  # a server's log line: may hold a secret
         self.send_signal(signal.SIGKILL)
         self._wake.set()
 
