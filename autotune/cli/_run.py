@@ -50,5 +50,8 @@ def _run(args: argparse.Namespace) -> int:
     install_signal_handlers()  # Ctrl-C / SIGTERM tear every live server down within seconds
     summary = run_study(spec, progress=progress)
     states = ", ".join(f"{k}={v}" for k, v in sorted(summary.states.items()))
-    print(f"study {summary.study_name}: {summary.finished} finished trials ({states})")
+    from autotune.redact import redact_text
+
+    # the study's name is the user's text: a token pasted there is hidden as in every other line
+    print(redact_text(f"study {summary.study_name}: {summary.finished} finished trials ({states})"))
     return 0
