@@ -12,8 +12,8 @@ from typing import Any
 
 __all__ = [
     "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES", "MAX_KNOB_INT",
-    "MAX_PROMPTS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH",
-    "YAML_NODES", "clip", "shown",
+    "MAX_LAYERS", "MAX_PROMPTS", "MAX_QUANT_PATTERNS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS",
+    "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
 #: A study file (YAML): the demo is 3 KiB.
@@ -25,6 +25,16 @@ YAML_DEPTH = 64
 #: A JSON file of a model directory (config.json, model.safetensors.index.json: DeepSeek V3's is 9 MB,
 #: tokenizer.json: tens of MB).
 JSON_BYTES = 64 * 2**20
+#: Decoder layers of a model: config.json's ``num_hidden_layers`` (the model's, its text or vision config's)
+#: and the length of a per-layer list or pattern (``layer_types``, ``hybrid_override_pattern``,
+#: ``compress_ratios``, ...). The deepest served models have 126 (Llama 3.1 405B), and 8x that still
+#: costs well under a second: the weight, KV and quantization rules walk every layer (DSA with its indexer
+#: about 0.6 ms a layer), so 10^7 layers took 83 s and 2^40 was a MemoryError.
+MAX_LAYERS = 1024
+#: Entries of a quantization config's ignore / exclude list (``ignore``, ``exclude_modules``,
+#: ``modules_to_not_convert``, ``ignored_layers``), each matched against every layer's module names:
+#: GLM-5.2's NVFP4 checkpoint lists 156 for 78 layers, Qwen3-235B's FP8 283 for 94.
+MAX_QUANT_PATTERNS = 4096
 #: A data set, a trace or a prompt file (ShareGPT V3, bench_serving's usual data set, is 673 MB).
 DATASET_BYTES = 2 * 2**30
 #: A server log given to ``autotune calibrate``.

@@ -224,6 +224,37 @@ def test_text_where_a_model_file_has_a_number(tmp_path: Path, capsys: pytest.Cap
     nothing_stored(tmp_path)
 
 
+@pytest.mark.parametrize(("config", "needles"), [
+    ({"num_hidden_layers": 2**40 - 1},  # a MemoryError traceback before (["attn"] * layers)
+     ["config.json: num_hidden_layers=1099511627775 is more layers than autotune models (at most 1,024"]),
+    ({"num_hidden_layers": 10**7}, ["num_hidden_layers=10000000 is more layers"]),  # 83 s before
+    ({"text_config": {"num_hidden_layers": 1025}}, ["num_hidden_layers=1025 is more layers"]),
+    ({"architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M*" * 10**6},
+     ["hybrid_override_pattern holds 2,000,000 per-layer entries (got 'M*M*", "more than the 1,024 layers"]),
+    ({"layer_types": ["full_attention"] * 5000}, ["layer_types holds 5,000 per-layer entries"]),
+    ({"compress_ratios": [4] * 2000}, ["compress_ratios holds 2,000 per-layer entries"]),
+    ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*x"] * 5000}},
+     ["ignored_layers lists 5,000 modules (got ['re:.*x'", "more than the 4,096"]),
+])
+def test_a_model_config_whose_layers_would_be_walked_for_ever(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            config: dict, needles: list[str]) -> None:
+    """Every per-layer rule (weights, KV layout, quantization ignore lists) walks the layers: a layer count or a
+    per-layer list past limits.MAX_LAYERS, an ignore list past MAX_QUANT_PATTERNS, is one line naming the file,
+    the key and the value, before any list is built."""
+    model = _model(tmp_path, config=config)
+    one_line(*cli(capsys, ["plan", str(study(tmp_path, setting("server.model_path", str(model))))]),
+             "server.model_path: ", *needles)
+    nothing_stored(tmp_path)
+
+
+def test_a_model_of_max_layers_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.limits import MAX_LAYERS
+
+    model = _model(tmp_path, config={"num_hidden_layers": MAX_LAYERS})
+    code, lines = cli(capsys, ["plan", str(study(tmp_path, setting("server.model_path", str(model))))])
+    assert code == 0, lines[-3:]
+
+
 # ---- search spaces that would be listed whole ------------------------------------------------------
 def test_plan_counts_a_huge_grid_instead_of_listing_it(eaters: dict) -> None:
     code, lines, d = eaters["huge grid"]

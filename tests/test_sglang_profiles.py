@@ -552,3 +552,31 @@ def test_falcon_h1_has_attention_and_mamba_on_every_layer() -> None:
     per_layer = (3072 + 2 * 1 * 256) * 3 * 2 + 24 * 128 * 256 * 4
     assert state_bytes_per_request(lay.mamba, 1) == per_layer * 24
     assert _cell(cfg) == 2 * 256 * 24 * 2
+
+
+def test_ignore_patterns_matched_together_match_as_each_alone() -> None:
+    """Globs and regexes share one compiled alternation (one C call per module name, not one Python call per
+    pattern); those that cannot share one (a back-reference, a named group, an inline flag) stay alone. The
+    flags per component and layer are the ones each pattern gives on its own."""
+    from autotune.sglang.models.quant import COMPONENT_NAMES, _ignored, _one_regex
+
+    patterns = ["lm_head", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:model\\.layers\\.(\\d)\\.self_attn\\.\\1?q",
+                "re:(?i)MODEL\\.LAYERS\\.7\\.", "re:(?P<x>model)\\.layers\\.9\\.mlp", "model.layers.1?.self_attn*",
+                "model.layers.*.linear_attn", "model.layers.3.mlp.shared_experts"]
+    got = _ignored(patterns, 24)
+    for comp, names in COMPONENT_NAMES.items():
+        layers = range(24) if "{i}" in names[0] else range(1)
+        want = tuple(any(_ignored([p], 24).get(comp, (False,) * len(layers))[i] for p in patterns) for i in layers)
+        assert got.get(comp, (False,) * len(layers)) == want, comp
+    assert len(_one_regex(["a", "b(c)", "(?i)x", "(y)\\1"])) == 3  # a|b(c) shared, the other two alone
+    with pytest.raises(ValueError, match="ignore pattern"):
+        _one_regex(["(("])
+    with pytest.raises(ValueError, match="65 ignore patterns with back-references"):
+        _one_regex([f"(a{i})\\1" for i in range(65)])
+
+
+def test_a_malformed_ignore_regex_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    cfg = {**QWEN3_8B, "quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:(("]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"config\.json: .*ignore pattern '\(\(': missing \)"):
+        load_model_profile(tmp_path)

@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.files import read_json
-from autotune.limits import JSON_BYTES, clip, shown
+from autotune.limits import JSON_BYTES, MAX_LAYERS, MAX_QUANT_PATTERNS, clip, shown
 from autotune.sglang.models import families, weights
 from autotune.sglang.models.layout import KvLayout
 from autotune.sglang.models.quant import FP8_BLOCK, MXFP4, QuantScheme, detect_quant
@@ -162,6 +162,15 @@ _NUMERIC_KEYS = frozenset({
     "conv_kernel", "group_size", "num_bits", "bits", "w_bit", "q_group_size",
 })
 _MAX_CONFIG_INT = 2**40
+#: Keys whose value counts layers, and keys that hold one entry per layer (a list, or a string of one
+#: character a layer): the profile rules walk every layer, so each is bounded by MAX_LAYERS.
+_LAYER_COUNT_KEYS = frozenset({"num_hidden_layers"})
+_PER_LAYER_KEYS = frozenset({
+    "layer_types", "hybrid_override_pattern", "hybrid_layer_pattern", "compress_ratios", "indexer_types",
+    "index_topk_pattern", "mlp_only_layers", "mlp_layer_types",
+})
+#: A quantization config's ignore / exclude lists: every entry is tried on every layer's module names.
+_PATTERN_LIST_KEYS = frozenset({"ignore", "exclude_modules", "modules_to_not_convert", "ignored_layers"})
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -185,6 +194,15 @@ def _check_numbers(cfg: dict[str, Any], path: Path, what: str, depth: int = 0) -
             if not ok:
                 raise ConfigError(f"model_path: {path}: {key}={shown(value)} is not a size "
                                   f"(a number from 0 to 2^40)")
+            if key in _LAYER_COUNT_KEYS and value > MAX_LAYERS:
+                raise ConfigError(f"model_path: {path}: {key}={shown(value)} is more layers than autotune models "
+                                  f"(at most {MAX_LAYERS:,}; the deepest served models have a few hundred)")
+        elif key in _PER_LAYER_KEYS and isinstance(value, (list, str)) and len(value) > MAX_LAYERS:
+            raise ConfigError(f"model_path: {path}: {key} holds {len(value):,} per-layer entries "
+                              f"(got {shown(value)}), more than the {MAX_LAYERS:,} layers autotune models")
+        elif key in _PATTERN_LIST_KEYS and isinstance(value, list) and len(value) > MAX_QUANT_PATTERNS:
+            raise ConfigError(f"model_path: {path}: {key} lists {len(value):,} modules (got {shown(value)}), "
+                              f"more than the {MAX_QUANT_PATTERNS:,} autotune matches against every layer")
         elif isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"model_path: {path}: {key}={value} is not a finite number")
 

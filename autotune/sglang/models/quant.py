@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.limits import clip
+
 __all__ = ["QuantScheme", "detect_quant", "COMPONENT_NAMES"]
 
 #: Module names per weight component ({i}: a layer index), matched against ignore / exclude lists.
@@ -87,9 +89,11 @@ class _Patterns:
 
     def __init__(self, patterns: list[str]) -> None:
         self.plain = {p for p in patterns if not p.startswith("re:") and not any(c in p for c in "*?[")}
-        self.regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
-        self.globs = [re.compile(fnmatch.translate(p) + "|" + fnmatch.translate(p + ".*"))
-                      for p in patterns if not p.startswith("re:") and any(c in p for c in "*?[")]
+        regexes = [p[3:] for p in patterns if p.startswith("re:")]
+        globs = [fnmatch.translate(p) + "|" + fnmatch.translate(p + ".*")
+                 for p in patterns if not p.startswith("re:") and any(c in p for c in "*?[")]
+        self.regexes = _one_regex(regexes)
+        self.globs = _one_regex(globs)
 
     def match(self, name: str) -> bool:
         if self.plain:
@@ -98,6 +102,30 @@ class _Patterns:
             if runs & self.plain:
                 return True
         return any(r.match(name) for r in self.regexes) or any(g.match(name) for g in self.globs)
+
+
+# A regex that cannot share an alternation: a back-reference or a conditional (group numbers shift), a
+# named group (two alike clash) or an inline global flag (only allowed at the start).
+_ALONE = re.compile(r"\\[1-9]|\(\?P[=<]|\(\?\(|\(\?[aiLmsux]+\)")
+
+
+_MAX_ALONE = 64  # real lists hold none: each costs a Python call per layer and module name
+
+
+def _one_regex(patterns: list[str]) -> list[re.Pattern[str]]:
+    """The patterns as few compiled regexes as match alike: the ones that can share one alternation in it
+    (each is tried in C, not by a Python call per pattern and module name), the others each on its own."""
+    try:
+        alone = [re.compile(p) for p in patterns if _ALONE.search(p)]
+        shared = [p for p in patterns if not _ALONE.search(p)]
+        for p in shared:
+            re.compile(p)  # a bad pattern fails as itself
+        if len(alone) > _MAX_ALONE:
+            raise ValueError(f"{len(alone):,} ignore patterns with back-references, named groups or inline flags, "
+                             f"more than the {_MAX_ALONE} autotune tries one by one on every layer")
+        return [re.compile("|".join(f"(?:{p})" for p in shared)), *alone] if shared else alone
+    except re.error as exc:  # the profile reports a ValueError as a value it cannot read, with the file
+        raise ValueError(f"ignore pattern {clip(str(exc.pattern), 60)!r}: {exc.msg}") from None
 
 
 def _ignored(patterns: list[str], num_layers: int = SAMPLE_LAYERS) -> dict[str, tuple[bool, ...]]:
