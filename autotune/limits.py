@@ -13,7 +13,7 @@ from typing import Any
 __all__ = [
     "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES", "MAX_KNOB_INT",
     "MAX_LAYERS", "MAX_PROMPTS", "MAX_QUANT_PATTERNS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS",
-    "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
+    "MAX_STUDY_FLAGS", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
 #: A study file (YAML): the demo is 3 KiB.
@@ -46,6 +46,11 @@ GRID_CANDIDATES = 100_000
 #: Values of one axis an exhaustive grid (``sampler.kind: grid``) enumerates; a designed start samples
 #: larger axes instead of listing them.
 GRID_AXIS = 100_000
+#: Flags and environment variables one study sets or searches by name, together: the distinct ``--flags``
+#: of ``server.extra_args`` plus ``search_space.flags`` and ``search_space.env``. SGLang has about 600
+#: flags in all and a study sets a handful; each is judged against the release's parser for every
+#: candidate, and a 300 KB study of 6,000 unknown flags took 114 s before its first launch.
+MAX_STUDY_FLAGS = 256
 #: An integer knob value (batch sizes, token counts): SGLang holds them in int32 tensors.
 MAX_KNOB_INT = 2**31 - 1
 #: A seed (numpy's and optuna's samplers take 0 .. 2**32 - 1).

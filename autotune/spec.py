@@ -44,6 +44,7 @@ from autotune.limits import (
     MAX_PROMPTS,
     MAX_SEED,
     MAX_SEQUENCE_TOKENS,
+    MAX_STUDY_FLAGS,
     STUDY_BYTES,
     clip,
     shown,
@@ -723,6 +724,17 @@ class StudySpec(_Model):
         problem = calibration_problem(self.calibration.model_dump(), get_gpu(self.hardware.gpu).memory_gib)
         if problem:
             raise ValueError(f"calibration: {problem} ({self.hardware.gpu})")
+        return self
+
+    @model_validator(mode="after")
+    def _flag_count(self) -> StudySpec:
+        fixed = {str(a).split("=", 1)[0] for a in self.server.extra_args if str(a).startswith("--") and a != "--"}
+        sp = self.search_space
+        n = len(fixed | set(sp.flags)) + len(sp.env)
+        if n > MAX_STUDY_FLAGS:
+            raise ValueError(f"the study sets or searches {n:,} flags and environment variables (server.extra_args "
+                             f"{len(fixed):,}, search_space.flags {len(sp.flags):,}, search_space.env {len(sp.env):,}), "
+                             f"more than {MAX_STUDY_FLAGS}: SGLang has about 600 flags in all")
         return self
 
     @model_validator(mode="after")

@@ -96,3 +96,44 @@ def test_the_study_launches_the_newer_flag_and_variable_and_prunes_the_typo(tmp_
     top = best(spec)  # the point with the IPC allreduce wins; its newer flag and variable are in its launch line
     assert top["number"] == newer.number and top["env"]["SGLANG_SOME_NEW_VAR"] == "1"
     assert "SGLANG_SOME_NEW_VAR=1 " in top["shell"].split("python3")[0] and "--some-new-flag fast" in top["shell"]
+
+
+def test_a_flags_verdict_is_judged_once_per_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict depends on the flag and the release's table only: a study's flags are judged again for every
+    candidate, and difflib's near-miss search (~16 ms a flag) made 3,000 searched flags cost 48 s before the first
+    launch. The second judgement of the same flags does no difflib search."""
+    import difflib
+
+    from autotune.sglang.flags.unknown import newer_flags
+
+    calls = []
+    real = difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    argv = [f"--cached-verdict-flag-{i}" for i in range(50)]
+    assert newer_flags(argv, "0.5.23") == argv
+    first = len(calls)
+    assert first >= 50
+    assert newer_flags(argv, "0.5.23") == argv and verdict(argv[0], "0.5.23") == ("newer", "")
+    assert len(calls) == first
+    assert newer_flags(["--cuda-graph-max-bz"], "0.5.9") == []  # still a typo for another release's table
+
+
+def test_a_study_that_sets_more_flags_than_sglang_has_is_one_line(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.limits import MAX_STUDY_FLAGS
+
+    data = yaml.safe_load(STUDY.read_text())
+    data["server"]["extra_args"] = ["--extra-flag-a", "1", "--extra-flag-b=2", "--extra-flag-a"]  # two flags
+    data["search_space"]["flags"] = {f"--many-flag-{i}": {"choices": [1, 2]} for i in range(MAX_STUDY_FLAGS - 3)}
+    data["search_space"]["env"] = {"SOME_VAR": {"choices": ["1"]}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    load_study_spec(path)  # exactly the limit
+    data["search_space"]["env"]["OTHER_VAR"] = {"choices": ["1"]}
+    path.write_text(yaml.safe_dump(data))
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert (f"sets or searches {MAX_STUDY_FLAGS + 1} flags and environment variables (server.extra_args 2, "
+            f"search_space.flags {MAX_STUDY_FLAGS - 3}, search_space.env 2), more than {MAX_STUDY_FLAGS}") in err
+    assert not list(tmp_path.glob("*.db"))
