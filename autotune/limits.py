@@ -13,7 +13,7 @@ from typing import Any
 __all__ = [
     "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES", "MAX_KNOB_INT",
     "MAX_LAYERS", "MAX_PROMPTS", "MAX_QUANT_PATTERNS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS",
-    "MAX_STUDY_FLAGS", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
+    "MAX_REFERENCES", "MAX_STUDY_FLAGS", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
 #: A study file (YAML): the demo is 3 KiB.
@@ -51,6 +51,9 @@ GRID_AXIS = 100_000
 #: flags in all and a study sets a handful; each is judged against the release's parser for every
 #: candidate, and a 300 KB study of 6,000 unknown flags took 114 s before its first launch.
 MAX_STUDY_FLAGS = 256
+#: Named launch points of ``search.references`` (the seed's hand-passed start, a colleague's value): each is
+#: one launch right after the baseline, so together with the baseline they must also fit ``n_trials``.
+MAX_REFERENCES = 64
 #: An integer knob value (batch sizes, token counts): SGLang holds them in int32 tensors.
 MAX_KNOB_INT = 2**31 - 1
 #: A seed (numpy's and optuna's samplers take 0 .. 2**32 - 1).

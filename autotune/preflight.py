@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from autotune.errors import ConfigError
-from autotune.limits import GRID_AXIS, clip, shown
+from autotune.limits import GRID_AXIS, MAX_REFERENCES, clip, shown
 from autotune.redact import redact_url
 from autotune.spec import StudySpec
 
@@ -226,12 +226,24 @@ def check_references(spec: StudySpec) -> None:
     """Each ``search.references`` point: knobs of the study's space, each value one the knob takes
     (as ``plan --set`` reads it; a choice of a searched flag or variable). Checked here, not when the
     point is enqueued after the baseline (or compared at the end of the search). A flag the release's
-    parser refuses is judged as the space's own values are: pruned as invalid_args at its turn."""
+    parser refuses is judged as the space's own values are: pruned as invalid_args at its turn.
+    Each point is one launch beside the baseline's, so there are at most
+    :data:`~autotune.limits.MAX_REFERENCES`, they and the baseline fit ``n_trials``, and no two are
+    the same point (as their values read)."""
     from autotune import space
 
+    refs = spec.search.references
+    if len(refs) > MAX_REFERENCES:
+        raise ConfigError(f"search.references: {len(refs):,} points, more than {MAX_REFERENCES} "
+                          f"(each is a launch of its own beside the baseline)")
+    if 1 + len(refs) > spec.n_trials:
+        raise ConfigError(f"search.references: {len(refs):,} points and the baseline are {1 + len(refs):,} launches, "
+                          f"more than n_trials = {spec.n_trials:,} (each counts as one of its trials)")
     names = set(space.param_names(spec))
-    for ref, params in spec.search.references.items():
+    seen: dict[frozenset[tuple[str, object]], str] = {}
+    for ref, params in refs.items():
         field = f"search.references.{clip(ref, 40)}"
+        point: dict[str, object] = {}
         if not params:
             raise ConfigError(f"{field}: names no knob (give the knobs it launched with, e.g. mem_fraction_static)")
         for key, value in params.items():
@@ -246,6 +258,12 @@ def check_references(spec: StudySpec) -> None:
             except ConfigError as exc:
                 raise ConfigError(f"{field}.{key}: {str(exc).removeprefix('--set: ')}") from None
             _check_in_domain(spec, field, key, typed)
+            point[key] = typed
+        key_ = frozenset(point.items())
+        if key_ in seen:
+            raise ConfigError(f"{field}: the same point as search.references.{clip(seen[key_], 40)} "
+                              f"({shown(point)}): each reference is a launch, give the point once")
+        seen[key_] = ref
 
 
 def _check_in_domain(spec: StudySpec, field: str, key: str, value: object) -> None:
