@@ -13,7 +13,7 @@ from typing import Any
 __all__ = [
     "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES", "MAX_KNOB_INT",
     "MAX_LAYERS", "MAX_PROMPTS", "MAX_QUANT_PATTERNS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS",
-    "MAX_REFERENCES", "MAX_STUDY_FLAGS", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
+    "MAX_REFERENCES", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS", "MIN_TIME_SCALE", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
 #: A study file (YAML): the demo is 3 KiB.
@@ -54,6 +54,12 @@ MAX_STUDY_FLAGS = 256
 #: Named launch points of ``search.references`` (the seed's hand-passed start, a colleague's value): each is
 #: one launch right after the baseline, so together with the baseline they must also fit ``n_trials``.
 MAX_REFERENCES = 64
+#: The simulated server's clock: ``server.sim.time_scale`` (modelled seconds per wall second, 20 in the
+#: demo) from MIN_TIME_SCALE to MAX_SIM_FACTOR, and a ``slow_tokens:FACTOR`` fault at most MAX_SIM_FACTOR.
+#: They multiply and divide every duration of a trial: 1e308 made each trial an OverflowError, and a
+#: scale of 1e-300 a sleep of forever.
+MIN_TIME_SCALE = 1e-3
+MAX_SIM_FACTOR = 1e6
 #: An integer knob value (batch sizes, token counts): SGLang holds them in int32 tensors.
 MAX_KNOB_INT = 2**31 - 1
 #: A seed (numpy's and optuna's samplers take 0 .. 2**32 - 1).

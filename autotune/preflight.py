@@ -44,6 +44,7 @@ def check_study(spec: StudySpec, *, writes: bool = True, launches: bool = True) 
     check_space(spec)
     check_flags(spec)
     check_references(spec)
+    check_sim(spec)
     if launches:
         check_executor(spec)
 
@@ -186,6 +187,19 @@ def check_space(spec: StudySpec) -> None:
         if n > GRID_AXIS:
             raise ConfigError(f"{field}: sampler.kind grid would enumerate its {n:,} values, more than "
                               f"{GRID_AXIS:,}: a wider step, or sampler.kind tpe or random")
+
+
+def check_sim(spec: StudySpec) -> None:
+    """``server.sim.faults`` read now as the simulated server will read them (a bad one failed every
+    launch); ``time_scale`` the spec bounds itself."""
+    if spec.server.backend != "sim" or not spec.server.sim.faults:
+        return
+    from autotune.sim.faults import parse_faults
+
+    try:
+        parse_faults(spec.server.sim.faults)
+    except ConfigError as exc:
+        raise ConfigError(f"server.sim.faults: {str(exc).removeprefix('--sim-fault: ')}") from None
 
 
 def check_executor(spec: StudySpec) -> None:

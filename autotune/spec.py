@@ -44,7 +44,9 @@ from autotune.limits import (
     MAX_PROMPTS,
     MAX_SEED,
     MAX_SEQUENCE_TOKENS,
+    MAX_SIM_FACTOR,
     MAX_STUDY_FLAGS,
+    MIN_TIME_SCALE,
     STUDY_BYTES,
     clip,
     shown,
@@ -123,7 +125,7 @@ class ExecutorSpec(_Model):
 
 
 class SimSpec(_Model):
-    time_scale: float = Field(default=10.0, gt=0)
+    time_scale: float = Field(default=10.0, ge=MIN_TIME_SCALE, le=MAX_SIM_FACTOR)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     faults: list[str] = Field(default_factory=list)
 

@@ -46,6 +46,16 @@ CASES = {
     "reference choice outside the choices": (setting("search.references", {"mine": {"cuda_graph_max_bs": 24}}),
                                              ["search.references.mine.cuda_graph_max_bs: 24 is not one of its "
                                               "choices (8, 16)"]),
+    # every trial an OverflowError at run time before (F12)
+    "simulator time_scale 1e308": (setting("server.sim.time_scale", 1e308),
+                                   ["server.sim.time_scale: Input should be less than or equal to 1000000", "1e+308"]),
+    "simulator time_scale 1e-300": (setting("server.sim.time_scale", 1e-300),
+                                    ["server.sim.time_scale: Input should be greater than or equal to 0.001"]),
+    "simulator slow_tokens fault 1e308": (setting("server.sim.faults", ["slow_tokens:1e308"]),
+                                          ["server.sim.faults: slow_tokens must be at most 1e+06, got "
+                                           "'slow_tokens:1e308'"]),
+    "unknown simulator fault": (setting("server.sim.faults", ["crash_after:1", "bogus"]),
+                                ["server.sim.faults: unknown fault 'bogus'"]),
     "unknown goodput_slo key": (setting("workload.goodput_slo", {"ttfb_ms": 100}),
                                 ["workload.goodput_slo: unknown key 'ttfb_ms'"]),
     "input_len 10**15": (setting("workload.input_len", 10**15), ["workload.input_len: ", "1000000000000000"]),

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.limits import MAX_SIM_FACTOR, MIN_TIME_SCALE
 from autotune.sglang.flags.unknown import accept_newer_flags, newer_values
 from autotune.sglang.hardware.gpus import GpuKind, get_gpu
 from autotune.sglang.versions import SglangVersion, parse_version
@@ -219,10 +220,11 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[Laun
         from autotune.errors import ConfigError
 
         raise ConfigError(f"--sim-interconnect: nvlink, but GPU kind {gpu.name} has no NVLink")
-    if ns.sim_time_scale <= 0:
+    if not MIN_TIME_SCALE <= ns.sim_time_scale <= MAX_SIM_FACTOR:  # nan too
         from autotune.errors import ConfigError
 
-        raise ConfigError(f"--sim-time-scale: must be positive, got {ns.sim_time_scale}")
+        raise ConfigError(f"--sim-time-scale: must be from {MIN_TIME_SCALE:g} to {MAX_SIM_FACTOR:g}, "
+                          f"got {ns.sim_time_scale}")
     sim = SimOptions(
         version=version,
         gpu=gpu,

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from autotune.errors import ConfigError
+from autotune.limits import MAX_SIM_FACTOR, clip
 
 FAULT_KINDS = (
     "crash_after",
@@ -95,6 +96,8 @@ def parse_faults(specs: Iterable[str]) -> Faults:
             except ValueError:
                 raise ConfigError(f"--sim-fault: {kind} needs a number, got {part!r}") from None
             if number < (1 if kind in _NEEDS_INT else 1e-9):
-                raise ConfigError(f"--sim-fault: {kind} must be positive, got {part!r}")
+                raise ConfigError(f"--sim-fault: {kind} must be positive, got {clip(part, 60)!r}")
+            if kind in _NEEDS_FLOAT and not number <= MAX_SIM_FACTOR:  # nan and inf too: sleeps stretched by it
+                raise ConfigError(f"--sim-fault: {kind} must be at most {MAX_SIM_FACTOR:g}, got {clip(part, 60)!r}")
             setattr(faults, kind, number)
     return faults
