@@ -59,16 +59,31 @@ def sqlite_path(url: str) -> Path | None:
     return Path(db.removeprefix("file:"))
 
 
+def read_only_uri(path: Path) -> str:
+    """The SQLite URI that opens ``path`` read-only (``mode=ro``: SQLite refuses every write through it).
+
+    A study's database is in WAL mode (:func:`autotune.study.storage.retry.sqlite_fast_commits`), and a
+    read-only connection to it creates ``-wal`` and ``-shm`` beside the file and, unable to checkpoint,
+    leaves them there. When neither is there (nor a rollback ``-journal``), no connection is writing
+    the database now, so it is also opened ``immutable``: no lock, no file created. When they are there
+    (a ``run`` is live, or one was killed before its last checkpoint), the plain read-only open reads
+    the log as well and creates nothing that was not there."""
+    uri = f"file:{quote(str(path))}?mode=ro"
+    if not any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm", "-journal")):
+        uri += "&immutable=1"
+    return uri
+
+
 def read_only_url(path: Path) -> str:
-    """A SQLAlchemy URL that opens ``path`` read-only: SQLite refuses every write through it."""
-    return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
+    """A SQLAlchemy URL that opens ``path`` read-only (:func:`read_only_uri`)."""
+    return f"sqlite:///{read_only_uri(path)}&uri=true"
 
 
 def sqlite_tables(path: Path, shown: str) -> set[str]:
     """The tables of the SQLite file ``path``, read without writing a byte (``mode=ro``);
     ConfigError when it is not a SQLite database or cannot be read."""
     try:
-        con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
+        con = sqlite3.connect(read_only_uri(path), uri=True, timeout=10)
         try:
             return {str(r[0]) for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:

@@ -19,6 +19,7 @@ import os
 import socket
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,44 @@ def test_a_damaged_page_is_one_line(finished_spec: Any, tmp_path: Path, capsys: 
         fh.write(b"\xff" * page)
     line = _fails(capsys, _argv(cmd, study, tmp_path))
     assert line.startswith("error: storage:") and "is damaged" in line and str(db) in line, line
+
+
+@pytest.mark.parametrize("cmd", READERS, ids=lambda c: c[0])
+def test_a_reader_leaves_no_wal_or_shm_beside_a_study_database(finished_spec: Any, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              cmd: list[str]) -> None:
+    """A study's database is in WAL mode; a read-only connection to it made -wal and -shm beside it and left
+    them there. With no writer connected (neither file there) a reader opens it immutable: nothing created."""
+    study, db = _finished_copy(finished_spec, tmp_path)
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=WAL")  # as run leaves it (autotune.study.storage.retry.sqlite_fast_commits)
+    con.close()
+    before = _sha(db)
+    assert not list(tmp_path.glob("study.db-*"))
+    assert main(_argv(cmd, study, tmp_path)) == 0, capsys.readouterr().err
+    assert not list(tmp_path.glob("study.db-*")), list(tmp_path.glob("study.db-*"))
+    assert _sha(db) == before
+
+
+def test_a_reader_beside_a_live_writer_reads_its_log_and_leaves_nothing(finished_spec: Any, tmp_path: Path) -> None:
+    """While a writer is connected (its -wal and -shm there), a reader opens plainly read-only and sees what the
+    writer committed to the log; once the writer closes, SQLite removes both as before."""
+    study, db = _finished_copy(finished_spec, tmp_path)
+    writer = sqlite3.connect(db)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")  # the committed change stays in the log
+    writer.execute("UPDATE studies SET study_name = 'renamed-in-the-log'")
+    writer.commit()
+    assert (tmp_path / "study.db-wal").stat().st_size > 0
+    root = Path(__file__).resolve().parents[1]
+    try:  # a process of its own, as the command runs: its connections end with it
+        proc = subprocess.run([sys.executable, "-m", "autotune", "status", str(study)], capture_output=True,  # noqa: S603
+                              text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(root)})
+        assert proc.returncode == 2, proc.stderr
+        assert "no study" in proc.stderr  # the study's name is only in the log now, and the reader read it
+    finally:
+        writer.close()
+    assert not list(tmp_path.glob("study.db-*"))
 
 
 def test_a_write_refused_by_the_database_is_one_line_at_once(finished_spec: Any, tmp_path: Path,
