@@ -11,9 +11,10 @@ import math
 from typing import Any
 
 __all__ = [
-    "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES", "MAX_KNOB_INT",
-    "MAX_LAYERS", "MAX_PROMPTS", "MAX_QUANT_PATTERNS", "MAX_SEED", "MAX_SEQUENCE_TOKENS", "MAX_PROMPT_TOKENS",
-    "MAX_REFERENCES", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS", "MIN_TIME_SCALE", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
+    "BATCH_TOKENS", "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES",
+    "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
+    "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS", "MIN_TIME_SCALE",
+    "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
 #: A study file (YAML): the demo is 3 KiB.
@@ -66,11 +67,25 @@ MAX_KNOB_INT = 2**31 - 1
 MAX_SEED = 2**32 - 1
 #: A prompt's or a completion's length in tokens (the longest context windows served hold 10M).
 MAX_SEQUENCE_TOKENS = 10_000_000
-#: Requests of one load point (each is built before the load point starts).
+#: Requests of one load point (each is built before the load point starts): also the bound on a workload
+#: kind's counts (shared-prefix groups x prompts per group, conversations x turns, a trace's rows replayed).
+#: bench_serving's usual runs send 1,000 to 10,000.
 MAX_PROMPTS = 1_000_000
-#: Tokens of all the synthetic prompts of one load point together (they are built before it starts:
-#: about 36 bytes each in memory).
+#: Tokens of all the prompts one load point builds together, whatever its kind: synthetic prompts and
+#: their warm-up, a shared-prefix workload's groups, a multi-turn workload's turns and the replies its
+#: histories hold, a trace's requests (and, apart, the hash blocks they are cut from). They are built
+#: before the load point starts, about 36-50 bytes a token in memory (a list of Python ints), so this is
+#: 7-10 GB at most: 10,000 prompts of 20,000 tokens or the Mooncake trace (23,608 requests, 179M tokens)
+#: fit; 5 x 10^7 tokens already took 2.5 GB, 10^11 was a MemoryError.
 MAX_PROMPT_TOKENS = 200_000_000
+#: Tokens of synthetic prompts built at once when only ``duration_s`` bounds a load point (it builds them
+#: in batches of 1,024 prompts, fewer when they are longer than 16,384 tokens): 1,024 prompts of 10M
+#: tokens were 10^10 tokens at once.
+BATCH_TOKENS = 1024 * 16_384
+#: Seconds a load point may take to send its requests at its ``request_rate`` (num_prompts / rate, or its
+#: ``duration_s`` when shorter): a week. A measurement, not a soak test: 1,000 prompts at 0.01 req/s is
+#: 28 hours; ``request_rate: 1e-300`` waited forever with no bound.
+MAX_SEND_S = 7 * 24 * 3600
 #: Characters of a value echoed in an error message.
 SHOWN_CHARS = 60
 

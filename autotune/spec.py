@@ -40,7 +40,6 @@ from autotune.errors import ConfigError
 from autotune.limits import (
     MAX_CHOICES,
     MAX_KNOB_INT,
-    MAX_PROMPT_TOKENS,
     MAX_PROMPTS,
     MAX_SEED,
     MAX_SEQUENCE_TOKENS,
@@ -51,7 +50,7 @@ from autotune.limits import (
     clip,
     shown,
 )
-from autotune.load.spec import GOODPUT_KEYS, LoadTimeouts
+from autotune.load.spec import GOODPUT_KEYS, LoadTimeouts, load_problem
 from autotune.load.workloads import Workload
 from autotune.objective import Direction, Objective, check_slo_key
 from autotune.redact import (
@@ -471,7 +470,7 @@ class WorkloadSpec(_Model):
     concurrency: list[int] = Field(default_factory=lambda: [64], min_length=1)
     request_rate: float | None = Field(default=None, gt=0)
     rate_search: RateSearchSpec | None = None  # needs objective.slo
-    warmup_requests: int = Field(default=4, ge=0)
+    warmup_requests: int = Field(default=4, ge=0, le=MAX_PROMPTS)
     flush_cache: bool = True
     dataset_path: str | None = None
     # The traffic, by kind (autotune.load.workloads): random, sharegpt, generated-shared-prefix,
@@ -513,10 +512,16 @@ class WorkloadSpec(_Model):
             raise ValueError("set num_prompts or duration_s (or both)")
         if finite and "num_prompts" not in self.model_fields_set:
             object.__setattr__(self, "num_prompts", None)  # the dataset's own size, not the 512 default
-        tokens = (self.num_prompts or 0) * self.input_len if self.dataset is None else 0
-        if tokens > MAX_PROMPT_TOKENS:
-            raise ValueError(f"num_prompts x input_len = {tokens:,} prompt tokens, more than the "
-                             f"{MAX_PROMPT_TOKENS:,} a load point builds")
+        # the load generator's own rule (autotune.load.spec.LoadSpec), for every rate a load point may take
+        rates = [("request_rate", self.request_rate)]
+        if self.rate_search is not None:  # the lowest rate its bisection may try
+            rates.append(("rate_search.low", self.rate_search.low))
+        for field, rate in rates:
+            problem = load_problem(num_prompts=self.num_prompts, warmup_requests=self.warmup_requests,
+                                   input_len=self.input_len, dataset=self.dataset, dataset_path=self.dataset_path,
+                                   request_rate=rate, duration_s=self.duration_s, rate_field=field)
+            if problem:
+                raise ValueError(problem)
         return self
 
 

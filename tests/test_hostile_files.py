@@ -207,6 +207,35 @@ def test_a_file_the_study_points_at_that_is_not_a_bounded_file(tmp_path: Path, c
     nothing_stored(tmp_path)
 
 
+@pytest.mark.parametrize(("case", "needles"), [
+    ("40 rows of 10M tokens", ["workload.dataset.path: ", "trace.jsonl: its 40 requests hold 400,000,000 prompt tokens, "
+                               "more than the 200,000,000 a load point builds"]),
+    ("block_size 10**9", ["workload.dataset.trace.block_size: ", "1000000000"]),
+    ("blocks of 10M tokens", ["trace.jsonl: 40 distinct hash_ids x block_size 10,000,000 = 400,000,000 tokens of "
+                              "blocks"]),
+    ("a trace of 30,000 years", ["trace.jsonl:2: timestamp: the trace lasts 1e+12 s at slowdown_factor 1"]),
+])
+def test_a_trace_is_bounded_in_what_it_builds_before_the_study(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               cli_signal_handlers: None,
+                                                               case: str, needles: list[str]) -> None:
+    """A 2.5 KB Mooncake trace of 40 rows x 10M tokens, or hash blocks of 10^9 tokens, passed ``plan``, and
+    ``run`` ran out of memory building its prompts (trial left RUNNING): refused up front, on one line."""
+    trace = tmp_path / "trace.jsonl"
+    dataset: dict = {"kind": "trace", "path": str(trace)}
+    if case.startswith("40 rows"):
+        rows = [{"timestamp": t, "input_length": 10_000_000, "output_length": 1} for t in range(40)]
+    elif case.startswith("a trace of"):
+        rows = [{"timestamp": 0, "input_length": 8, "output_length": 1},
+                {"timestamp": 1e15 - 1, "input_length": 8, "output_length": 1}]
+    else:
+        rows = [{"timestamp": t, "input_length": 8, "output_length": 1, "hash_ids": [t]} for t in range(40)]
+        dataset["block_size"] = 10**9 if "10**9" in case else 10_000_000
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for command in ("plan", "run"):
+        one_line(*cli(capsys, [command, str(study(tmp_path, setting("workload.dataset", dataset)))]), *needles)
+        nothing_stored(tmp_path)
+
+
 @pytest.mark.parametrize(("config", "header", "needles"), [
     ({"num_key_value_heads": "eight"}, None, ["num_key_value_heads='eight' is not a size"]),
     ({"max_position_embeddings": float("nan")}, None, ["max_position_embeddings=nan is not a size"]),

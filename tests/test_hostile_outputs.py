@@ -30,7 +30,24 @@ UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens (a run w
     (["--output-details", "{tmp}"], ["--output-details: is a directory, not a file"]),
     (["--input-len", str(10**12)], ["--input-len=1000000000000: Input should be less than or equal to 10000000"]),
     (["--num-prompts", "1000", "--input-len", "1000000"], ["(num_prompts + warmup_requests) x input_len = "
-                                                          "1,001,000,000 prompt tokens"]),
+                                                          "(1,000 + 1) x 1,000,000 = 1,001,000,000 prompt tokens"]),
+    (["--num-prompts", "10", "--warmup-requests", "300000", "--input-len", "1000"],
+     ["(num_prompts + warmup_requests) x input_len = (10 + 300,000) x 1,000 = 300,010,000 prompt tokens"]),
+    (["--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "100000", "--gsp-prompts-per-group", "1000"],
+     ["--dataset-name generated-shared-prefix: --gsp-num-groups x --gsp-prompts-per-group = 100,000 x 1,000 = "
+      "100,000,000 requests, more than the 1,000,000 a load point builds"]),
+    (["--dataset-name", "generated-shared-prefix", "--gsp-system-prompt-len", str(10**11)],
+     ["--gsp-system-prompt-len=100000000000: Input should be less than or equal to 10000000"]),
+    (["--dataset-name", "multi-turn", "--mt-num-conversations", "100000", "--mt-turns", "100"],
+     ["--dataset-name multi-turn: --mt-num-conversations x --mt-turns = 100,000 x 100 = 10,000,000 requests"]),
+    (["--dataset-name", "multi-turn", "--mt-turns", "1000", "--mt-user-len", "100000"],
+     ["--dataset-name multi-turn: the last turn, --mt-system-prompt-len + --mt-turns x --mt-user-len"]),
+    (["--dataset-name", "multi-turn", "--mt-think-time", "1e300"], ["--mt-think-time=1e+300: "]),
+    (["--dataset-name", "mooncake", "--dataset-path", "{tmp}/trace.jsonl", "--trace-block-size", str(10**9)],
+     ["--trace-block-size=1000000000: Input should be less than or equal to 10000000"]),
+    (["--dataset-name", "mooncake", "--dataset-path", "{tmp}/trace.jsonl"],
+     ["trace.jsonl: its 40 requests hold 400,000,000 prompt tokens"]),
+    (["--request-rate", "1e-300"], ["--request-rate=1e-300: num_prompts / request_rate = 1 / 1e-300 = 1e+300 s"]),
     (["--seed", "-1"], ["--seed=-1: Input should be greater than or equal to 0"]),
     (["--dataset", "/dev/zero"], ["--dataset: must be a regular file, this is a device"]),
     (["--tokenizer", "{tmp}/fifo"], ["--tokenizer: must be a regular file, this is a FIFO"]),
@@ -39,6 +56,8 @@ UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens (a run w
 def test_bench_refuses_bad_input_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 extra: list[str], needles: list[str]) -> None:
     os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "trace.jsonl").write_text("".join(f'{{"timestamp": {t}, "input_length": 10000000, '
+                                                  f'"output_length": 1}}\n' for t in range(40)))  # 2.5 KB
     argv = ["bench", "--url", UNREACHABLE, "--num-prompts", "1"] + [a.replace("{tmp}", str(tmp_path)) for a in extra]
     one_line(*cli(capsys, argv), *needles)
 

@@ -59,6 +59,32 @@ CASES = {
     "unknown goodput_slo key": (setting("workload.goodput_slo", {"ttfb_ms": 100}),
                                 ["workload.goodput_slo: unknown key 'ttfb_ms'"]),
     "input_len 10**15": (setting("workload.input_len", 10**15), ["workload.input_len: ", "1000000000000000"]),
+    # what a load point builds, checked as the load generator checks it (autotune.load.spec.load_problem)
+    "warm-up prompts past the budget": (lambda d: d["workload"].update(warmup_requests=1_000_000, input_len=256),
+                                        ["workload: (num_prompts + warmup_requests) x input_len = (8 + 1,000,000) "
+                                         "x 256 = 256,002,048 prompt tokens, more than the 200,000,000"]),
+    "2,000,000 warm-up requests": (setting("workload.warmup_requests", 2_000_000),
+                                   ["workload.warmup_requests: ", "less than or equal to 1000000", "2000000"]),
+    "random kind of 10**11 tokens": (setting("workload.dataset", {"kind": "random", "input_len": 10**11}),
+                                     ["workload.dataset.random.input_len: ", "100000000000"]),
+    "10^8 shared-prefix prompts": (setting("workload.dataset", {"kind": "generated-shared-prefix",
+                                                                "num_groups": 100_000, "prompts_per_group": 1000}),
+                                   ["workload.dataset.generated-shared-prefix: num_groups x prompts_per_group = "
+                                    "100,000 x 1,000 = 100,000,000 requests, more than the 1,000,000"]),
+    "shared-prefix tokens past the budget": (setting("workload.dataset", {"kind": "generated-shared-prefix",
+                                                                          "num_groups": 1000, "prompts_per_group": 100,
+                                                                          "system_prompt_len": 4000}),
+                                             ["(system_prompt_len + question_len) = 100,000 x 4,128 = 412,800,000 "
+                                              "prompt tokens"]),
+    "10^9 conversations": (setting("workload.dataset", {"kind": "multi-turn", "num_conversations": 10**9}),
+                           ["workload.dataset.multi-turn.num_conversations: ", "1000000000"]),
+    "conversations past the budget": (setting("workload.dataset", {"kind": "multi-turn", "num_conversations": 10_000,
+                                                                   "turns": 100}),
+                                      ["workload.dataset.multi-turn: num_conversations x (system_prompt_len + turns "
+                                       "x (user_len + output_len)) = 10,000 x (0 + 100 x 256) = 256,000,000 tokens"]),
+    "request_rate 1e-300": (setting("workload.request_rate", 1e-300),
+                            ["workload: request_rate=1e-300: num_prompts / request_rate = 8 / 1e-300 = 8e+300 s",
+                             "more than the 604,800 s"]),
     "input + output past the context": (setting("workload.input_len", 40_928),
                                         ["workload.input_len + output_len = 40,928 + 32 reaches the context "
                                          "length 40,960 (the model's max_position_embeddings)"]),

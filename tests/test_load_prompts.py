@@ -117,3 +117,23 @@ def test_bad_spec_is_one_line_config_error(fields, message) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         build_spec(**fields)
     assert "\n" not in str(info.value)
+
+
+
+def test_duration_only_prompts_of_millions_of_tokens_are_built_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only duration_s bounds the load point: its prompts were built in batches of 1,024, at 10M tokens
+    each 10^10 tokens at once. A batch now holds at most BATCH_TOKENS (the same 1,024 up to 16k tokens)."""
+    from autotune.limits import BATCH_TOKENS
+    from autotune.load import prompts
+
+    asked: list[int] = []
+
+    def fake(spec: LoadSpec, n: int, *, seed_offset: int = 0) -> list[None]:
+        asked.append(n)
+        return [None] * n
+    monkeypatch.setattr(prompts, "synthetic_prompts", fake)
+    for input_len, batch in ((4, 1024), (16_384, 1024), (100_000, BATCH_TOKENS // 100_000), (10_000_000, 1)):
+        asked.clear()
+        stream = prompts.prompt_stream(LoadSpec(duration_s=1.0, input_len=input_len, output_len=2, concurrency=1))
+        assert len(list(itertools.islice(stream, 2 * batch))) == 2 * batch
+        assert asked == [batch, batch] and batch * input_len <= max(BATCH_TOKENS, input_len), (input_len, asked)

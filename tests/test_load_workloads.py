@@ -171,3 +171,46 @@ def test_prompts_are_drawn_from_the_models_own_vocabulary(tmp_path: Path) -> Non
               "question_len": 5, "output_len": 3}, tokenizer=model)
     ids = [i for p in prompt_stream(s) for i in p.input_ids or []]
     assert ids and min(ids) >= 4 and max(ids) < len(vocab)  # no special ids, nothing out of range
+
+
+def test_what_real_runs_ask_for_is_within_the_bounds() -> None:
+    """The bounds on what a load point builds (autotune.limits) leave real runs alone: 10,000 prompts of
+    16k tokens, 1,000 of 100k, bench_serving's shared-prefix and multi-turn defaults and larger, a
+    100k-token context kept over 20 turns, a day at 0.1 req/s."""
+    LoadSpec(num_prompts=10_000, warmup_requests=1000, input_len=16_000)
+    LoadSpec(num_prompts=1000, input_len=100_000, request_rate=0.01, duration_s=86_400)
+    LoadSpec(num_prompts=8640, input_len=1024, request_rate=0.1)
+    LoadSpec(duration_s=60, input_len=10_000_000, warmup_requests=2, concurrency=4)
+    spec({"kind": "random", "input_len": 100_000}, num_prompts=1000)
+    spec({"kind": "generated-shared-prefix"})
+    spec({"kind": "generated-shared-prefix", "num_groups": 128, "prompts_per_group": 64, "system_prompt_len": 8192,
+          "question_len": 512})
+    spec({"kind": "multi-turn"})
+    spec({"kind": "multi-turn", "num_conversations": 1000, "turns": 20, "system_prompt_len": 4000, "user_len": 2000,
+          "output_len": 2000})
+    spec({"kind": "trace", "path": "t.jsonl", "block_size": 512, "max_requests": 100_000})
+
+
+@pytest.mark.parametrize(("dataset", "kw", "needle"), [
+    ({"kind": "random", "input_len": 10**11}, {"num_prompts": 1}, "input_len"),
+    ({"kind": "random", "input_len": 100_000}, {"num_prompts": 2001},
+     "(num_prompts + warmup_requests) x dataset.input_len = (2,001 + 0) x 100,000 = 200,100,000 prompt tokens"),
+    ({"kind": "generated-shared-prefix", "num_groups": 100_000, "prompts_per_group": 1000}, {},
+     "num_groups x prompts_per_group = 100,000 x 1,000 = 100,000,000 requests"),
+    ({"kind": "generated-shared-prefix", "system_prompt_len": 10_000_000, "question_len": 1}, {},
+     "system_prompt_len + question_len = 10,000,000 + 1 = 10,000,001 tokens, more than the 10,000,000 a prompt"),
+    ({"kind": "multi-turn", "num_conversations": 10_000, "turns": 1000}, {},
+     "num_conversations x turns = 10,000 x 1,000 = 10,000,000 requests"),
+    ({"kind": "multi-turn", "turns": 100, "user_len": 100_000}, {}, "the last turn, system_prompt_len + turns x "
+     "user_len + (turns - 1) x output_len = 0 + 100 x 100,000 + 99 x 128 = 10,012,672 tokens"),
+    ({"kind": "multi-turn", "think_time_s": 1e300}, {}, "think_time_s"),
+    ({"kind": "trace", "path": "t.jsonl", "block_size": 10**9}, {}, "block_size"),
+    ({"kind": "generated-shared-prefix"}, {"request_rate": 1e-3},
+     "request_rate=0.001: the workload's requests / request_rate = 1,024 / 0.001 = 1.02e+06 s of sending"),
+])
+def test_what_a_load_point_would_build_is_bounded_before_it_is_built(dataset: dict, kw: dict, needle: str) -> None:
+    """Each kind's counts, lengths and tokens in all are checked on the spec, before a token is drawn: these
+    were MemoryErrors (a 10^11-token prompt, 10^8 shared-prefix prompts) or a load point that never ended."""
+    with pytest.raises(ValidationError) as exc:
+        spec(dataset, **kw)
+    assert needle in str(exc.value)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
 from autotune.objective import Direction, Objective
 from autotune.spec import RateSearchSpec, WorkloadSpec
 from autotune.trial.load_points import LoadPoint, load_spec, run_plan
@@ -73,3 +77,35 @@ def test_load_spec_takes_the_points_rate_over_the_workloads() -> None:
     spec = load_spec(wl, LoadPoint(8, 1.5), base_url="http://127.0.0.1:1")
     assert (spec.request_rate, spec.concurrency, spec.input_len, spec.output_len, spec.seed) == (1.5, 8, 100, 7, 4)
     assert spec.base_url == "http://127.0.0.1:1"
+
+
+def test_a_rate_search_below_a_thousandth_never_sends_at_rate_zero() -> None:
+    """The bisection rounded its rates to 3 decimals: between 0.0001 and 0.0004 req/s that is 0, which the
+    load generator refuses (a traceback at the second point, the trial left RUNNING)."""
+    wl = WorkloadSpec(concurrency=[8], num_prompts=8, rate_search=RateSearchSpec(low=0.0001, high=0.0004, steps=3))
+    measure, seen = _latency_wall(0.0)
+    run_plan(wl, SLO, measure)
+    rates = [load_spec(wl, LoadPoint(8, float(name.split("_r")[1]))).request_rate for name in seen]
+    assert len(rates) == 3 and all(0.0001 <= r <= 0.0004 for r in rates), seen
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_prompts=st.one_of(st.none(), st.integers(1, 2_000_000)), warmup=st.integers(0, 2_000_000),
+       input_len=st.integers(1, 10_000_000), rate=st.one_of(st.none(), st.floats(1e-300, 1e6)),
+       duration=st.one_of(st.none(), st.floats(1.0, 1e7)), random_kind=st.booleans())
+def test_a_workload_the_study_accepts_is_one_the_load_generator_accepts(
+        num_prompts: int | None, warmup: int, input_len: int, rate: float | None, duration: float | None,
+        random_kind: bool) -> None:
+    """One rule (autotune.load.spec.load_problem) for both: ``warmup_requests: 2000000`` passed ``plan`` and
+    the load point's own check refused it mid-run (a pydantic traceback, the trial left RUNNING)."""
+    fields: dict[str, Any] = {"num_prompts": num_prompts, "warmup_requests": warmup, "request_rate": rate,
+                              "duration_s": duration, "concurrency": [8]}
+    if random_kind:
+        fields["dataset"] = {"kind": "random", "input_len": input_len}
+    else:
+        fields["input_len"] = input_len
+    try:
+        wl = WorkloadSpec.model_validate(fields)
+    except ValidationError:
+        return
+    assert load_spec(wl, LoadPoint(8)).warmup_requests == warmup  # builds, and so does every point

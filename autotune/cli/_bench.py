@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     try:
         return build_spec(**fields)
     except ConfigError as exc:
-        text = str(exc)
+        text = str(exc).removeprefix("load spec: ")  # a rule across fields names the one it reports
         for field, option in _OPTION_OF.items():
             if text.startswith(f"{field}="):
                 raise ConfigError(option + text[len(field):]) from None
@@ -248,9 +249,20 @@ def workload_from_args(args: argparse.Namespace) -> Any:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][-1]) if err.get("loc") else "dataset"
-        option = _WORKLOAD_OPTION.get(field, f"--{field.replace('_', '-')}")
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        raise ConfigError(f"{option}={shown(err.get('input'))}: {clip(msg, 200)}") from None
+        if field == data["kind"]:  # a rule across the kind's fields (what it builds): they are named in it
+            text = re.sub(r"\b[a-z]+(?:_[a-z]+)*\b", lambda m: _option(name, m.group()) if m.group() in data
+                          and m.group() != "kind" else m.group(), msg)
+            raise ConfigError(f"--dataset-name {name}: {clip(text, 300)}") from None
+        raise ConfigError(f"{_option(name, field)}={shown(err.get('input'))}: {clip(msg, 200)}") from None
+
+
+def _option(name: str, field: str) -> str:
+    """The option of ``--dataset-name name`` that sets workload field ``field``."""
+    prefix = {"generated-shared-prefix": "--gsp-", "multi-turn": "--mt-"}.get(name)
+    if prefix is not None and field != "path":
+        return prefix + field.removesuffix("_s").replace("_", "-")
+    return _WORKLOAD_OPTION.get(field, f"--{field.replace('_', '-')}")
 
 
 def _input_file(path: Path, option: str, limit: int) -> None:

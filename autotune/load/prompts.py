@@ -23,7 +23,7 @@ import numpy as np
 
 from autotune.errors import ConfigError
 from autotune.files import read_json, read_text
-from autotune.limits import DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, clip, shown
+from autotune.limits import BATCH_TOKENS, DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, clip, shown
 from autotune.load.spec import LoadSpec
 
 # Token ids drawn for synthetic sglang prompts: clear of the special ids at the
@@ -189,6 +189,7 @@ def prompt_stream(spec: LoadSpec, *, warmup: bool = False) -> Iterator[Prompt]:
 
 
 def _endless(spec: LoadSpec, batch: int = 1024) -> Iterator[Prompt]:
+    batch = max(1, min(batch, BATCH_TOKENS // spec.input_len))  # long prompts: fewer at once
     for k in itertools.count():
         yield from synthetic_prompts(spec, batch, seed_offset=7919 * (k + 1) if k else 0)
 

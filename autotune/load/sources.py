@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEND_S
 from autotune.load import prompts as _prompts
-from autotune.load.formats import DatasetError, read_prompts, read_sharegpt, read_trace
+from autotune.load.formats import DatasetError, TraceRow, read_prompts, read_sharegpt, read_trace
 from autotune.load.prompts import Prompt
 from autotune.load.spec import LoadSpec
 from autotune.load.tokens import HFCounter, TokenCounter, load_counter
@@ -140,10 +141,38 @@ def _gsp(spec: LoadSpec, d: GeneratedSharedPrefixWorkload) -> list[Prompt]:
     return out
 
 
-def _trace(spec: LoadSpec, d: TraceWorkload) -> list[Prompt]:
+def trace_rows(d: TraceWorkload) -> list[TraceRow]:
+    """The rows of trace ``d`` a load point replays (its first ``max_requests``), checked against what a
+    load point builds (:mod:`autotune.limits`) before a token is drawn: at most ``MAX_PROMPTS`` requests,
+    their prompt tokens and the tokens of the distinct hash blocks they are cut from each at most
+    ``MAX_PROMPT_TOKENS``, and sent within ``MAX_SEND_S`` at their timestamps x ``slowdown_factor``."""
     rows = read_trace(d.path, d.format)
     if d.max_requests is not None:
         rows = rows[: d.max_requests]
+    limit = "" if d.max_requests is not None else " (max_requests replays fewer)"
+    if len(rows) > MAX_PROMPTS:
+        raise DatasetError(f"{d.path}: {len(rows):,} requests, more than the {MAX_PROMPTS:,} a load point sends{limit}")
+    tokens = sum(r.input_len for r in rows)
+    if tokens > MAX_PROMPT_TOKENS:
+        raise DatasetError(f"{d.path}: its {len(rows):,} requests hold {tokens:,} prompt tokens, more than the "
+                           f"{MAX_PROMPT_TOKENS:,} a load point builds{limit}")
+    blocks: set[int] = set()
+    for r in rows:  # the hash blocks _trace draws: those a request reaches before its input_len is filled
+        if r.hash_ids:
+            blocks.update(r.hash_ids[: -(-r.input_len // d.block_size)])
+    if len(blocks) * d.block_size > MAX_PROMPT_TOKENS:
+        raise DatasetError(f"{d.path}: {len(blocks):,} distinct hash_ids x block_size {d.block_size:,} = "
+                           f"{len(blocks) * d.block_size:,} tokens of blocks, more than the {MAX_PROMPT_TOKENS:,} "
+                           "a load point builds (a smaller block_size)")
+    span = rows[-1].at_s * d.slowdown_factor
+    if span > MAX_SEND_S:
+        raise DatasetError(f"{d.path}:{rows[-1].line}: timestamp: the trace lasts {span:.3g} s at slowdown_factor "
+                           f"{d.slowdown_factor:g}, more than the {MAX_SEND_S:,} s (a week) a load point may take")
+    return rows
+
+
+def _trace(spec: LoadSpec, d: TraceWorkload) -> list[Prompt]:
+    rows = trace_rows(d)
     maker = _Maker(spec)
     blocks: dict[int, Segment] = {}
     out: list[Prompt] = []
@@ -253,7 +282,7 @@ def check_files(spec: LoadSpec) -> None:
 def check_workload_files(d: object) -> None:
     """Read the file of workload ``d`` (a trace, ShareGPT, prompts; nothing for the others) now."""
     if isinstance(d, TraceWorkload):
-        read_trace(d.path, d.format)
+        trace_rows(d)
     elif isinstance(d, ShareGPTWorkload):
         read_sharegpt(d.path)
     elif isinstance(d, FileWorkload):

@@ -17,8 +17,14 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
-from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEED, MAX_SEQUENCE_TOKENS, clip, shown
-from autotune.load.workloads import Workload
+from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEED, MAX_SEND_S, MAX_SEQUENCE_TOKENS, clip, shown
+from autotune.load.workloads import (
+    GeneratedSharedPrefixWorkload,
+    MultiTurnWorkload,
+    RandomWorkload,
+    TraceWorkload,
+    Workload,
+)
 
 # Per-request SLO keys of goodput (vLLM's --goodput names accepted as aliases).
 GOODPUT_KEYS = {"ttft_ms": "ttft_ms", "ttft": "ttft_ms", "tpot_ms": "tpot_ms", "tpot": "tpot_ms",
@@ -51,6 +57,44 @@ def url_problem(url: str) -> str | None:
         return "names no host"
     if port == 0:
         return "port 0 is not a server's port"
+    return None
+
+
+def load_problem(*, num_prompts: int | None, warmup_requests: int, input_len: int, dataset: object,
+                 dataset_path: object, request_rate: float | None, duration_s: float | None,
+                 rate_field: str = "request_rate") -> str | None:
+    """Why a load point of these fields cannot be run (None when it can): the one rule both
+    :class:`LoadSpec` and the study's workload (``autotune.spec.WorkloadSpec``) apply, so ``plan`` refuses
+    what the load generator would.
+
+    * Synthetic prompts (no ``dataset_path``, no dataset or a ``random`` one) are built before the load
+      point starts, its warm-up's too: ``(num_prompts + warmup_requests) x input_len`` tokens at most
+      :data:`~autotune.limits.MAX_PROMPT_TOKENS` (a workload kind's own counts are its model's rule).
+    * At a finite ``request_rate`` its requests are sent in ``requests / request_rate`` seconds (or its
+      ``duration_s`` when shorter): at most :data:`~autotune.limits.MAX_SEND_S`. A trace keeps its own times.
+    """
+    synthetic = dataset.input_len if isinstance(dataset, RandomWorkload) else (
+        input_len if dataset is None and dataset_path is None else None)
+    if synthetic is not None:
+        tokens = ((num_prompts or 0) + warmup_requests) * synthetic
+        if tokens > MAX_PROMPT_TOKENS:  # every synthetic prompt is built before the load point starts
+            field = "dataset.input_len" if dataset is not None else "input_len"
+            return (f"(num_prompts + warmup_requests) x {field} = ({num_prompts or 0:,} + {warmup_requests:,}) x "
+                    f"{synthetic:,} = {tokens:,} prompt tokens, more than the {MAX_PROMPT_TOKENS:,} a load point builds")
+    if request_rate is not None and not math.isinf(request_rate) and not isinstance(dataset, TraceWorkload):
+        if isinstance(dataset, GeneratedSharedPrefixWorkload):
+            own: int | None = dataset.num_groups * dataset.prompts_per_group
+        elif isinstance(dataset, MultiTurnWorkload):
+            own = dataset.num_conversations  # the rate paces the conversations' starts
+        else:
+            own = None
+        n = num_prompts or own or 1  # a data set of unknown size: at least the wait for its second request
+        span = n / request_rate
+        if span > MAX_SEND_S and (duration_s is None or duration_s > MAX_SEND_S):
+            what = "num_prompts" if num_prompts else "the workload's requests"
+            return (f"{rate_field}={shown(request_rate)}: {what} / request_rate = {n:,} / {request_rate:g} = "
+                    f"{span:.3g} s of sending, more than the {MAX_SEND_S:,} s (a week) a load point may take "
+                    "(a higher request_rate, or a duration_s)")
     return None
 
 
@@ -92,7 +136,7 @@ class LoadSpec(BaseModel):
     request_rate: float = Field(math.inf, gt=0)  # Poisson arrivals per second; inf = all at once
     num_prompts: int | None = Field(None, ge=1, le=MAX_PROMPTS)
     duration_s: float | None = Field(None, gt=0)  # stop dispatching after this long (modelled seconds)
-    warmup_requests: int = Field(1, ge=0)
+    warmup_requests: int = Field(1, ge=0, le=MAX_PROMPTS)
     flush_cache: bool = False
     input_len: int = Field(1024, ge=1, le=MAX_SEQUENCE_TOKENS)
     output_len: int = Field(1024, ge=1, le=MAX_SEQUENCE_TOKENS)
@@ -129,11 +173,11 @@ class LoadSpec(BaseModel):
             raise ValueError(f"token_id_range must be 0 <= low < high, got {self.token_id_range}")
         if self.concurrency is None and math.isinf(self.request_rate) and self.num_prompts is None and not finite:
             raise ValueError("an unbounded burst needs num_prompts: set concurrency, request_rate or num_prompts")
-        tokens = ((self.num_prompts or 0) + self.warmup_requests) * self.input_len \
-            if self.dataset is None and self.dataset_path is None else 0
-        if tokens > MAX_PROMPT_TOKENS:  # every synthetic prompt is built before the load point starts
-            raise ValueError(f"(num_prompts + warmup_requests) x input_len = {tokens:,} prompt tokens, more than "
-                             f"the {MAX_PROMPT_TOKENS:,} a load point builds")
+        problem = load_problem(num_prompts=self.num_prompts, warmup_requests=self.warmup_requests,
+                               input_len=self.input_len, dataset=self.dataset, dataset_path=self.dataset_path,
+                               request_rate=self.request_rate, duration_s=self.duration_s)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

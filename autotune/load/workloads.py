@@ -29,7 +29,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEND_S, MAX_SEQUENCE_TOKENS
+
+# Each kind is bounded in what it builds before its load point starts (autotune.limits): each length at
+# most MAX_SEQUENCE_TOKENS, each count at most MAX_PROMPTS, and the products (requests, their longest
+# prompt, their tokens in all) checked here, before a token is drawn. The synthetic prompts of the load
+# point itself (num_prompts + warmup_requests) are counted by autotune.load.spec.prompt_problem.
+_LEN = MAX_SEQUENCE_TOKENS
+_COUNT = MAX_PROMPTS
+
+
+def _over(what: str, got: int, limit: int, unit: str, whose: str = "a load point builds") -> str | None:
+    return f"{what} = {got:,} {unit}, more than the {limit:,} {whose}" if got > limit else None
 
 
 class _Kind(BaseModel):
@@ -40,8 +53,8 @@ class RandomWorkload(_Kind):
     """Synthetic prompts of drawn lengths (bench_serving ``random-ids``)."""
 
     kind: Literal["random"] = "random"
-    input_len: int = Field(1024, ge=1)
-    output_len: int = Field(256, ge=1)
+    input_len: int = Field(1024, ge=1, le=_LEN)
+    output_len: int = Field(256, ge=1, le=_LEN)
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)
 
 
@@ -51,22 +64,36 @@ class ShareGPTWorkload(_Kind):
     kind: Literal["sharegpt"] = "sharegpt"
     path: Path
     turns: Literal["first", "all"] = "first"  # all: every human turn with its history, as multi-turn
-    output_len: int | None = Field(None, ge=1)  # bench_serving --sharegpt-output-len; None: the answer's length
+    output_len: int | None = Field(None, ge=1, le=_LEN)  # bench_serving --sharegpt-output-len; None: the answer's
     context_len: int | None = Field(None, ge=2)  # bench_serving --sharegpt-context-len: skip longer pairs
-    think_time_s: float = Field(0.0, ge=0.0)  # between turns when turns == "all"
+    think_time_s: float = Field(0.0, ge=0.0, le=MAX_SEND_S)  # between turns when turns == "all"
 
 
 class GeneratedSharedPrefixWorkload(_Kind):
     """Groups of prompts sharing a system prompt (bench_serving ``generated-shared-prefix``)."""
 
     kind: Literal["generated-shared-prefix"] = "generated-shared-prefix"
-    num_groups: int = Field(64, ge=1)
-    prompts_per_group: int = Field(16, ge=1)
-    system_prompt_len: int = Field(2048, ge=1)
-    question_len: int = Field(128, ge=1)
-    output_len: int = Field(256, ge=1)
+    num_groups: int = Field(64, ge=1, le=_COUNT)
+    prompts_per_group: int = Field(16, ge=1, le=_COUNT)
+    system_prompt_len: int = Field(2048, ge=1, le=_LEN)
+    question_len: int = Field(128, ge=1, le=_LEN)
+    output_len: int = Field(256, ge=1, le=_LEN)
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)  # question and output lengths only
     ordered: bool = False  # bench_serving --gsp-ordered: group after group; by default shuffled, as there
+
+    @model_validator(mode="after")
+    def _bounded(self) -> GeneratedSharedPrefixWorkload:
+        n = self.num_groups * self.prompts_per_group
+        each = self.system_prompt_len + self.question_len  # every prompt is built whole (the prefix copied)
+        problem = (_over(f"num_groups x prompts_per_group = {self.num_groups:,} x {self.prompts_per_group:,}",
+                         n, _COUNT, "requests")
+                   or _over(f"system_prompt_len + question_len = {self.system_prompt_len:,} + "
+                            f"{self.question_len:,}", each, _LEN, "tokens", "a prompt may hold")
+                   or _over(f"num_groups x prompts_per_group x (system_prompt_len + question_len) = {n:,} x {each:,}",
+                            n * each, MAX_PROMPT_TOKENS, "prompt tokens"))
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class MultiTurnWorkload(_Kind):
@@ -74,13 +101,32 @@ class MultiTurnWorkload(_Kind):
     far) plus a new user message, after ``think_time_s`` from the previous reply."""
 
     kind: Literal["multi-turn"] = "multi-turn"
-    num_conversations: int = Field(64, ge=1)
-    turns: int = Field(4, ge=1)
-    system_prompt_len: int = Field(0, ge=0)  # shared by every conversation (0: none)
-    user_len: int = Field(128, ge=1)
-    output_len: int = Field(128, ge=1)
+    num_conversations: int = Field(64, ge=1, le=_COUNT)
+    turns: int = Field(4, ge=1, le=_COUNT)
+    system_prompt_len: int = Field(0, ge=0, le=_LEN)  # shared by every conversation (0: none)
+    user_len: int = Field(128, ge=1, le=_LEN)
+    output_len: int = Field(128, ge=1, le=_LEN)
     range_ratio: float = Field(1.0, ge=0.0, le=1.0)
-    think_time_s: float = Field(0.0, ge=0.0)
+    think_time_s: float = Field(0.0, ge=0.0, le=MAX_SEND_S)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> MultiTurnWorkload:
+        n = self.num_conversations * self.turns
+        turn = self.user_len + self.output_len
+        last = self.system_prompt_len + self.turns * self.user_len + (self.turns - 1) * self.output_len
+        # every conversation's history (its user turns, drawn up front, and the replies it keeps) at its end
+        held = self.num_conversations * (self.system_prompt_len + self.turns * turn)
+        problem = (_over(f"num_conversations x turns = {self.num_conversations:,} x {self.turns:,}",
+                         n, _COUNT, "requests")
+                   or _over(f"the last turn, system_prompt_len + turns x user_len + (turns - 1) x output_len = "
+                            f"{self.system_prompt_len:,} + {self.turns:,} x {self.user_len:,} + "
+                            f"{self.turns - 1:,} x {self.output_len:,}", last, _LEN, "tokens", "a prompt may hold")
+                   or _over(f"num_conversations x (system_prompt_len + turns x (user_len + output_len)) = "
+                            f"{self.num_conversations:,} x ({self.system_prompt_len:,} + {self.turns:,} x {turn:,})",
+                            held, MAX_PROMPT_TOKENS, "tokens of history"))
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class TraceWorkload(_Kind):
@@ -92,8 +138,8 @@ class TraceWorkload(_Kind):
     path: Path
     format: Literal["mooncake", "azure"] | None = None  # None: from the file suffix (.jsonl / .csv)
     slowdown_factor: float = Field(1.0, gt=0)  # bench_serving --mooncake-slowdown-factor: 2 = half speed
-    block_size: int = Field(512, ge=1)  # tokens per Mooncake hash id
-    max_requests: int | None = Field(None, ge=1)  # replay only the first N
+    block_size: int = Field(512, ge=1, le=_LEN)  # tokens per Mooncake hash id
+    max_requests: int | None = Field(None, ge=1, le=_COUNT)  # replay only the first N
 
 
 class FileWorkload(_Kind):
@@ -101,7 +147,7 @@ class FileWorkload(_Kind):
 
     kind: Literal["file"] = "file"
     path: Path
-    output_len: int = Field(256, ge=1)  # for lines without their own
+    output_len: int = Field(256, ge=1, le=_LEN)  # for lines without their own
 
 
 Workload = Annotated[

@@ -79,7 +79,9 @@ def run_plan(workload: WorkloadSpec, objective: Objective, measure: Measure, *,
             continue
         low, high = search.low, search.high
         for i in range(search.steps):
-            rate = high if i == 0 else round((low + high) / 2, 3)
+            rate = high if i == 0 else round((low + high) / 2, 3)  # 3 decimals: the point's name
+            if not low <= rate <= high:  # never outside the bounds the study was checked at (0 below 0.0005 req/s)
+                rate = (low + high) / 2
             metrics = point(LoadPoint(conc, rate, workload=name))
             if metrics is None:
                 return out
