@@ -75,6 +75,22 @@ def test_a_malformed_url_is_bad_input_an_unreachable_server_is_not(capsys: pytes
     assert (got, len(lines)) == (code, 1) and needle in lines[0], lines
 
 
+@pytest.mark.parametrize("url", ["http://u:hunter2pw@127.0.0.1:9", "http://hunter2pw@127.0.0.1:9/v1",
+                                 "https://u:hunter2pw@[::1]:9"])
+def test_a_url_with_a_password_is_refused_without_echoing_it(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """``--url http://u:p@host --api-key K`` was aiohttp's ValueError traceback: one line now (exit 2),
+    the userinfo hidden; and so from the load generator's own spec."""
+    from autotune.errors import ConfigError
+    from autotune.load import build_spec
+
+    line = one_line(*cli(capsys, ["bench", "--url", url, "--num-prompts", "1", "--api-key", "K"]),
+                    "--url='http", "***@", "holds a user name or password")
+    assert "hunter2pw" not in line
+    with pytest.raises(ConfigError) as exc:
+        build_spec(base_url=url, num_prompts=1)
+    assert "base_url=" in str(exc.value) and "***@" in str(exc.value) and "hunter2pw" not in str(exc.value)
+
+
 def test_the_figures_are_printed_when_the_output_file_fails_after_the_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The directory was there when the run started and is gone when it ends: the table is printed

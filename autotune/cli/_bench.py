@@ -29,7 +29,7 @@ from autotune.files import check_writable, regular_file
 from autotune.limits import DATASET_BYTES, clip, shown
 from autotune.load import build_spec, run_load
 from autotune.load.report import append_jsonl, format_table, summary_line, write_records
-from autotune.load.spec import GOODPUT_KEYS, url_problem
+from autotune.load.spec import GOODPUT_KEYS, shown_url, url_problem
 from autotune.load.tokens import tokenizer_file
 from autotune.load.workloads import validate_workload
 
@@ -198,7 +198,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     }
     problem = url_problem(str(args.url))
     if problem:  # a malformed URL is bad input (2), a server that does not answer is not (1)
-        raise ConfigError(f"--url={shown(args.url)}: {problem}")
+        raise ConfigError(f"--url={shown_url(args.url)}: {problem}")
     if args.dataset is not None:
         _input_file(args.dataset, "--dataset", DATASET_BYTES)
     if args.tokenizer is not None:

@@ -20,11 +20,11 @@ from typing import Any
 import aiohttp
 
 from autotune.errors import ConfigError, LoadGenError
-from autotune.limits import JSON_BYTES, shown
+from autotune.limits import JSON_BYTES
 from autotune.load.result import LoadPointFailed, LoadResult
 from autotune.load.runner import LoadRunner, SnapshotCallback
 from autotune.load.sources import check_files
-from autotune.load.spec import LoadSpec, url_problem
+from autotune.load.spec import LoadSpec, shown_url, url_problem
 from autotune.load.transport.http import StreamPool
 
 try:  # optional speed-up: halves client CPU per token when events are not coalesced
@@ -43,7 +43,7 @@ def check_base_url(base_url: str | None) -> str:
         raise ConfigError("base_url=None: a server URL is required")
     problem = url_problem(base_url)
     if problem:
-        raise ConfigError(f"base_url={shown(base_url)}: {problem}")
+        raise ConfigError(f"base_url={shown_url(base_url)}: {problem}")
     return base_url.rstrip("/")
 
 

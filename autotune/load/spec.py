@@ -10,6 +10,7 @@ with either tool.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -53,6 +54,9 @@ def url_problem(url: str) -> str | None:
         port = parts.port  # ValueError: out of range or not a number
     except ValueError as exc:
         return f"not a URL ({clip(str(exc), 60)})"
+    if "@" in parts.netloc:  # aiohttp refused it with a ValueError traceback when --api-key was given too
+        return ("holds a user name or password (user:password@host); a key is sent as a bearer token instead "
+                "(bench's --api-key)")
     if not parts.hostname:
         return "names no host"
     if port == 0:
@@ -96,6 +100,12 @@ def load_problem(*, num_prompts: int | None, warmup_requests: int, input_len: in
                     f"{span:.3g} s of sending, more than the {MAX_SEND_S:,} s (a week) a load point may take "
                     "(a higher request_rate, or a duration_s)")
     return None
+
+
+def shown_url(url: object) -> str:
+    """``url`` as an error echoes it: its userinfo (a password, a token as the user name) hidden as ``***``."""
+    text = url if isinstance(url, str) else str(url)
+    return shown(re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", text[:4096]))
 
 
 class LoadTimeouts(BaseModel):
@@ -198,4 +208,5 @@ def build_spec(**fields: object) -> LoadSpec:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if not loc:
             raise ConfigError(f"load spec: {msg}") from None
-        raise ConfigError(f"{clip(loc)}={shown(err.get('input'))}: {clip(msg, 200)}") from None
+        got = shown_url(err.get("input")) if loc == "base_url" else shown(err.get("input"))
+        raise ConfigError(f"{clip(loc)}={got}: {clip(msg, 200)}") from None
