@@ -36,7 +36,7 @@ from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEND_S, MAX_SEQU
 # Each kind is bounded in what it builds before its load point starts (autotune.limits): each length at
 # most MAX_SEQUENCE_TOKENS, each count at most MAX_PROMPTS, and the products (requests, their longest
 # prompt, their tokens in all) checked here, before a token is drawn. The synthetic prompts of the load
-# point itself (num_prompts + warmup_requests) are counted by autotune.load.spec.prompt_problem.
+# point itself (num_prompts + warmup_requests) are counted by autotune.load.spec.load_problem.
 _LEN = MAX_SEQUENCE_TOKENS
 _COUNT = MAX_PROMPTS
 
