@@ -101,8 +101,11 @@ _TOKEN_SHAPES = re.compile(
     r")"
 )
 # scheme://user:PASSWORD@host: the password is everything up to the last @ of the URL (it may
-# hold '/', "'" or '@'; a URL does not span white space).
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*:)(?P<pw>\S+)(?=@[^\s@]*(?:\s|$))")
+# hold '/', "'" or '@'; a URL does not span white space). Found by a scan, not a regex: a regex that
+# runs to the last @ backtracks over every scheme:// of a long word, quadratic in its length.
+_WORD = re.compile(r"\S+")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_SCHEME_LEN = 64
 # ?token=VALUE / &api_key=VALUE in a URL's query.
 _QUERY_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z_][\w.\-]*)=)(?P<val>[^&#\s'\"]*)")
 # --flag value / --flag=value in a line of text (a shell line, a log line). A value never starts
@@ -119,7 +122,7 @@ _LISTED_FLAG_VALUE = re.compile(
 # name=value, name: value, 'name': 'value', name='value' (SGLang's ServerArgs(...) line, JSON, env lines).
 # Not after '?' or '&': a URL's query is _QUERY_VALUE's.
 _NAME_VALUE = re.compile(
-    r"(?P<name>(?<![\w\-?&])[A-Za-z_][\w.-]*)(?P<sep>['\"]?[ \t]*[=:][ \t]*)"
+    r"(?P<name>(?<![\w.\-?&])[A-Za-z_][\w.-]*)(?P<sep>['\"]?[ \t]*[=:][ \t]*)"
     r"(?P<val>'[^'\n]*'|\"[^\"\n]*\"|[^\s,;)}\]'\"]+)"
 )
 _KEEP = frozenset({"", "None", "null", "none", "''", '""', REDACTED, f"'{REDACTED}'", f'"{REDACTED}"'})
@@ -145,9 +148,30 @@ def _hidden(val: str, name: str | None = None) -> str:
 def redact_url(url: str) -> str:
     """``url`` with the password of its userinfo and the values of secret query parameters hidden:
     ``postgresql://u:***@host/db``, ``https://host/x?token=***``."""
-    out = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, url)
+    out = _WORD.sub(lambda m: _url_password_hidden(m.group(0)), url) if "://" in url and "@" in url else url
     return _QUERY_VALUE.sub(
         lambda m: m.group("head") + REDACTED if m.group("val") and is_secret_name(m.group("name")) else m.group(0), out)
+
+
+def _url_password_hidden(word: str) -> str:
+    """``word`` (no white space) with the password of its first ``scheme://user:password@``
+    hidden: from the ``:`` after the user to the word's last ``@``. Linear in the word."""
+    at = word.rfind("@")
+    start = 0
+    while at > 0:
+        sep = word.find("://", start)
+        if sep < 0 or sep > at:
+            return word
+        begin = sep
+        while begin > 0 and sep - begin < _SCHEME_LEN and word[begin - 1] in _SCHEME_CHARS:
+            begin -= 1
+        user_end = sep + 3
+        while user_end < len(word) and word[user_end] not in ":/@'\"":
+            user_end += 1
+        if any(c.isalpha() for c in word[begin:sep]) and user_end < at and word[user_end] == ":" and at > user_end + 1:
+            return word[:user_end + 1] + REDACTED + word[at:]
+        start = sep + 3
+    return word
 
 
 def redact_text(text: str) -> str:
@@ -168,6 +192,11 @@ def redact_text(text: str) -> str:
     return _NAME_VALUE.sub(_name_value, out)
 
 
+#: How deep the pairs inside a value are read (``SGLANG_CFG='{"api_key": "..."}'`` is one level):
+#: a line of nested ``a:b:c:...`` pairs is read that deep and no deeper, not once per level of it.
+_INNER_DEPTH = 4
+
+
 def _listed_flag_value(m: re.Match[str]) -> str:
     flag, val = m.group("flag")[1:-1], m.group("val")
     if not is_secret_name(flag) or val[1:2] == "-" or val in _KEEP:
@@ -176,13 +205,16 @@ def _listed_flag_value(m: re.Match[str]) -> str:
     return m.group("flag") + m.group("sep") + q + REDACTED + q
 
 
-def _name_value(m: re.Match[str]) -> str:
+def _name_value(m: re.Match[str], depth: int = 0) -> str:
     """``name=value`` of a secret name, hidden; ``name: value`` only when quoted (JSON, a repr):
     ``server.env.HF_TOKEN: must not ...`` is an error line about the field, not its value. The
-    value of any other name is read for pairs of its own (a JSON text in a variable)."""
+    value of any other name is read for pairs of its own (a JSON text in a variable), down to
+    :data:`_INNER_DEPTH` levels."""
     name, sep, val = m.group("name"), m.group("sep"), m.group("val")
     if name.startswith("-") or not is_secret_name(name):
-        return name + sep + _NAME_VALUE.sub(_name_value, val)
+        if depth >= _INNER_DEPTH:
+            return m.group(0)
+        return name + sep + _NAME_VALUE.sub(lambda inner: _name_value(inner, depth + 1), val)
     if ":" in sep and not (sep[0] in "'\"" or val[:1] in ("'", '"')):
         return m.group(0)
     return name + sep + _hidden(val, name)

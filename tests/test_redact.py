@@ -372,3 +372,24 @@ def test_a_secret_cannot_be_searched(kind: str, name: str, expected: str) -> Non
     assert _refused(search_space={kind: {name: {"choices": ["CHOICESECRET1", "CHOICESECRET2"]}}}) == expected
     # a value the file cannot hold is refused first: by its position, not its value
     assert "CHOICESECRET" not in _refused(search_space={kind: {name: {"choices": ["CHOICESECRET\x00"]}}})
+
+
+@pytest.mark.parametrize("unit", ["a://b:", "a.", "a-", "x=", "a:", "--a '", "a='", "'--a', '", "a://b:c@", "a.a.a://"])
+def test_a_long_hostile_line_is_read_whole_without_failing(unit: str) -> None:
+    """Lines built to nest pairs (``a://b:a://b:...``) or to make a pattern restart at every
+    character: redaction reads them whole (a secret at their end is still hidden) and never fails.
+    How long it takes per character: benchmarks/redact_scaling.py."""
+    line = unit * 5_000 + " HF_TOKEN=hf_" + "a1B2" * 9 + " --api-key KEYATTHEEND"
+    out = redact_text(line)
+    assert "KEYATTHEEND" not in out and "a1B2a1B2" not in out
+    if "@" not in unit:  # nothing in the line but the two secrets is hidden (a://b:c@...@: a URL's password)
+        assert out.startswith(unit * 4_000)
+
+
+@pytest.mark.parametrize(("line", "secret", "kept"), [
+    ("cfg.HF_TOKEN=SECRETAFTERDOT port=1", "SECRETAFTERDOT", "port=1"),  # a name after a '.' is read with its prefix
+    ("postgresql://u:PWSECRET@h/db then x://y:z", "PWSECRET", "x://y:z"),  # a later URL without userinfo
+])
+def test_pairs_after_a_dot_and_urls_in_a_line(line: str, secret: str, kept: str) -> None:
+    out = redact_text(line)
+    assert secret not in out and kept in out
