@@ -10,7 +10,7 @@ from autotune.cli._common import add_study_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="every trial as one row (params, metrics per load point, prediction) to CSV/Parquet")
     add_study_arg(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file: .csv or .parquet")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file: .csv or .parquet (never the study file or its storage)")
     p.set_defaults(func=_export)
 
 

@@ -10,7 +10,7 @@ from autotune.cli._common import add_study_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="one self-contained HTML report: plots, outcomes, top configs and their commands")
     add_study_arg(p)
-    p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="the HTML file (default report.html)")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="the HTML file (default report.html; never the study file or its storage)")
     p.add_argument("--top", type=int, default=5, metavar="N", help="configurations in the top table (default 5)")
     p.set_defaults(func=_report)
 

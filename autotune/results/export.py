@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
-from autotune.errors import ConfigError, ExportError
+from autotune.errors import ConfigError
 from autotune.results import trials as _trials
+from autotune.results.output import check_output_path, write_atomic
 from autotune.spec import StudySpec
 from autotune.study.storage.opening import open_study
 
@@ -67,21 +69,18 @@ def check_output(path: str | Path) -> str:
 
 
 def export(spec: StudySpec, path: str | Path) -> pd.DataFrame:
-    """Write the study's trials to ``path`` (.csv or .parquet) and return the frame written."""
+    """Write the study's trials to ``path`` (.csv or .parquet) and return the frame written.
+    The path is checked first (:func:`autotune.results.output.check_output_path`)."""
     suffix = check_output(path)
+    out = check_output_path(spec, path)
     frame = trials_frame(spec)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
+
+    def write(f: BinaryIO) -> None:
         if suffix == ".csv":
-            frame.to_csv(tmp, index=False)
+            frame.to_csv(f, index=False, encoding="utf-8")
         else:
-            frame.to_parquet(tmp, index=False)
-        tmp.replace(out)
-    except OSError as exc:
-        raise ExportError(f"cannot write {out}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+            frame.to_parquet(f, index=False)
+
+    write_atomic(out, write)
     log.info("exported %d trials x %d columns to %s", len(frame), len(frame.columns), out)
     return frame

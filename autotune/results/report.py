@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import logging
 import math
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import ExportError
 from autotune.redact import redact_text
 from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
+from autotune.results.output import check_output_path, write_atomic
 from autotune.results.summary import lineage, lineage_lines
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
@@ -79,17 +78,12 @@ def build_report(spec: StudySpec, *, top: int = 5) -> str:
 
 
 def write_report(spec: StudySpec, path: str | Path, *, top: int = 5) -> Path:
-    """Write the report to ``path`` atomically; return the path."""
-    out = Path(path)
-    text = build_report(spec, top=top)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise ExportError(f"cannot write {out}: {exc}") from exc
-    log.info("report written to %s (%.1f MiB)", out, out.stat().st_size / 2**20)
+    """Write the report to ``path`` atomically; return the path. The path is checked before the
+    report is built (:func:`autotune.results.output.check_output_path`)."""
+    out = check_output_path(spec, path)
+    data = build_report(spec, top=top).encode("utf-8")
+    write_atomic(out, lambda f: f.write(data))
+    log.info("report written to %s (%.1f MiB)", out, len(data) / 2**20)
     return out
 
 
