@@ -181,3 +181,85 @@ def test_view_system_attrs_adds_only_what_is_missing():
     legacy = {"constraints": [-2.0], "constraints:memory": 1.0}
     assert view_system_attrs(legacy)["constraints"] == [-2.0]  # a stored legacy list wins
     assert "constraints" not in view_system_attrs({"fixed_params": {}})
+
+
+def _wsgi_get(app, host: str | None, path: str = "/api/studies") -> tuple[str, bytes]:
+    from wsgiref.util import setup_testing_defaults
+
+    environ: dict = {"PATH_INFO": path, "REQUEST_METHOD": "GET"}
+    setup_testing_defaults(environ)
+    environ.pop("HTTP_HOST", None)
+    if host is not None:
+        environ["HTTP_HOST"] = host
+    got: list[str] = []
+    body = b"".join(app(environ, lambda status, headers, exc_info=None: got.append(status)))
+    return got[0], body
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ("127.0.0.1:8080", True), ("localhost:8080", True), ("LOCALHOST", True), ("[::1]:8080", True),
+    ("evil.example", False), ("evil.example:8080", False), ("127.0.0.1.evil.example:8080", False),
+    ("::1", False), ("[::1]x", False), ("", False), (None, False),
+])
+def test_the_dashboard_answers_only_its_own_host_names(finished_spec, host, allowed):
+    """DNS rebinding: a web page whose name now points at 127.0.0.1 reaches the port, but its
+    requests carry its own name in Host: refused (403) before the dashboard reads anything."""
+    from autotune.results.dashboard import make_dashboard_server
+
+    httpd = make_dashboard_server(finished_spec, "127.0.0.1", 0)
+    try:
+        status, body = _wsgi_get(httpd.get_app(), host)
+    finally:
+        httpd.server_close()
+    if allowed:
+        assert status.startswith("200"), status
+        assert b"results-test" in body
+    else:
+        assert status.startswith("403"), status
+        assert b"results-test" not in body
+
+
+def test_the_host_asked_for_is_allowed_and_a_wildcard_with_expose_allows_any():
+    from autotune.results.dashboard import allowed_hosts, host_guard
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    assert _wsgi_get(host_guard(app, allowed_hosts("10.1.2.3", expose=True)), "10.1.2.3:8080")[0] == "200 OK"
+    assert _wsgi_get(host_guard(app, allowed_hosts("10.1.2.3", expose=True)), "evil.example")[0].startswith("403")
+    assert _wsgi_get(host_guard(app, allowed_hosts("0.0.0.0", expose=True)), "gpu-node:8080")[0] == "200 OK"
+
+
+def test_cli_stops_cleanly_on_sigterm_and_leaves_no_wal(finished_spec, tmp_path):
+    """SIGTERM (kill, a scheduler) stops the dashboard as Ctrl-C does: exit 0, the storage closed,
+    so SQLite removes the -wal and -shm its connection made beside a WAL-mode study."""
+    import shutil
+    import sqlite3
+
+    src = os.path.dirname(finished_spec.source_path)
+    shutil.copyfile(finished_spec.source_path, tmp_path / "study.yaml")
+    shutil.copyfile(os.path.join(src, "study.db"), tmp_path / "study.db")
+    con = sqlite3.connect(tmp_path / "study.db")
+    assert con.execute("pragma journal_mode=wal").fetchone() == ("wal",)
+    con.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "dashboard", str(tmp_path / "study.yaml"), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/dashboard/", line)
+        assert m, line + (proc.stderr.read() if proc.poll() is not None else "")
+        assert _get(m.group(0).replace("/dashboard/", "/api/studies"))[0] == 200
+        assert (tmp_path / "study.db-wal").exists()  # the connection is open
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        err = proc.stderr.read()
+        assert rc == 0, err[-2000:]
+        assert "Traceback" not in err and "dashboard stopped" in err
+        assert not (tmp_path / "study.db-wal").exists() and not (tmp_path / "study.db-shm").exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -32,6 +32,7 @@ import copy
 import json
 import logging
 import re
+import signal
 import threading
 from collections.abc import Callable, Container
 from typing import Any
@@ -242,6 +243,47 @@ def make_app(spec: StudySpec) -> Callable[..., Any]:
     return with_notes(wsgi(storage, artifact_store=artifact_store(spec)), storage)
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def allowed_hosts(host: str, *, expose: bool = False) -> frozenset[str] | None:
+    """The names a request's Host header may carry for a server bound to ``host``: loopback and
+    ``host`` itself; None (any) only for a wildcard ``--host`` (0.0.0.0, ::) with ``--expose``,
+    which anyone who reaches it can use anyway, under any name."""
+    bound = host.strip("[]").lower()
+    if expose and bound in ("0.0.0.0", "::", ""):
+        return None
+    return _LOOPBACK_NAMES | {bound}
+
+
+def _host_of(header: str) -> str:
+    """The host of a Host header, without port or IPv6 brackets, lower case ('' when malformed)."""
+    h = header.strip().lower()
+    if h.startswith("["):  # [::1] or [::1]:8080
+        inner, sep, rest = h[1:].partition("]")
+        return inner if sep and (not rest or rest.startswith(":")) else ""
+    if h.count(":") > 1:  # a bare IPv6 address is not a valid Host
+        return ""
+    return h.partition(":")[0]
+
+
+def host_guard(app: Callable[..., Any], allowed: Container[str] | None) -> Callable[..., Any]:
+    """``app`` answering 403 to a request whose Host header names no ``allowed`` host: a web page
+    that rebinds its own name to 127.0.0.1 (DNS rebinding) reaches the port, but its requests
+    carry its name, so it can neither read nor delete trials. ``allowed`` None: no check."""
+    if allowed is None:
+        return app
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if _host_of(environ.get("HTTP_HOST", "")) not in allowed:
+            body = b"403 Forbidden: this Host is not the dashboard's address\n"
+            start_response("403 Forbidden", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
+        return app(environ, start_response)
+
+    return guarded
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         log.debug("%s " + format, self.address_string(), *args)
@@ -256,7 +298,7 @@ def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 
     if not is_loopback(host) and not expose:
         raise ConfigError(f"--host: {host!r} listens beyond loopback: anyone who can reach it can read and "
                           "delete trials; add --expose to allow it (or tunnel 127.0.0.1 with ssh -L)")
-    app = make_app(spec)
+    app = host_guard(make_app(spec), allowed_hosts(host, expose=expose))
     try:
         httpd = make_server(host, port, app, handler_class=_QuietHandler)
     except OSError as exc:
@@ -286,12 +328,16 @@ def serve_in_thread(spec: StudySpec, host: str = "127.0.0.1", port: int = 0, *,
 
 def serve(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080,
           on_ready: Callable[[str], None] | None = None, *, expose: bool = False) -> None:
-    """Serve until Ctrl-C (KeyboardInterrupt), then stop serving, close the socket and return.
+    """Serve until Ctrl-C (KeyboardInterrupt) or SIGTERM, then stop serving, close the socket and
+    return (so the storage is closed and SQLite removes its -wal and -shm).
 
-    Requests are served on a daemon thread and the main thread only waits, so Ctrl-C
+    Requests are served on a daemon thread and the main thread only waits, so the signal
     never lands inside a request (half-done database work) and shutdown is prompt.
     """
     httpd, thread = serve_in_thread(spec, host, port, expose=expose)
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        old_term = signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
         if on_ready is not None:
             on_ready(url_of(httpd))
@@ -303,3 +349,9 @@ def serve(spec: StudySpec, host: str = "127.0.0.1", port: int = 8080,
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=10)
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _term_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM (kill, systemd, a job scheduler) stops the way Ctrl-C does
