@@ -287,3 +287,36 @@ def test_unlabelled_second_kv_line_without_swa_pool_is_still_the_draft() -> None
     ])
     s = summarize(parse_log(log))
     assert s["draft_seen"] is True and s["kv_gib"] == 2.0
+
+
+# A line is read in time linear in its length (a 256 MiB log may be one line). These lines of 40 KB took
+# seconds each when a pattern restarted its scan at every position (``(.*?)KV Cache``, ``Capture (?:\w+ )*``,
+# ``(\w+)=`` over a run of word characters); their result is what the short line's is.
+HOSTILE = 40_000
+
+
+@pytest.mark.parametrize("line", [
+    "x" * HOSTILE,
+    "Capture " * (HOSTILE // 8),
+    "Capture " * (HOSTILE // 8) + "- CUDA graph failed",
+    "SWA pool " * (HOSTILE // 9),
+    "[2026-12-06 00:39:38] " + "Capture target " * (HOSTILE // 15),
+])
+def test_a_long_line_of_near_misses_is_noise(line: str) -> None:
+    assert parse_line(line) is None
+
+
+def test_long_lines_still_parse_as_their_short_forms() -> None:
+    kv = parse_line("x" * HOSTILE + " KV Cache is allocated. #tokens: 38246, K size: 4.67 GB, V size: 4.67 GB")
+    assert kv is not None and kv.kind == "kv_allocated" and kv.values["tokens"] == 38246
+    assert kv.values["kv_gib"] == pytest.approx(9.34) and kv.values["label"] == "x" * HOSTILE
+    labelled = parse_line("[2026-01-01 00:00:00 TP1] SWA KV Cache is allocated. #tokens: 7, KV size: 1.5 GB")
+    assert labelled is not None and labelled.rank == 1 and labelled.values["label"] == "SWA"
+    mtt = parse_line("max_total_num_tokens=5, " + "a" * HOSTILE + ", context_len=4096")
+    assert mtt is not None and mtt.values["max_total_num_tokens"] == 5 and mtt.values["context_len"] == 4096
+    swa = parse_line("SWA pool " * (HOSTILE // 9) + " cannot hold even one request")
+    assert swa is not None and swa.failure_kind == FailureKind.KV_OOM.value
+    graph = parse_line("Capture " * (HOSTILE // 8) + "prefill CUDA graph failed: CUDA out of memory")
+    assert graph is not None and graph.failure_kind == FailureKind.GRAPH_CAPTURE_OOM.value
+    loaded = parse_line("Load weight end. " * (HOSTILE // 17) + "type=LlamaForCausalLM, dtype=torch.bfloat16")
+    assert loaded is not None and summarize([loaded])["log_wording"] == "0.5.9"

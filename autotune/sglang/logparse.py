@@ -46,6 +46,7 @@ _AVAIL = re.compile(r"avail mem=([\d.]+) ?GB")
 _USAGE = re.compile(r"mem usage=([\d.]+) ?GB")
 _ELAPSED = re.compile(r"(?:elapsed=|Time elapsed: )([\d.]+) ?s")
 _NUM = r"(-?[\d.]+)"
+_KV_LINE = re.compile(r"KV Cache (?:is allocated|VA upper bound)\.")
 
 
 def _f(pattern: re.Pattern[str], text: str) -> float | None:
@@ -68,13 +69,21 @@ def _prefix(line: str) -> tuple[int | None, dict[str, int]]:
 
 
 # Failures, most specific first: (needle regex, failure kind).
+#
+# Every pattern applied to a log line is linear in the line's length (a 256 MiB log may be one line):
+# a search restarts at every position, so a pattern that can scan to the end of the line from each
+# of them is quadratic (``Capture (?:\w+ )*`` on ``Capture`` repeated took 0.9 s at 40 KB). "A .* B"
+# is written ``^(?>.*?A).*B``: one start, committed to the first A (a later A has less line after it,
+# so it cannot match where the first did not). The words between "Capture" and "CUDA graph" are at
+# most 4 (SGLang prints 0 to 2: "Capture cuda graph failed", "Capture prefill CUDA graph failed"), so
+# each start reads a bounded number of words.
 _FAILURES: tuple[tuple[re.Pattern[str], FailureKind], ...] = (
     (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), FailureKind.KV_OOM),
     (re.compile(r"Loaded weights leave no GPU memory for the KV cache"), FailureKind.KV_OOM),
     (re.compile(r"Memory pool size is too small"), FailureKind.KV_OOM),
     (re.compile(r"Not enough GPU memory for hybrid \(mamba"), FailureKind.KV_OOM),
-    (re.compile(r"SWA pool .* cannot hold even one request"), FailureKind.KV_OOM),
-    (re.compile(r"Capture (?:\w+ )*(?:cuda|CUDA) graph failed"), FailureKind.GRAPH_CAPTURE_OOM),
+    (re.compile(r"^(?>.*?SWA pool ).* cannot hold even one request"), FailureKind.KV_OOM),
+    (re.compile(r"Capture (?:\w++ ){0,4}(?:cuda|CUDA) graph failed"), FailureKind.GRAPH_CAPTURE_OOM),
     (re.compile(r"The memory capacity is unbalanced"), FailureKind.MEMORY_IMBALANCE),
     (re.compile(r"(?:Prefill|Decode) out of memory|KV cache pool is full|alloc_req_slots runs out of memory"
                 r"|Out of memory even after retracting"), FailureKind.RUNTIME_OOM),
@@ -89,7 +98,9 @@ _FAILURES: tuple[tuple[re.Pattern[str], FailureKind], ...] = (
 def _parse_kv(text: str) -> dict[str, Any]:
     """``a=1, b=2.5 GB`` pairs into a dict (ints, floats, or strings)."""
     out: dict[str, Any] = {}
-    for key, raw in re.findall(r"(\w+)=([^,\s]+)", text):
+    # \b: a key starts a word (a value ends at a comma or a space, so no key starts mid-word); without
+    # it a run of word characters was tried from each of its positions, quadratic in its length.
+    for key, raw in re.findall(r"\b(\w++)=([^,\s]+)", text):
         val: Any = raw
         try:
             val = int(raw)
@@ -151,10 +162,13 @@ def _parse_line(line: str) -> LogEvent | None:
             "avail_gib": _f(_AVAIL, text), "mem_usage_gib": _f(_USAGE, text), "elapsed_s": _f(_ELAPSED, text),
             "architecture": arch.group(1) if arch else None, "dtype": dtype.group(1) if dtype else None,
         })
-    m = re.search(r"(.*?)KV Cache (?:is allocated|VA upper bound)\.(.*)", text)
+    m = _KV_LINE.search(text)
     if m:
-        rest = m.group(2)
-        label = re.sub(r"^\[[^\]]*\]\s*", "", m.group(1)).strip() or None
+        # The label before it and the rest after it, by position: "(.*?)KV Cache" restarted its lazy scan
+        # at every position of a line that lacks the words, quadratic (80 KB took 29 s).
+        rest = text[m.end():].split("\n", 1)[0]
+        head = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        label = re.sub(r"^\[[^\]]*\]\s*", "", head).strip() or None
         tokens = re.search(r"#tokens: (\d+)", rest)
         k = re.search(r"\bK size: ([\d.]+) ?GB", rest)
         vv = re.search(r"\bV size: ([\d.]+) ?GB", rest)
@@ -381,7 +395,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
 #: Lines only one generation prints (0.5.9 vs 0.5.23 wording; examples in tests/data/public_logs/).
 _MODERN_MARKERS = re.compile(r"Memory baseline taken|Init parallel (?:begin|ends)|KV Cache is allocated\. dtype: "
                              r"|Capture (?:target|draft) \w+ CUDA graph|Loaded weights leave no GPU memory")
-_CLASSIC_MARKERS = re.compile(r"Init torch distributed ends|Load weight end\. .*dtype=torch\.|Capture cuda graph end"
+_CLASSIC_MARKERS = re.compile(r"Init torch distributed ends|^(?>.*?Load weight end\. ).*dtype=torch\.|Capture cuda graph end"
                               r"|KV Cache is allocated\. #tokens|self\.server_args\.mem_fraction_static=")
 
 
