@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = [
     "BATCH_TOKENS", "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES",
-    "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
+    "MAX_COUNT", "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
     "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS", "MIN_TIME_SCALE",
     "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
@@ -61,6 +61,10 @@ MAX_REFERENCES = 64
 #: scale of 1e-300 a sleep of forever.
 MIN_TIME_SCALE = 1e-3
 MAX_SIM_FACTOR = 1e6
+#: A count or a size read from a file, where nothing tighter applies: config.json's (``hidden_size``,
+#: ``num_experts``) and a server log's ``server_args`` (``tp_size``, ``dp_size``). Past it a number is
+#: no count (2^40 bytes is a TiB), and arithmetic on it overflows a float.
+MAX_COUNT = 2**40
 #: An integer knob value (batch sizes, token counts): SGLang holds them in int32 tensors.
 MAX_KNOB_INT = 2**31 - 1
 #: A seed (numpy's and optuna's samplers take 0 .. 2**32 - 1).

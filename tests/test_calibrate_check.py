@@ -113,3 +113,28 @@ def test_no_public_log_contradicts_its_own_models_architecture():
             assert same_architecture(logged, study), entry["id"]
     assert checked >= 10
     assert not same_architecture("Qwen2ForCausalLM", "DeepseekV3ForCausalLM")  # the public QwQ-into-Kimi case
+
+
+@pytest.mark.parametrize("key,digits", [("tp_size", 5000), ("tp_size", 4000), ("dp_size", 5000), ("tp_size", 14)])
+def test_a_logged_size_past_2_40_is_one_line_naming_the_log_and_the_key(tmp_path: Path, capsys, key: str,
+                                                                       digits: int) -> None:
+    """5,000 digits were a ValueError traceback, 4,000 an OverflowError in the weights arithmetic (exit 1)."""
+    study, log = _study(tmp_path), tmp_path / "kimi-h200.log"
+    log.write_text(H200_KIMI_LOG.replace(f"'{key}': {8 if key == 'tp_size' else 1}", f"'{key}': {'9' * digits}"))
+    assert main(["calibrate", str(study), "--from-log", str(log), "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and len(err) < 300
+    assert f"--from-log: kimi-h200.log: server_args {key}=999" in err and "2^40" in err
+    assert ("..." in err) == (digits > 60)
+
+
+def test_every_value_echoed_from_a_log_is_clipped(tmp_path: Path, capsys) -> None:
+    """A ``type=`` of 2 MB was a 2 MB error line; a rank tag of 4,000 digits was printed whole."""
+    study, log = _study(tmp_path), tmp_path / ("n" * 200 + ".log")
+    log.write_text(L4_QWQ_LOG.replace("type=Qwen2ForCausalLM", "type=Qwen2" + "A" * 200_000)
+                   .replace("tp_size=4, ", "").replace(" TP3]", " TP" + "9" * 4000 + "]"))
+    assert main(["calibrate", str(study), "--from-log", str(log)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and len(err) < 1000
+    assert "the log loaded Qwen2AAAA" in err and "AAA..." in err and "DeepseekV3ForCausalLM" in err
+    assert "rank TP<an integer of about 4001 digits>" in err and "nnn..." in err

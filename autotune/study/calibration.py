@@ -7,7 +7,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.files import read_text
-from autotune.limits import LOG_BYTES, shown
+from autotune.limits import LOG_BYTES, clip, shown
 from autotune.sglang.memory.predictor import calibration_problem
 from autotune.spec import StudySpec
 from autotune.study import attrs
@@ -46,6 +46,7 @@ def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -
     from autotune.study.storage.opening import open_study
 
     path = Path(log_path)
+    name = clip(path.name)  # a log's name, in every message and in the stored source
     text = read_text(path, "--from-log", LOG_BYTES, errors="replace")  # a regular file, bounded
     events = parse_log(text)
     summary = summarize(events)
@@ -56,12 +57,12 @@ def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -
     model, gpu = _study_profiles(spec)
     problem = calibration_problem(cal, gpu.memory_gib)
     if problem:  # not a measurement of any GPU of this study: never stored, --force or not
-        raise ConfigError(f"--from-log: {path.name}: {problem} ({spec.hardware.gpu}); nothing stored")
-    against = contradictions(spec, text, summary, events, model, gpu)
+        raise ConfigError(f"--from-log: {name}: {problem} ({spec.hardware.gpu}); nothing stored")
+    against = contradictions(spec, text, summary, events, model, gpu, where=f"--from-log: {name}")
     if against and not force:
-        raise ConfigError(f"--from-log: {path.name} contradicts study {spec.name!r}: {'; '.join(against)} "
+        raise ConfigError(f"--from-log: {name} contradicts study {spec.name!r}: {'; '.join(against)} "
                           "(nothing stored; --force stores it anyway)")
-    cal["source"] = f"log {path.name}" + (" (forced)" if against else "")
+    cal["source"] = f"log {name}" + (" (forced)" if against else "")
     if against:
         cal["forced"] = against
     open_study(spec).set_user_attr(attrs.CALIBRATION, cal)

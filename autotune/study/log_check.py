@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from autotune.errors import ConfigError
+from autotune.limits import MAX_COUNT, clip, shown
 from autotune.spec import StudySpec, parse_layout
 
 __all__ = ["LOGGED_AS", "P_FLOOR_SHARE", "contradictions", "logged_sizes", "same_architecture"]
@@ -45,15 +47,24 @@ WEIGHT_FLOOR_SHARE = 0.5
 _SIZE_RE = {k: re.compile(rf"""['"]?\b{k}['"]?\s*[:=]\s*(\d+)""") for k in ("tp_size", "dp_size")}
 
 
-def logged_sizes(text: str) -> dict[str, int]:
-    """``tp_size`` / ``dp_size`` from the first server-arguments line of ``text`` (empty when none)."""
+def logged_sizes(text: str, where: str = "log") -> dict[str, int]:
+    """``tp_size`` / ``dp_size`` from the first server-arguments line of ``text`` (empty when none).
+
+    A size past 2^40 (``MAX_COUNT``, as config.json's counts) is no size: ConfigError naming ``where``,
+    the key and the value, clipped (5,000 digits were a ValueError traceback, 4,000 an OverflowError
+    in the weights arithmetic).
+    """
     for line in text.splitlines():
         if "server_args=" in line:
             out = {}
             for key, rx in _SIZE_RE.items():
                 m = rx.search(line)
                 if m:
-                    out[key] = int(m.group(1))
+                    digits = m.group(1)
+                    if len(digits) > len(str(MAX_COUNT)) or int(digits) > MAX_COUNT:
+                        raise ConfigError(f"{where}: server_args {key}={clip(digits, 60)} is not a size "
+                                          "(a number from 0 to 2^40)")
+                    out[key] = int(digits)
             return out
     return {}
 
@@ -84,8 +95,12 @@ def _sizes(xs: set[int]) -> str:
 
 
 def contradictions(spec: StudySpec, text: str, summary: dict[str, Any], events: list[Any],
-                   model: Any | None, gpu: Any | None) -> list[str]:
-    """One line per contradiction between the log and the study, each naming both sides (empty: none)."""
+                   model: Any | None, gpu: Any | None, where: str = "log") -> list[str]:
+    """One line per contradiction between the log and the study, each naming both sides (empty: none).
+
+    Every value taken from the log is clipped (a ``type=`` of 2 MB was a 2 MB error line); ``where``
+    names the log in the error a server-arguments size past 2^40 raises (:func:`logged_sizes`).
+    """
     out: list[str] = []
     from autotune.sglang.logparse import is_target
 
@@ -94,13 +109,15 @@ def contradictions(spec: StudySpec, text: str, summary: dict[str, Any], events: 
     study_arch = getattr(model, "architecture", "") if model is not None else ""
     if logged_arch and study_arch:
         if not same_architecture(logged_arch, study_arch):
-            out.append(f"architecture: the log loaded {logged_arch}, the study's model is {study_arch}")
+            out.append(f"architecture: the log loaded {clip(logged_arch, 60)}, "
+                       f"the study's model is {clip(study_arch, 60)}")
     tps, dps = _study_sizes(spec)
-    sizes = logged_sizes(text)
+    sizes = logged_sizes(text, where)
     if "tp_size" in sizes and sizes["tp_size"] not in tps:
         out.append(f"tp_size: the log's server ran tp_size={sizes['tp_size']}, the study launches TP {_sizes(tps)}")
     elif "tp_size" not in sizes and summary.get("ranks") and max(summary["ranks"]) + 1 > max(tps):
-        out.append(f"tp_size: the log has rank TP{max(summary['ranks'])}, the study launches TP {_sizes(tps)}")
+        out.append(f"tp_size: the log has rank TP{shown(max(summary['ranks']))}, "
+                   f"the study launches TP {_sizes(tps)}")
     if "dp_size" in sizes and sizes["dp_size"] not in dps:
         out.append(f"dp_size: the log's server ran dp_size={sizes['dp_size']}, the study's DP sizes are {_sizes(dps)}")
     weights = _weights_contradiction(spec, summary.get("weights_gib"), model, sizes.get("tp_size") or max(tps))
