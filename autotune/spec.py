@@ -648,6 +648,26 @@ class CalibrationSpec(_Model):
         return self
 
 
+def storage_url_problem(url: str) -> str | None:
+    """Why a storage URL's user name and password cannot be read one way only, or None.
+
+    SQLAlchemy (and so the driver) ends the password at the URL's FIRST '@'; autotune's rule for
+    hiding it (:mod:`autotune.redact`) at the LAST. A raw '@' in the password (``p@ss``) makes
+    the rest of it the host the driver names in its errors: such a URL is refused, never echoed
+    past what both rules hide. An '@' in the query (``?options=a@b``) is the query's."""
+    _scheme, sep, rest = url.partition("://")
+    at = rest.find("@")
+    if not sep or at < 0 or rest.startswith("/"):  # no userinfo; sqlite:////a@b.db is a file name
+        return None
+    if "@" in rest[at + 1:].partition("?")[0]:
+        return ("the user name or password holds a raw '@': percent-encode it ('@' as %40, "
+                "'/' as %2F, ':' as %3A)")
+    user, colon, _password = rest[:at].partition(":")
+    if colon and "/" in user:  # u/x:pw@host: SQLAlchemy reads host 'u' and the password as the database
+        return "the user name holds a raw '/': percent-encode it ('/' as %2F, '@' as %40)"
+    return None
+
+
 class StudySpec(_Model):
     name: str
     storage: str | None = None
@@ -678,6 +698,14 @@ class StudySpec(_Model):
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(f"must be letters, digits, '_', '-' or '.', got {shown(v)}")
+        return v
+
+    @field_validator("storage")
+    @classmethod
+    def _storage_userinfo(cls, v: str | None) -> str | None:
+        problem = storage_url_problem(v) if v else None
+        if problem:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

@@ -256,6 +256,65 @@ def test_a_storage_password_is_in_no_message(tmp_path: Path, capsys: pytest.Capt
     assert "hunter2pw" not in caplog.text
 
 
+@pytest.mark.parametrize("cmd", [["status"], ["plan"], ["doctor"], ["run", "--no-progress"]], ids=lambda c: c[0])
+@pytest.mark.parametrize("userinfo", ["bob:PGPW%2Fx/y@SECRETPW", "bob:p@SECRETPW", "bob:a@b@SECRETPW"])
+def test_a_raw_at_in_a_storage_password_is_refused_without_a_fragment(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch, cmd: list[str], userinfo: str) -> None:
+    """SQLAlchemy ends the password at the first '@', autotune's rule at the last: the rest became the host
+    the driver named (failed to resolve host 'SECRETPW@127.0.0.1')."""
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY_S", "0.5")
+    url = f"postgresql+psycopg://{userinfo}@127.0.0.1:{_closed_port()}/studies"
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, storage=url), tmp_path))
+    assert line.startswith("error: ") and "storage: " in line and "%40" in line, line
+    assert "SECRETPW" not in line and "PGPW" not in line and "SECRETPW" not in caplog.text, line
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg://bob:p%40ss@127.0.0.1:1/db?options=a@b",
+                                 "sqlite:////tmp/a@b/c@d.db", "postgresql+psycopg://127.0.0.1:1/db@x"])
+def test_an_at_outside_the_userinfo_is_accepted(url: str) -> None:
+    from autotune.spec import storage_url_problem
+
+    assert storage_url_problem(url) is None
+
+
+def test_a_driver_error_shows_no_piece_of_the_password_however_it_was_split() -> None:
+    from autotune.study.storage.retry import _why, url_secrets
+
+    url = "postgresql://bob:PGPW%2Fx/y@SECRETPW@127.0.0.1:1/db"
+    exc = RuntimeError("failed to resolve host 'SECRETPW@127.0.0.1' as bob with PGPW/x/y")
+    line = _why(exc, url_secrets(url))
+    assert "SECRETPW" not in line and "PGPW" not in line, line
+    assert "127.0.0.1" in line
+
+
+def test_the_doctor_probe_hides_the_password_as_the_driver_read_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlalchemy as sa
+
+    from autotune.study.storage import retry
+
+    def create_engine(url: str, **_kw: Any) -> Any:
+        raise RuntimeError(f"could not connect to {sa.engine.make_url(url).host!r} as password "
+                           f"{sa.engine.make_url(url).password!r}")
+
+    monkeypatch.setattr(sa, "create_engine", create_engine)
+    err = retry.probe_storage("postgresql://bob:PGPW%2Fx/y@SECRETPW@127.0.0.1:1/db")
+    assert err is not None and "SECRETPW" not in err and "PGPW" not in err, err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "abc", "NaN"])
+def test_a_storage_retry_deadline_that_is_not_seconds_is_the_default(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, value: str) -> None:
+    """nan was min(nan, 15) = nan: the opening deadline never passed, run hung forever."""
+    from autotune.study.storage.retry import DEFAULT_DEADLINE_S, deadline_s
+
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY_S", value)
+    assert deadline_s() == DEFAULT_DEADLINE_S
+    assert "AUTOTUNE_STORAGE_RETRY_S" in caplog.text
+    monkeypatch.setenv("AUTOTUNE_STORAGE_RETRY_S", "2.5")
+    assert deadline_s() == 2.5
+
+
 # ---- Ray ----------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -20,6 +20,7 @@ round trip can do it, and resume would mark such a trial interrupted.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -29,7 +30,8 @@ import optuna
 from optuna.storages import RDBStorage
 
 from autotune.errors import AutotuneError, ConfigError
-from autotune.redact import redact_text
+from autotune.limits import shown
+from autotune.redact import REDACTED, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -89,19 +91,65 @@ def storage_fault(exc: BaseException) -> str | None:
     return None
 
 
-def _why(exc: BaseException) -> str:
-    """The first line of what the database said, secrets hidden: optuna's "an exception is raised
-    during the commit" says nothing, the error it wraps does."""
+def url_secrets(url: str) -> list[str]:
+    """Every text of ``url`` that is its password, however it is read: the password as SQLAlchemy
+    splits it (at the first '@', the one the driver gets), raw and percent-decoded, and each
+    '@'-separated piece of the userinfo as autotune's rule reads it (up to the last '@'): a
+    driver's message that names a host or database SQLAlchemy split out of the password still
+    shows none of it. Longest first, so a piece never leaves part of a longer one."""
+    from urllib.parse import unquote
+
+    from sqlalchemy.engine import make_url
+
+    found: set[str] = set()
+    try:
+        password = make_url(url).password
+    except Exception:  # noqa: BLE001 - not a URL: nothing parsed, nothing to hide by it
+        password = None
+    if password:
+        found.add(str(password))
+    rest = url.partition("://")[2]
+    userinfo = rest[:rest.rfind("@")] if "@" in rest else ""
+    user, colon, raw = userinfo.partition(":")
+    if colon:
+        for piece in (raw, *raw.split("@")):
+            found.update(p for p in (piece, unquote(piece)) if p)
+    return sorted(found, key=len, reverse=True)
+
+
+def hide_secrets(text: str, secrets: list[str]) -> str:
+    """``text`` with every one of ``secrets`` replaced by ``***``, then every other secret
+    (:func:`~autotune.redact.redact_text`)."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return redact_text(text)
+
+
+def _why(exc: BaseException, secrets: list[str] | None = None) -> str:
+    """The first line of what the database said, secrets hidden (the storage URL's password as
+    :func:`url_secrets` reads it, and anything :func:`~autotune.redact.redact_text` hides): optuna's
+    "an exception is raised during the commit" says nothing, the error it wraps does."""
     if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
         exc = exc.__cause__
-    return redact_text((str(exc).strip().splitlines() or [type(exc).__name__])[0])
+    return hide_secrets((str(exc).strip().splitlines() or [type(exc).__name__])[0], secrets or [])
 
 
 def deadline_s() -> float:
-    try:
-        return float(os.environ.get(DEADLINE_ENV, DEFAULT_DEADLINE_S))
-    except ValueError:
+    """``AUTOTUNE_STORAGE_RETRY_S`` in seconds; the default (300) when it is unset, not a number,
+    negative, NaN or infinite (a NaN deadline compared false with every elapsed time: it never
+    ended), with a warning for a value that was set."""
+    raw = os.environ.get(DEADLINE_ENV)
+    if raw is None or not raw.strip():
         return DEFAULT_DEADLINE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        log.warning("%s=%s is not a number of seconds >= 0: using %.0f s", DEADLINE_ENV, shown(raw),
+                    DEFAULT_DEADLINE_S)
+        return DEFAULT_DEADLINE_S
+    return value
 
 
 class Backoff:
@@ -111,6 +159,7 @@ class Backoff:
                  clock: Callable[[], float] = time.monotonic, where: str = "the study's database") -> None:
         self.deadline = deadline_s() if deadline is None else deadline
         self.where = where  # the storage URL, its password hidden: named by a fault's one line
+        self.secrets: list[str] = []  # the URL's password as each parser reads it (url_secrets)
         self.sleep = sleep
         self.clock = clock
         self.retries = 0  # total retried calls, for the benchmarks and the logs
@@ -137,11 +186,11 @@ class Backoff:
                     first = now
                     self.outages += 1
                     log.warning("storage unreachable (%s): retrying for up to %.0f s: %s", what, self.deadline,
-                                _why(exc)[:200])
+                                _why(exc, self.secrets)[:200])
                 if now - first >= self.deadline:
                     raise StorageUnavailable(
                         f"storage: unreachable for {now - first:.0f} s ({what}, {self.where}): "
-                        f"{_why(exc)[:160]}; the study resumes with `autotune run` "
+                        f"{_why(exc, self.secrets)[:160]}; the study resumes with `autotune run` "
                         "once it is back") from None
                 self.retries += 1
                 self.sleep(delay)
@@ -168,10 +217,12 @@ class RetryingRDBStorage(RDBStorage):
         self.backoff = backoff or Backoff()
         if where is not None:
             self.backoff.where = where
+        self.backoff.secrets = url_secrets(url)
         # Opening is not riding out an outage: a database that is not there at the start is
         # reported within seconds, not after the whole deadline.
         opening = Backoff(min(self.backoff.deadline, OPEN_DEADLINE_S), sleep=self.backoff.sleep,
                           clock=self.backoff.clock, where=self.backoff.where)
+        opening.secrets = self.backoff.secrets
         opening.call("connect", lambda: RDBStorage.__init__(self, url, **kwargs))
         if url.startswith("sqlite") and "mode=ro" not in url:  # a reader changes nothing, the journal mode included
             sqlite_fast_commits(self.engine)
@@ -205,6 +256,7 @@ class RetryingRDBStorage(RDBStorage):
     def __setstate__(self, state: dict[Any, Any]) -> None:
         RDBStorage.__setstate__(self, state)
         self.backoff = Backoff()
+        self.backoff.secrets = url_secrets(self.url)
 
 
 def _retrying(name: str) -> Callable[..., Any]:
@@ -272,5 +324,5 @@ def probe_storage(url: str, timeout_s: float = 5.0) -> str | None:
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any failure is the answer
-        return redact_text((str(exc).splitlines() or [type(exc).__name__])[0][:200])
+        return hide_secrets((str(exc).splitlines() or [type(exc).__name__])[0], url_secrets(url))[:200]
     return None
