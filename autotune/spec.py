@@ -16,6 +16,7 @@ resolved against the study file's directory, so a study runs from any cwd.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -798,11 +799,45 @@ class StudySpec(_Model):
     def resolve_path(self, p: None) -> None: ...
 
     def resolve_path(self, p: str | None) -> str | None:
-        """``p`` against the study file's directory (None stays None)."""
+        """``p`` against the study file's directory (None stays None). A path that cannot be
+        resolved (a symlink loop, a directory that cannot be read) is a :class:`ConfigError`
+        naming the study's field that holds it (:meth:`path_fields`)."""
         if p is None:
             return None
         path = Path(p).expanduser()
-        return str(path if path.is_absolute() else (self.base_dir / path).resolve())
+        if path.is_absolute():
+            return str(path)
+        try:
+            return str((self.base_dir / path).resolve())
+        except (RuntimeError, OSError) as exc:  # Python 3.11: RuntimeError("Symlink loop from ...")
+            field = next((name for name, value in self.path_fields() if value == p), "path")
+            why = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP \
+                else (getattr(exc, "strerror", None) or type(exc).__name__)
+            raise ConfigError(f"{field}: cannot be resolved, {why} (got {shown(p)})") from None
+
+    def path_fields(self) -> list[tuple[str, str]]:
+        """(dotted field, value) of every relative or absolute file path the study names."""
+        out: list[tuple[str, str]] = [("server.model_path", self.server.model_path)]
+        draft = self.search_space.speculative.draft_model_path if self.search_space.speculative else None
+        if draft:
+            out.append(("search_space.speculative.draft_model_path", draft))
+        if self.storage and "://" not in self.storage:
+            out.append(("storage", self.storage))
+        out += [(f"warm_start[{i}]", w) for i, w in enumerate(self.warm_start)]
+        if self.run_dir:
+            out.append(("run_dir", self.run_dir))
+        for where, wl in self.named_workloads():
+            path = getattr(wl.dataset, "path", None) if wl.dataset is not None else None
+            out += [(f"{where}.{name}", str(value)) for name, value in
+                    (("dataset_path", wl.dataset_path), ("dataset.path", path), ("tokenizer", wl.tokenizer))
+                    if value]
+        return out
+
+    def check_paths(self) -> None:
+        """Resolve every path the study names, so one that cannot be (a symlink loop) is one line
+        naming its field when the study is loaded, not a traceback where it is first used."""
+        for _field, value in self.path_fields():
+            self.resolve_path(value)
 
     @property
     def storage_url(self) -> str:
@@ -930,7 +965,12 @@ def parse_study(data: Any, *, source_path: str | None = None, hardware: Hardware
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(prefix + format_validation_error(exc, data)) from None
-    return spec.model_copy(update={"source_path": source_path})
+    spec = spec.model_copy(update={"source_path": source_path})
+    try:
+        spec.check_paths()
+    except ConfigError as exc:
+        raise ConfigError(prefix + str(exc)) from None
+    return spec
 
 
 def _reads_the_node(hw: Any) -> bool:

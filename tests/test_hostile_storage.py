@@ -408,3 +408,24 @@ def test_a_server_database_without_the_study_gets_no_table(
             assert sa.inspect(conn).get_table_names() == []
     finally:
         engine.dispose()
+
+
+# ---- paths that cannot be resolved -----------------------------------------------------------
+
+@pytest.mark.parametrize(("field", "over"), [
+    ("server.model_path", {"server": {"backend": "sim", "model_path": "loopa", "tp_size": 8}}),
+    ("workload.dataset_path", {"workload": {"dataset_path": "loopa", "input_len": 64, "output_len": 16,
+                                            "num_prompts": 8, "concurrency": [4]}}),
+    ("storage", {"storage": "loopa"}),
+    ("warm_start[0]", {"warm_start": ["loopa"]}),
+    ("run_dir", {"run_dir": "loopa/runs"}),
+])
+@pytest.mark.parametrize("cmd", [["plan"], ["status"], ["run", "--no-progress"]], ids=lambda c: c[0])
+def test_a_symlink_loop_in_a_relative_path_is_one_line_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, over: dict[str, Any], cmd: list[str]) -> None:
+    """Path.resolve() raised RuntimeError('Symlink loop from ...'): a traceback, exit 1."""
+    (tmp_path / "loopa").symlink_to("loopb")
+    (tmp_path / "loopb").symlink_to("loopa")
+    line = _fails(capsys, _argv(cmd, _study(tmp_path, **over), tmp_path))
+    assert f"{field}: cannot be resolved, a symlink loop (got 'loopa" in line, line
+    assert not list(tmp_path.glob("*.db")), "nothing recorded for a study that was refused"
