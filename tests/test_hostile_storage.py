@@ -429,3 +429,32 @@ def test_a_symlink_loop_in_a_relative_path_is_one_line_naming_the_field(
     line = _fails(capsys, _argv(cmd, _study(tmp_path, **over), tmp_path))
     assert f"{field}: cannot be resolved, a symlink loop (got 'loopa" in line, line
     assert not list(tmp_path.glob("*.db")), "nothing recorded for a study that was refused"
+
+
+# ---- one run per study --------------------------------------------------------------------------
+
+def test_a_second_run_of_one_study_in_another_run_dir_is_refused(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The lock was per run directory: the same study (storage + name) with another run_dir ran twice at
+    once, both launched the baseline and the budget read 4/3."""
+    import psutil
+
+    first = _study(tmp_path)
+    assert main(["run", "--no-progress", str(first)]) == 0  # a finished study, its trials recorded
+    capsys.readouterr()
+    db = tmp_path / "guard.db"
+    before = _sha(db)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # a live run of the study (its lock beside the database), from another run directory
+        lock = Path(os.path.realpath(db)).with_name("guard.db.guard.lock")
+        lock.write_text(f"{other.pid} {psutil.Process(other.pid).create_time()!r}\n")
+        (tmp_path / "b").mkdir()
+        second = _study(tmp_path / "b", storage=f"sqlite:///{tmp_path}/./guard.db", run_dir="runs_b", n_trials=4)
+        line = _fails(capsys, ["run", "--no-progress", str(second)])
+        assert f"already being run by pid {other.pid}" in line, line
+        assert _sha(db) == before, "the refused run recorded nothing"
+        written = [p for p in (tmp_path / "b").rglob("*") if p.is_file() and p.name != "guard.yaml"]
+        assert not written, written
+    finally:
+        other.kill()
+        other.wait()

@@ -194,6 +194,21 @@ def test_a_missing_earlier_study_is_one_line_naming_the_field(tmp_path: Path) ->
         WarmStart.load(spec)
 
 
+@pytest.mark.parametrize("spelling", ["sqlite:///{tmp}/./itself.db", "sqlite:///{tmp}/sub/../itself.db",
+                                      "{tmp}/link.db"])
+def test_this_study_spelled_another_way_is_still_itself(tmp_path: Path, spelling: str) -> None:
+    """The storage URLs were compared as strings: sqlite:////x/./rt.db passed for another study."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "itself.db").touch()
+    (tmp_path / "link.db").symlink_to(tmp_path / "itself.db")
+    data = yaml.safe_load(_write(tmp_path, "itself").read_text())
+    data["storage"] = spelling.format(tmp=tmp_path)
+    (tmp_path / "alias.yaml").write_text(yaml.safe_dump(data))
+    spec = load_study_spec(_write(tmp_path, "itself", warm=["alias.yaml"]))
+    with pytest.raises(ConfigError, match=r"^warm_start: 'alias.yaml' is this study itself"):
+        WarmStart.load(spec)
+
+
 def _run(path: Path) -> optuna.Study:
     from autotune.study.driver import run_study
     from autotune.study.execution.offline import OfflineExecutor

@@ -26,6 +26,7 @@ import signal
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,7 @@ from autotune.study.search import race
 from autotune.study.search.policy import SearchPolicy
 from autotune.study.search.pruner import make_pruner
 from autotune.study.search.samplers import make_sampler
-from autotune.study.storage.lock import DriverLock
+from autotune.study.storage.lock import DriverLock, study_lock
 from autotune.study.storage.opening import artifact_store, open_storage, open_study, store_artifact
 from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart
 from autotune.trial.contract import TrialRequest, TrialResult
@@ -206,7 +207,9 @@ class StudyDriver:
     def run(self) -> RunSummary:
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
-        with DriverLock(spec.run_path / "driver.lock"):
+        # The study's lock first (one run per storage + name, whatever its run directory), then the
+        # run directory's: a refused run leaves no run directory behind.
+        with study_lock(spec.storage_url, spec.name) or nullcontext(), DriverLock(spec.run_path / "driver.lock"):
             try:
                 self._prepare(summary)
             except BaseException:  # a damaged study, a refused warm start: no Ray instance left behind

@@ -53,6 +53,7 @@ from autotune.sglang.versions import as_version
 from autotune.spec import StudySpec
 from autotune.study import attrs
 from autotune.study.infeasible import LEARNED_KINDS, Failure
+from autotune.study.storage.lock import same_storage
 
 log = logging.getLogger(__name__)
 
@@ -383,7 +384,7 @@ def load_source(new: StudySpec, path: str) -> Source:
     if not Path(full).is_file():
         raise ConfigError(f"warm_start: no study file {shown(path, 200)} (looked at {shown(str(full), 200)})")
     old = load_study(full)  # as the commands load it: an earlier study of hardware: auto reads this node
-    if (old.name, old.storage_url) == (new.name, new.storage_url):
+    if old.name == new.name and same_storage(old.storage_url, new.storage_url):
         raise ConfigError(f"warm_start: {shown(path, 200)} is this study itself (resuming it needs no warm start)")
     study = OPEN[0](old, path)
     return Source(path=path, spec=old, study=study, relation=relation(new, old), new=new)

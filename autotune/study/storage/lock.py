@@ -42,3 +42,41 @@ class DriverLock:
                 self.path.unlink()
         except (OSError, IndexError):
             pass
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite storage URL, symlinks and ``.`` resolved (``sqlite:////x/./rt.db`` and
+    ``sqlite:////x/rt.db`` are one file); None for a server database or one in memory."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    db = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(os.path.realpath(db))
+
+
+def same_storage(a: str, b: str) -> bool:
+    """Whether two storage URLs name one database: SQLite files compared as files (the same file
+    however spelled, a hard link included), any other URL as written."""
+    fa, fb = sqlite_file(a), sqlite_file(b)
+    if fa is None or fb is None:
+        return a == b
+    if fa.exists() and fb.exists():
+        try:
+            return os.path.samefile(fa, fb)
+        except OSError:
+            pass
+    return fa == fb
+
+
+def study_lock(storage_url: str, study_name: str) -> DriverLock | None:
+    """The lock of one study (storage + name), whatever run directory a run writes to: a file
+    ``<db>.<study>.lock`` beside a SQLite storage. None for a server database (PostgreSQL, MySQL):
+    its runs are kept apart by their run directory's lock only."""
+    db = sqlite_file(storage_url)
+    return None if db is None else DriverLock(db.with_name(f"{db.name}.{study_name}.lock"))
