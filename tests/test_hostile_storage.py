@@ -458,3 +458,13 @@ def test_a_second_run_of_one_study_in_another_run_dir_is_refused(tmp_path: Path,
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_run_with_a_malformed_orchestrator_pid_finishes_its_trials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import optuna
+
+    monkeypatch.setenv("AUTOTUNE_ORCHESTRATOR_PID", "abc")
+    assert main(["run", "--no-progress", str(_study(tmp_path))]) == 0, capsys.readouterr().err
+    study = optuna.load_study(study_name="guard", storage=f"sqlite:///{tmp_path / 'guard.db'}")
+    assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}

@@ -114,3 +114,18 @@ def test_unreadable_registry_starts_fresh(tmp_path: Path, sleeper: subprocess.Po
     reg = ProcessRegistry(tmp_path, "s1")
     reg.record(sleeper.pid, argv=SLEEPER)
     assert [e["pid"] for e in reg.entries()] == [sleeper.pid]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e3", " "])
+def test_an_orchestrator_pid_that_is_not_a_pid_is_ignored_with_a_warning(
+        tmp_path: Path, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, value: str) -> None:
+    """int('abc') raised ValueError while a launch was being recorded: exit 1, the trial left RUNNING."""
+    import os
+
+    monkeypatch.setenv("AUTOTUNE_ORCHESTRATOR_PID", value)
+    entry = ProcessRegistry(tmp_path, "s1").record(sleeper.pid, argv=["python"], trial=1)
+    assert entry["orchestrator_pid"] == os.getpid()
+    assert value.strip() == "" or "AUTOTUNE_ORCHESTRATOR_PID" in caplog.text
+    monkeypatch.setenv("AUTOTUNE_ORCHESTRATOR_PID", "4242")
+    assert ProcessRegistry(tmp_path, "s1").record(sleeper.pid, argv=["python"])["orchestrator_pid"] == 4242

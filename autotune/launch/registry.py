@@ -39,12 +39,36 @@ from autotune.launch.groups import (
     pids_with_env,
     terminate,
 )
+from autotune.limits import shown
 from autotune.redact import redact_argv
 
 logger = logging.getLogger(__name__)
 
 REGISTRY_FILE = "processes.json"
 
+
+
+ORCHESTRATOR_ENV = "AUTOTUNE_ORCHESTRATOR_PID"
+
+
+def _orchestrator_pid(tagged: Any, own: int) -> int:
+    """The pid recorded as the launch's orchestrator: the launch's tag, else
+    ``AUTOTUNE_ORCHESTRATOR_PID`` (a wrapper that drives autotune names itself), else this
+    process. The entry is a note for whoever reads the registry, nothing acts on it: a value that
+    is not a pid (``abc``, ``-1``) is ignored with a warning, never an error that leaves the
+    trial it was recording RUNNING."""
+    for where, value in (("tag orchestrator_pid", tagged), (ORCHESTRATOR_ENV, os.environ.get(ORCHESTRATOR_ENV))):
+        if value is None or value == "":
+            continue
+        try:
+            pid = int(str(value).strip())
+        except ValueError:
+            pid = 0
+        if pid > 0:
+            return pid
+        logger.warning("registry: %s=%s is not a pid: recording this process (%d) instead", where,
+                       shown(str(value)), own)
+    return own
 
 class ProcessRegistry:
     """The launched server groups of one study, kept in a JSON file in the run directory."""
@@ -130,7 +154,7 @@ class ProcessRegistry:
             "study": self.study,
             "trial": trial if trial is not None else tags.get("trial"),
             "argv": redact_argv(list(argv)),
-            "orchestrator_pid": int(tags.get("orchestrator_pid") or os.environ.get("AUTOTUNE_ORCHESTRATOR_PID") or me.pid),
+            "orchestrator_pid": _orchestrator_pid(tags.get("orchestrator_pid"), me.pid),
             "owner_pid": me.pid,
             "owner_create_time": me.create_time(),
             "host": socket.gethostname(),
