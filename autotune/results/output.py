@@ -12,15 +12,16 @@ failure.
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from autotune.errors import ConfigError, ExportError
+from autotune.files import check_writable
 from autotune.limits import shown
 from autotune.spec import StudySpec
+from autotune.storage_check import sqlite_path
 
 FIELD = "-o/--output"
 _SQLITE_SIDE = ("", "-wal", "-shm", "-journal")
@@ -36,11 +37,9 @@ def protected_files(spec: StudySpec) -> list[Path]:
     files: list[Path] = []
     if spec.source_path:
         files.append(Path(spec.source_path))
-    url = spec.storage_url
-    if url.startswith("sqlite:///"):
-        db = url.removeprefix("sqlite:///").split("?", 1)[0]
-        if db and db != ":memory:":
-            files.extend(Path(db + side) for side in _SQLITE_SIDE)
+    db = sqlite_path(spec.storage_url)
+    if db is not None:
+        files.extend(Path(f"{db}{side}") for side in _SQLITE_SIDE)
     return files
 
 
@@ -64,19 +63,13 @@ def check_output_path(spec: StudySpec | None, path: str | Path, field: str = FIE
             if _same_file(out, f):
                 raise ConfigError(f"{field}: {_p(path)} is the study's own file {_p(f)}; "
                                   "writing there would destroy it, name another file")
-    try:
-        st = out.stat()
-    except (FileNotFoundError, NotADirectoryError):  # the directory is checked below
-        st = None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{field}: cannot write there ({type(exc).__name__}) (got {_p(path)})") from None
-    if st is not None:
-        if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"{field}: is a directory, not a file (got {_p(path)})")
-        if not stat.S_ISREG(st.st_mode):
+    if out.parent.is_dir():  # the usual case: the rule every output path of autotune follows
+        check_writable(out, field)
+        if out.exists() and not out.is_file():  # a device or a socket: a table is no stream
             raise ConfigError(f"{field}: not a regular file (got {_p(path)})")
-    # the nearest directory that exists: the file's own, or the one its missing parents are made in
-    parent = out.parent if str(out.parent) else Path(".")
+        return out
+    # missing parents are made by the write: the nearest directory that exists must take them
+    parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
