@@ -47,17 +47,10 @@ class DriverLock:
 def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite storage URL, symlinks and ``.`` resolved (``sqlite:////x/./rt.db`` and
     ``sqlite:////x/rt.db`` are one file); None for a server database or one in memory."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from autotune.storage_check import sqlite_path
 
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None
-    db = parsed.database
-    if not parsed.drivername.startswith("sqlite") or not db or db == ":memory:" or db.startswith("file:"):
-        return None
-    return Path(os.path.realpath(db))
+    db = sqlite_path(url)
+    return None if db is None else Path(os.path.realpath(db))
 
 
 def same_storage(a: str, b: str) -> bool:
