@@ -129,3 +129,15 @@ def check_writable(path: str | Path, field: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{field}: directory {_p(parent)} is not writable (got {_p(path)})")
     return p
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` are one file however spelled (``./``, ``..``, a symlink, a hard link);
+    when either does not exist yet, whether they would be (their resolved paths)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # either missing: compare where they would be
+        try:
+            return Path(a).resolve() == Path(b).resolve()
+        except (OSError, RuntimeError, ValueError):
+            return False

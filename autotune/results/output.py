@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from autotune.errors import ConfigError, ExportError
-from autotune.files import check_writable
+from autotune.files import check_writable, same_file
 from autotune.limits import shown
 from autotune.spec import StudySpec
 from autotune.storage_check import sqlite_path
@@ -43,16 +43,6 @@ def protected_files(spec: StudySpec) -> list[Path]:
     return files
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):  # either missing: compare where they would be
-        try:
-            return a.resolve() == b.resolve()
-        except (OSError, RuntimeError, ValueError):
-            return False
-
-
 def check_output_path(spec: StudySpec | None, path: str | Path, field: str = FIELD) -> Path:
     """``path`` when the output can be written there without harm (ConfigError otherwise): not the
     study file or its storage, not a directory or anything but a regular file, in a directory that
@@ -60,7 +50,7 @@ def check_output_path(spec: StudySpec | None, path: str | Path, field: str = FIE
     out = Path(path)
     if spec is not None:
         for f in protected_files(spec):
-            if _same_file(out, f):
+            if same_file(out, f):
                 raise ConfigError(f"{field}: {_p(path)} is the study's own file {_p(f)}; "
                                   "writing there would destroy it, name another file")
     if out.parent.is_dir():  # the usual case: the rule every output path of autotune follows

@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from autotune.errors import ConfigError
+from autotune.files import same_file
 
 
 class DriverLock:
@@ -59,12 +60,7 @@ def same_storage(a: str, b: str) -> bool:
     fa, fb = sqlite_file(a), sqlite_file(b)
     if fa is None or fb is None:
         return a == b
-    if fa.exists() and fb.exists():
-        try:
-            return os.path.samefile(fa, fb)
-        except OSError:
-            pass
-    return fa == fb
+    return same_file(fa, fb)
 
 
 def study_lock(storage_url: str, study_name: str) -> DriverLock | None:
