@@ -457,6 +457,61 @@ def test_a_measured_speculative_probe_is_not_taken_again(tmp_path: Path):
     assert policy._probe_retake(study.trials, []) is None
 
 
+def _probe_then_boundary(tmp_path: Path, concurrency: int, steps: int = 3):
+    """A policy whose design is a speculative probe then the base's boundary, the probe launched."""
+    data = demo_data()
+    data["workload"].update({"num_prompts": 64, "output_len": 32, "concurrency": [concurrency]})
+    data.pop("sampler")
+    data.update({"n_trials": 16, "search": {"confirm_top": 0}})
+    spec = demo_spec(tmp_path, data)
+    predict = _fits_up_to(0.93, 0.90)
+    policy, study = _policy(spec, predict)
+    probe = {**BASE, "mem_fraction_static": 0.90, "speculative_algorithm": "EAGLE3", "speculative_num_steps": steps,
+             "speculative_eagle_topk": 1}
+    study.set_user_attr("design_points", [{"params": probe, "why": "speculative probe"},
+                                          {"params": BASE, "why": "boundary"}])
+    study.set_user_attr("design_used", 1)
+    return spec, policy, study, probe, predict
+
+
+def test_at_a_small_decode_batch_a_measured_probe_is_followed_by_its_chain_one_step_deeper(tmp_path: Path):
+    """Concurrency 16 (every published speculative measurement at a bounded concurrency up to 64
+    gains): after the probe at SGLang's 3 steps, the next designed launch is 4 steps, top-k 1, on the
+    same base knobs where its draft fits; then the base's boundary, and no second step."""
+    spec, policy, study, probe, predict = _probe_then_boundary(tmp_path, 16)
+    C = optuna.trial.TrialState.COMPLETE
+    _told(study, spec, probe, C, 150.0, stage="design", design="speculative probe")
+    assert policy.before_ask(budget_used(study)) == "design"
+    trial = study.ask()
+    params = space.suggest(trial, spec)
+    assert trial.user_attrs["design"] == "speculative step"
+    assert params["speculative_num_steps"] == 4 and params["speculative_eagle_topk"] == 1
+    assert params.get("speculative_num_draft_tokens", 5) == 5  # a chain: steps + 1
+    same = ("speculative_num_steps", "speculative_num_draft_tokens")
+    assert {k: v for k, v in params.items() if k not in same} == {k: v for k, v in probe.items() if k not in same}
+    assert not predict(params)["should_prune"]
+    study.tell(trial, 160.0)
+    assert policy.before_ask(budget_used(study)) == "design"
+    trial = study.ask()
+    assert trial.user_attrs["design"] == "boundary"
+    assert space.suggest(trial, spec)["speculative_algorithm"] == "none"
+
+
+def test_no_speculative_step_at_a_large_batch_after_a_failed_probe_or_at_the_deepest_chain(tmp_path: Path):
+    """Concurrency 256 (published losses are unbounded loads): the boundary follows the probe, as
+    before. At 16, a probe that failed says nothing about depth, and a probe at the space's deepest
+    chain (4 steps) has no step; the boundary follows both."""
+    C, F = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
+    for concurrency, state, steps in ((256, C, 3), (16, F, 3), (16, C, 4)):
+        sub = tmp_path / f"c{concurrency}-{state.name}-{steps}"
+        sub.mkdir()
+        spec, policy, study, probe, _ = _probe_then_boundary(sub, concurrency, steps)
+        _told(study, spec, probe, state, 150.0, stage="design", design="speculative probe",
+              **({"failure_kind": "runtime_oom"} if state == F else {}))
+        assert policy.before_ask(budget_used(study)) == "design"
+        assert study.ask().user_attrs["design"] == "boundary", (concurrency, state, steps)
+
+
 def _slo_spec(tmp_path: Path, slo: dict[str, float], concurrency: int = 256):
     data = demo_data()
     data["search_space"].pop("speculative")

@@ -21,7 +21,8 @@ those launches where they say the most:
    with that algorithm at the settings SGLang picks for the architecture, so the data says at once whether the
    "speculative decoding after the base knobs" prior holds (see
    :mod:`autotune.study.search.policy`; a probe that fails is taken again on the best base
-   measured, once the boundaries below are).
+   measured, once the boundaries below are; at a small decode batch a probe that ran is followed
+   by its chain one step deeper: ``SearchPolicy._spec_step``).
    When the workload's live tokens (concurrency x (input + output)) do not fit the
    baseline's KV pool at its largest f, the ``kv_cache_dtype`` of the space that holds the
    most tokens there is used instead.

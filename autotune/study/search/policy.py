@@ -6,6 +6,9 @@ Priors are hypotheses the data can overturn:
 * **Design** (:mod:`autotune.study.search.initial_design`): after the baseline, the memory
   model's boundary points, one speculative probe per algorithm and a space-filling
   set replace the sampler's random start-up trials.
+* **Depth at a small batch**: where the workload's decode batch is small (``SMALL_DECODE_BATCH``,
+  where every published speculative measurement gains), the designed probe that ran is followed by
+  its chain one step deeper before the base's boundary (:meth:`SearchPolicy._spec_step`).
 * **The SLO's boundary**: a designed launch that ran but broke an ITL or TPOT ceiling is followed
   by the same knobs at the largest ``max_running_requests`` the measured excess allows
   (:meth:`SearchPolicy._slo_step`), as a launch that ran out of memory is followed by the next f
@@ -55,7 +58,9 @@ from autotune import space
 from autotune.errors import AutotuneError
 from autotune.outcome import FailureKind
 from autotune.spec import (
+    IntRange,
     StudySpec,
+    parse_layout,
 )
 from autotune.study.phases import SPEC_KEYS, is_extra, json_key, ranked
 from autotune.study.search import initial_design
@@ -77,6 +82,13 @@ MAX_BOUNDARY_STEPS = 2
 #: A designed launch that ran but broke a decode-latency ceiling is followed by the same knobs at a
 #: smaller running-request cap at most this many times in a row.
 MAX_SLO_STEPS = 2
+#: A decode batch (running requests per replica) at most this large counts as small: every published
+#: speculative measurement in ``tests/data/published_speed`` at a bounded concurrency gains, up to 64
+#: (DeepSeek-V3 MTP on 8 x MI300X, 1.25x at 64, ``amd-blog-2025-09-deepseek-v3-mtp-mi300x-random``;
+#: 1.8x at 1 and 1.5x at 32 on 8 x H200, ``sglang-docs-deepseek-v3-mtp-h200-tp8``); the published losses
+#: are 1,000 prompts sent at once (``gpustack-*``). There a designed probe that ran is followed by the
+#: next depth of its chain before the base's boundary (:meth:`SearchPolicy._spec_step`).
+SMALL_DECODE_BATCH = 64
 #: SLO metrics set by the decode step (the running batch's forward), which a smaller cap shortens.
 _DECODE_SLO = ("_itl_ms", "_tpot_ms")
 #: Failures that say f left too little slack: every higher f (other knobs equal) fails too.
@@ -102,6 +114,26 @@ def _needs_as_much_slack(point: dict[str, Any], failed: dict[str, Any]) -> bool:
         return False
     bs, bs_failed = point.get("cuda_graph_max_bs"), failed.get("cuda_graph_max_bs")
     return bs is None or bs_failed is None or bs >= bs_failed
+
+
+def _decode_batch(spec: StudySpec, params: dict[str, Any]) -> int:
+    """Running requests per replica at the workload's highest concurrency (``--dp-size`` replicas of the
+    layout, capped by ``max_running_requests``); DP attention's ranks are not divided out: the MoE and
+    dense layers still run the replica's whole batch."""
+    layout = params.get("layout")
+    dp = parse_layout(layout)[1] if isinstance(layout, str) else spec.server.dp_size
+    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp))
+    cap = params.get("max_running_requests")
+    return min(batch, cap) if isinstance(cap, int) and cap > 0 else batch
+
+
+def _next_above(dom: Any, value: int) -> int | None:
+    """The smallest value of an integer axis above ``value``, found without listing the axis."""
+    if isinstance(dom, IntRange):
+        nxt = dom.low + ((value - dom.low) // dom.step + 1) * dom.step if value >= dom.low else dom.low
+        return nxt if nxt <= dom.high else None
+    above = [int(c) for c in dom.choices if int(c) > value]
+    return min(above) if above else None
 
 
 def _designed_launches(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -387,6 +419,11 @@ class SearchPolicy:
             # the next point of the design walks the failed boundary down one step of f
             points = [*points[:used], {"params": step, "why": "boundary step"}, *points[used:]]
             self.study.set_user_attr("design_points", points)
+        step = self._spec_step(trials)
+        if step is not None and json_key(step) not in seen:
+            # at a small decode batch the probe's chain one step deeper comes before the base's boundary
+            points = [*points[:used], {"params": step, "why": "speculative step"}, *points[used:]]
+            self.study.set_user_attr("design_points", points)
         step = self._slo_step(trials)
         if step is not None and json_key(step) not in seen:
             # the next point of the design cuts the running batch to what the measured latency allows
@@ -452,6 +489,39 @@ class SearchPolicy:
         if f - step < dom.low - 1e-9:
             return None
         return {**last.params, "mem_fraction_static": round(f - step, 6)}
+
+    def _spec_step(self, trials: list[FrozenTrial]) -> dict[str, Any] | None:
+        """After the designed speculative probe ran, when the workload's decode batch is small
+        (``SMALL_DECODE_BATCH``): the probe's chain (top-k 1) one step deeper, next in the design.
+
+        Where every published measurement says speculation gains, the base's boundary is not what the
+        next launch should learn: the depth is. The probe sits at SGLang's own settings for the
+        architecture (3 steps, top-k 1 on DeepSeek-V3 class), which SGLang's maintainers chose for a
+        broad range of loads; at batch 1 a longer draft pays more: gpt-oss-120b with EAGLE3 on 4 x H200
+        gains 1.39x at 3 steps, top-k 1, 4 draft tokens and 1.52x at 5 steps, top-k 4, 8 draft tokens
+        (``lmsys-blog-2025-08-gpt-oss-120b-eagle3-h200-tp4``): at a small batch the verify step reads
+        the weights once whatever the few extra tokens, so one more accepted token costs one draft step.
+        A prior, tested at once: the base's boundary follows, and the speculative stage walks every
+        depth from the best measured. Once per probe; none after a probe that failed or was pruned, for
+        a tree (top-k > 1), or when the space has no deeper step."""
+        design = _designed_launches(trials)
+        if not design:
+            return None
+        last = design[-1]
+        sp = self.spec.search_space.speculative
+        if last.user_attrs.get("design") != "speculative probe" or last.state != TrialState.COMPLETE \
+                or sp is None or sp.num_steps is None or _decode_batch(self.spec, last.params) > SMALL_DECODE_BATCH:
+            return None
+        steps = last.params.get("speculative_num_steps")
+        if not isinstance(steps, int) or last.params.get("speculative_eagle_topk", 1) != 1:
+            return None
+        deeper = _next_above(sp.num_steps, steps)
+        if deeper is None:
+            return None
+        step = {**last.params, "speculative_num_steps": deeper}
+        if "speculative_num_draft_tokens" in step:
+            step["speculative_num_draft_tokens"] = deeper + 1
+        return self._with_room_for_the_draft(step, trials)
 
     def _slo_step(self, trials: list[FrozenTrial]) -> dict[str, Any] | None:
         """After a designed launch that ran but broke a decode-latency ceiling (ITL or TPOT): the same
