@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.limits import MAX_COUNT
 from autotune.outcome import FailureKind
 
 __all__ = ["LogEvent", "RoleTagger", "is_target", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
@@ -115,7 +116,9 @@ def _parse_kv(text: str) -> dict[str, Any]:
 
 def parse_line(line: str) -> LogEvent | None:
     """Parse one log line; ``None`` for lines that carry nothing autotune uses, and for a line whose
-    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits)."""
+    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits, a
+    figure past 2^40 (``MAX_COUNT``) or not finite: ``avail mem=`` and 400 nines read as inf, and
+    ``max_total_num_tokens=`` and 5,000 was an OverflowError out of :func:`summarize`)."""
     try:
         return _parse_line(line)
     except (ValueError, OverflowError):
@@ -130,7 +133,12 @@ def _parse_line(line: str) -> LogEvent | None:
     base: dict[str, Any] = {k: v for k, v in tags.items() if k != "tp"}
 
     def ev(kind: str, values: dict[str, Any], failure: FailureKind | None = None) -> LogEvent:
-        return LogEvent(kind, rank, {**base, **values}, failure.value if failure else None, text)
+        values = {**base, **values}
+        for value in values.values():
+            for v in value if isinstance(value, list) else (value,):
+                if isinstance(v, (int, float)) and not (abs(v) <= MAX_COUNT):  # NaN and inf fail too
+                    raise ValueError(f"{v!r} is no figure of a log")
+        return LogEvent(kind, rank, values, failure.value if failure else None, text)
 
     m = re.search(r"is larger than the profiled value (-?\d+)", text)
     if m:
@@ -300,6 +308,8 @@ def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
 
 
 _GENERIC = {FailureKind.CRASHED.value}
+#: The failure line kept as the summary's evidence (the study stores a trial's evidence cut to 2,000 too).
+EVIDENCE_CHARS = 2000
 
 
 def _min(values: Iterable[float | None]) -> float | None:
@@ -360,7 +370,9 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     failures = by("failure")
     specific = [e for e in failures if e.failure_kind not in _GENERIC]
     first_failure: LogEvent | None = (specific or failures)[0] if (specific or failures) else None
-    last_mtt = mtt[-1].values if mtt else {}
+    # a count only where the line printed a number (``max_total_num_tokens=5x`` was a ValueError here)
+    last_mtt = {k: v for k, v in (mtt[-1].values if mtt else {}).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     kv_tokens = last_mtt.get("max_total_num_tokens")
     if kv_tokens is None:
         kv_tokens = _min(e.values.get("tokens") for e in kv)
@@ -385,7 +397,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
         "available_gpu_mem_gib": last_mtt.get("available_gpu_mem_gib"),
         "ready": bool(by("ready")),
         "failure_kind": first_failure.failure_kind if first_failure else None,
-        "evidence": first_failure.line if first_failure else None,
+        "evidence": first_failure.line[:EVIDENCE_CHARS] if first_failure else None,
         "ranks": sorted({e.rank for e in evs if e.rank is not None}),
         "draft_seen": any(e.values.get("role") == "draft" for e in evs),
         "log_wording": log_wording(evs),

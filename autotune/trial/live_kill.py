@@ -12,7 +12,11 @@ from typing import Protocol
 from autotune.outcome import FailureKind
 from autotune.sglang.logparse import LogEvent, RoleTagger, is_target, parse_line
 
-__all__ = ["KillTarget", "LiveKill"]
+__all__ = ["MAX_EVENTS", "KillTarget", "LiveKill"]
+
+#: Recognised lines one launch keeps (they become its ``events.json`` and its observed summary): a TP-8
+#: startup logs about a hundred; a server that printed "Load weight begin" 2,000,000 times kept them all.
+MAX_EVENTS = 10_000
 
 
 class KillTarget(Protocol):
@@ -31,6 +35,8 @@ class LiveKill:
         self._roles = RoleTagger()
 
     def __call__(self, line: str) -> None:
+        if len(self.events) >= MAX_EVENTS:  # no startup logs this many: a flood (or a hostile server)
+            return
         ev = parse_line(line)
         if ev is None:
             return
