@@ -145,3 +145,40 @@ def test_the_live_watcher_keeps_a_bounded_number_of_events() -> None:
     for _ in range(MAX_EVENTS + 500):
         watcher("Load weight begin. avail mem=79.5 GB")
     assert len(watcher.events) == MAX_EVENTS
+
+
+_DAEMON = r'''
+import http.server, os, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+os.set_inheritable(srv.socket.fileno(), True)
+if os.fork() == 0:  # a daemon: its own session, no parent, an empty environment, the listening socket held
+    os.setsid()
+    if os.fork() == 0:
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", sys.argv[2]], {})
+    os._exit(0)
+srv.serve_forever()
+'''
+
+
+def test_a_daemon_that_holds_the_port_is_ended_with_the_server(tmp_path: Path) -> None:
+    """Nothing tied it to the launch (not its group, its parent or its variable): the port it held
+    kept the next launch there from starting."""
+    import psutil
+
+    port = free_port()
+    tag = f"hostile-daemon-{port}"
+    server = ServerProcess([sys.executable, "-c", _DAEMON, str(port), tag], log_path=tmp_path / "s.log", port=port,
+                           startup_timeout_s=5, poll_interval_s=0.1, ready_paths=("/health",))
+    try:
+        with server:
+            server.wait_ready()
+        left = [p for p in psutil.process_iter(["cmdline"]) if tag in (p.info["cmdline"] or [])]
+        assert left == []
+    finally:
+        for p in psutil.process_iter(["cmdline"]):
+            if tag in (p.info["cmdline"] or []):
+                p.kill()

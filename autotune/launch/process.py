@@ -42,7 +42,15 @@ from autotune.launch import cleanup
 from autotune.launch.artifacts import shell_command
 from autotune.launch.failures import classify, line_failure
 from autotune.launch.gpu import wait_gpu_released
-from autotune.launch.groups import LAUNCH_ID_ENV, born_since, descendants, pids_with_env, signal_group, terminate
+from autotune.launch.groups import (
+    LAUNCH_ID_ENV,
+    born_since,
+    descendants,
+    pids_listening,
+    pids_with_env,
+    signal_group,
+    terminate,
+)
 from autotune.launch.ports import mark_port_used
 from autotune.launch.registry import ProcessRegistry
 from autotune.launch.spawn import pdeathsig_preexec, spawn_watchdog
@@ -401,8 +409,11 @@ class ServerProcess:
         try:
             self._remember_descendants()
             if self._create_time is not None:  # descendants that left the group and lost their parent
-                for p in born_since(pids_with_env(LAUNCH_ID_ENV, self.launch_id), self._create_time):
-                    self._seen.setdefault(p.pid, p)
+                # (found by the launch's variable, or, with their environment cleared, by the port they hold)
+                found = pids_with_env(LAUNCH_ID_ENV, self.launch_id) + pids_listening(self.port)
+                for p in born_since(found, self._create_time):
+                    if p.pid != os.getpid():
+                        self._seen.setdefault(p.pid, p)
             extras = list(self._seen.values())
             pgid = self._proc.pid
             left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0, leader_first=True)
