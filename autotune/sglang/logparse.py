@@ -11,12 +11,12 @@ lines again; see :func:`parse_log`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from autotune.limits import MAX_COUNT
 from autotune.outcome import FailureKind
 
 __all__ = ["LogEvent", "RoleTagger", "is_target", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
@@ -116,9 +116,8 @@ def _parse_kv(text: str) -> dict[str, Any]:
 
 def parse_line(line: str) -> LogEvent | None:
     """Parse one log line; ``None`` for lines that carry nothing autotune uses, and for a line whose
-    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits, a
-    figure past 2^40 (``MAX_COUNT``) or not finite: ``avail mem=`` and 400 nines read as inf, and
-    ``max_total_num_tokens=`` and 5,000 was an OverflowError out of :func:`summarize`)."""
+    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits). A figure
+    too large for a float reads as inf: kept, for its reader to refuse (``calibrate`` names it)."""
     try:
         return _parse_line(line)
     except (ValueError, OverflowError):
@@ -133,12 +132,7 @@ def _parse_line(line: str) -> LogEvent | None:
     base: dict[str, Any] = {k: v for k, v in tags.items() if k != "tp"}
 
     def ev(kind: str, values: dict[str, Any], failure: FailureKind | None = None) -> LogEvent:
-        values = {**base, **values}
-        for value in values.values():
-            for v in value if isinstance(value, list) else (value,):
-                if isinstance(v, (int, float)) and not (abs(v) <= MAX_COUNT):  # NaN and inf fail too
-                    raise ValueError(f"{v!r} is no figure of a log")
-        return LogEvent(kind, rank, values, failure.value if failure else None, text)
+        return LogEvent(kind, rank, {**base, **values}, failure.value if failure else None, text)
 
     m = re.search(r"is larger than the profiled value (-?\d+)", text)
     if m:
@@ -384,7 +378,8 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
         "a_gib": _min(e.values.get("avail_gib") for e in loaded),
         "weights_gib": _max(e.values.get("mem_usage_gib") for e in loaded),
         "baseline_usage_gib": _max(e.values.get("mem_usage_gib") for e in base),
-        "kv_tokens": int(kv_tokens) if kv_tokens is not None else None,
+        # inf (a 5,000-digit count) stays a float for calibrate to refuse: int() of it was an OverflowError
+        "kv_tokens": int(kv_tokens) if kv_tokens is not None and math.isfinite(kv_tokens) else kv_tokens,
         "kv_gib": _min(e.values.get("kv_gib") for e in (by("swa_pool") or kv)),
         "kv_dtype": next((e.values["dtype"] for e in kv if e.values.get("dtype")), None),
         "pool_end_avail_gib": _min(e.values.get("avail_gib") for e in by("memory_pool_end")),

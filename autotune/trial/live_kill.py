@@ -7,6 +7,7 @@ writes them, the offline one as the simulator's startup writes them in modelled 
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from autotune.outcome import FailureKind
@@ -49,11 +50,12 @@ class LiveKill:
         # "Load weight begin. avail mem=P" (and 0.5.23's baseline line) carry P as avail_gib.
         if ev.kind == "baseline" and ev.values.get("avail_gib") is not None:
             p = float(ev.values["avail_gib"])
-            self.p_seen = p if self.p_seen is None else min(self.p_seen, p)
+            if math.isfinite(p):  # 400 nines read as inf: no measurement, and -inf rest would kill the launch
+                self.p_seen = p if self.p_seen is None else min(self.p_seen, p)
         if ev.kind == "weights_loaded" and self.f is not None and self.server is not None:
             a = ev.values.get("avail_gib")
             p_gib = self.p_seen if self.p_seen is not None else self.p_pred
-            if a is None or p_gib is None:
+            if a is None or p_gib is None or not math.isfinite(a):
                 return
             rest = float(a) - p_gib * (1 - self.f)
             if rest <= 0:
