@@ -179,6 +179,29 @@ def pids_with_env(name: str, value: str) -> list[int]:
     return pids
 
 
+def pids_listening(port: int) -> list[int]:
+    """Pids of this user's processes that listen on TCP ``port`` (any address).
+
+    A descendant that left the server's session and cleared its environment (a double fork, then
+    ``execve`` with an empty one) is found by nothing else, and one that holds the server's port
+    keeps the next launch on it from starting.
+    """
+    uid = os.getuid()
+    pids = set()
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return []
+    for c in conns:
+        if c.pid and c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+            try:
+                if os.stat(f"/proc/{c.pid}").st_uid == uid:
+                    pids.add(c.pid)
+            except OSError:
+                continue
+    return sorted(pids)
+
+
 def born_since(pids: Iterable[int], create_time: float) -> list[psutil.Process]:
     """psutil objects for those ``pids`` created no earlier than ``create_time`` (never older ones)."""
     out = []

@@ -25,6 +25,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -35,14 +36,21 @@ from types import TracebackType
 from typing import IO, Any
 
 import psutil
-import requests
 
 from autotune.errors import ConfigError, LaunchError, ServerNotReady
 from autotune.launch import cleanup
 from autotune.launch.artifacts import shell_command
 from autotune.launch.failures import classify, line_failure
 from autotune.launch.gpu import wait_gpu_released
-from autotune.launch.groups import LAUNCH_ID_ENV, born_since, descendants, pids_with_env, signal_group, terminate
+from autotune.launch.groups import (
+    LAUNCH_ID_ENV,
+    born_since,
+    descendants,
+    pids_listening,
+    pids_with_env,
+    signal_group,
+    terminate,
+)
 from autotune.launch.ports import mark_port_used
 from autotune.launch.registry import ProcessRegistry
 from autotune.launch.spawn import pdeathsig_preexec, spawn_watchdog
@@ -55,6 +63,40 @@ logger = logging.getLogger(__name__)
 
 _FIRST_READ_TIMEOUT_S = 1.0  # readiness answers (503 or a 1-token generation) are quick ...
 _MAX_READ_TIMEOUT_S = 16.0  # ... but a loaded first generation may take longer: back off to this
+#: A readiness answer's status line: "HTTP/1.1 200 OK" and a reason; nothing after it is read.
+MAX_STATUS_LINE = 4096
+
+
+def probe_status(host: str, port: int, path: str, *, connect_s: float, read_s: float) -> int | None:
+    """The HTTP status of ``GET path`` on ``host:port``, or None when the answer is not HTTP.
+
+    Only the status line is read, within ``read_s`` in all (TimeoutError past it): not the headers,
+    not the body, and no redirect is followed. requests read a whole body (a /health that streamed
+    bytes without end grew 8 GB in 30 s, its startup timeout of 6 s long past), followed a 302 to any
+    host, and its read timeout was per read, so a status trickled a byte at a time never ended.
+    """
+    try:
+        sock = socket.create_connection((host, port), timeout=connect_s)
+    except TimeoutError as exc:  # not the answer's time: the next read is not allowed longer for it
+        raise ConnectionError(f"connect timed out after {connect_s:g} s") from exc
+    with sock:
+        where = f"[{host}]" if ":" in host else host
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {where}:{port}\r\nConnection: close\r\n\r\n".encode())
+        end = time.monotonic() + read_s
+        line = b""
+        while b"\r\n" not in line and len(line) <= MAX_STATUS_LINE:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no status line within {read_s:g} s")
+            sock.settimeout(left)
+            data = sock.recv(MAX_STATUS_LINE)
+            if not data:
+                break
+            line += data
+    parts = line.split(b"\r\n", 1)[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or len(parts[1]) != 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
 
 
 class ServerProcess:
@@ -286,46 +328,43 @@ class ServerProcess:
         idx = 0
         last_scan = 0.0
         read_timeout = _FIRST_READ_TIMEOUT_S
-        with requests.Session() as session:
-            session.trust_env = False  # never send loopback polls through a proxy
-            while True:
-                self._raise_if_dead()
-                now = time.monotonic()
-                if now - last_scan >= 1.0:
-                    self._remember_descendants()
-                    last_scan = now
-                left = deadline - now
-                if left <= 0:
-                    self._tail.pump()
-                    _kind, evidence = classify(self._tail.lines(), None)
-                    raise ServerNotReady(
-                        f"server on {self.url} not ready after {self.startup_timeout_s:.0f} s: {evidence}",
-                        kind=FailureKind.STARTUP_TIMEOUT,
-                        evidence=evidence,
-                    )
-                try:
-                    resp = session.get(self.url + paths[idx], timeout=(min(1.0, left), min(read_timeout, left)))
-                    status = resp.status_code
-                    resp.close()
-                except requests.ReadTimeout:
-                    # Slow health generation (or someone else's silent listener): look at the
-                    # process again soon, and allow the next answer a little longer.
-                    status = None
-                    read_timeout = min(read_timeout * 2, _MAX_READ_TIMEOUT_S)
-                except requests.RequestException:
-                    status = None
-                if status == 200:
-                    self._raise_if_dead()  # a 200 from someone else's server on a reused port
-                    self._tail.pump()  # every line written before readiness is dispatched on return
-                    self.ready = True
-                    self.timings["startup_s"] = time.monotonic() - self._started_at
-                    logger.info("server %s ready after %.1f s", self.url, self.timings["startup_s"])
-                    self._watch_tree()
-                    return self
-                if status in (404, 405) and idx + 1 < len(paths):
-                    idx += 1  # this server does not serve that path: try the next one now
-                    continue
-                self._sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+        while True:
+            self._raise_if_dead()
+            now = time.monotonic()
+            if now - last_scan >= 1.0:
+                self._remember_descendants()
+                last_scan = now
+            left = deadline - now
+            if left <= 0:
+                self._tail.pump()
+                _kind, evidence = classify(self._tail.lines(), None)
+                raise ServerNotReady(
+                    f"server on {self.url} not ready after {self.startup_timeout_s:.0f} s: {evidence}",
+                    kind=FailureKind.STARTUP_TIMEOUT,
+                    evidence=evidence,
+                )
+            try:
+                status = probe_status(self.host, self.port, paths[idx], connect_s=min(1.0, left),
+                                      read_s=min(read_timeout, left))
+            except TimeoutError:
+                # Slow health generation (or someone else's silent listener): look at the
+                # process again soon, and allow the next answer a little longer.
+                status = None
+                read_timeout = min(read_timeout * 2, _MAX_READ_TIMEOUT_S)
+            except OSError:
+                status = None
+            if status == 200:
+                self._raise_if_dead()  # a 200 from someone else's server on a reused port
+                self._tail.pump()  # every line written before readiness is dispatched on return
+                self.ready = True
+                self.timings["startup_s"] = time.monotonic() - self._started_at
+                logger.info("server %s ready after %.1f s", self.url, self.timings["startup_s"])
+                self._watch_tree()
+                return self
+            if status in (404, 405) and idx + 1 < len(paths):
+                idx += 1  # this server does not serve that path: try the next one now
+                continue
+            self._sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
 
     def _watch_tree(self) -> None:
         """From readiness on, a scheduler or detokenizer that dies kills the group (see ``tree``)."""
@@ -370,8 +409,11 @@ class ServerProcess:
         try:
             self._remember_descendants()
             if self._create_time is not None:  # descendants that left the group and lost their parent
-                for p in born_since(pids_with_env(LAUNCH_ID_ENV, self.launch_id), self._create_time):
-                    self._seen.setdefault(p.pid, p)
+                # (found by the launch's variable, or, with their environment cleared, by the port they hold)
+                found = pids_with_env(LAUNCH_ID_ENV, self.launch_id) + pids_listening(self.port)
+                for p in born_since(found, self._create_time):
+                    if p.pid != os.getpid():
+                        self._seen.setdefault(p.pid, p)
             extras = list(self._seen.values())
             pgid = self._proc.pid
             left = terminate(pgid, extras, grace_s=grace_s, kill_wait_s=5.0, leader_first=True)

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from autotune.errors import ConfigError, LoadGenError
-from autotune.limits import JSON_BYTES
+from autotune.limits import JSON_BYTES, MAX_SIM_FACTOR, MIN_TIME_SCALE, shown
 from autotune.load.result import LoadPointFailed, LoadResult
 from autotune.load.runner import LoadRunner, SnapshotCallback
 from autotune.load.sources import check_files
@@ -53,12 +53,17 @@ CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
 #: A control answer is a few KB (SGLang's /server_info: its server args and internal states); a larger
 #: body is no answer, and is not read whole.
 CONTROL_BYTES = 4 * 2**20
+#: The simulator's modelled clock (``/sim/stats`` ``modelled_now_s``): a value past this (about 3 x 10^7
+#: years) is no clock.
+MAX_CLOCK_S = 1e15
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, limit: int = CONTROL_BYTES) -> Any:
     """The JSON answer of a control GET; None for another status, a body over ``limit`` bytes or one
     that is not JSON."""
-    async with session.get(url, timeout=CONTROL_TIMEOUT) as resp:
+    # no redirect is followed: a control request stays on the server's own host and port (aiohttp
+    # followed a 302 to any host, a proxy's or a hostile server's pick); a redirect is no answer
+    async with session.get(url, timeout=CONTROL_TIMEOUT, allow_redirects=False) as resp:
         if resp.status != 200:
             return None
         body = bytearray()
@@ -105,14 +110,23 @@ def accept_length_of(server_info: Any) -> float | None:
 
 
 def time_scale_of(server_info: dict[str, Any]) -> float:
-    """The simulated server's time scale (modelled seconds per wall second), else 1.0."""
+    """The simulated server's time scale (modelled seconds per wall second), else 1.0.
+
+    A scale outside the simulator's own bounds (``MIN_TIME_SCALE`` to ``MAX_SIM_FACTOR``, as
+    ``server.sim.time_scale``) is no simulator's: 1.0, with a warning (1e308 from a server that
+    claimed to be one was a ValueError traceback from the metrics; 1e-300 scaled every figure to 0).
+    """
     sim = server_info.get("sim")
     if isinstance(sim, dict):
-        try:
-            x = float(sim.get("time_scale", 1.0))
-        except (TypeError, ValueError):
+        value = sim.get("time_scale", 1.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return 1.0
-        return x if x > 0 else 1.0
+        x = float(value)
+        if not MIN_TIME_SCALE <= x <= MAX_SIM_FACTOR:  # NaN too
+            log.warning("the server's /server_info says sim.time_scale=%s, outside %g to %g: ignored",
+                        shown(value), MIN_TIME_SCALE, MAX_SIM_FACTOR)
+            return 1.0
+        return x
     return 1.0
 
 
@@ -134,9 +148,10 @@ def sim_clock_probe(
         except (TimeoutError, aiohttp.ClientError, OSError):
             return None
         t1 = time.perf_counter()
-        if not isinstance(stats, dict) or not isinstance(stats.get("modelled_now_s"), (int, float)):
-            return None
-        return (t0 + t1) / 2, float(stats["modelled_now_s"])
+        now = stats.get("modelled_now_s") if isinstance(stats, dict) else None
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not 0 <= now < MAX_CLOCK_S:
+            return None  # not a clock (NaN, inf, a string): the run keeps the nominal time scale
+        return (t0 + t1) / 2, float(now)
 
     return probe
 
@@ -156,7 +171,7 @@ async def flush_cache(session: aiohttp.ClientSession, base_url: str, attempts: i
     """``POST /flush_cache``, retried while the server still has requests running (HTTP 400)."""
     for _ in range(attempts):
         try:
-            async with session.post(base_url + "/flush_cache", timeout=CONTROL_TIMEOUT) as resp:
+            async with session.post(base_url + "/flush_cache", timeout=CONTROL_TIMEOUT, allow_redirects=False) as resp:
                 # only the status matters: the body is not read (a server could send one without end)
                 if resp.status == 200:
                     return True

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.limits import MAX_SIM_FACTOR, MIN_TIME_SCALE
 from autotune.load.metrics import RequestTrace, compute_metrics
 from autotune.load.prompts import Prompt, arrival_offsets
 from autotune.load.result import LoadPointFailed, LoadResult, Snapshot
@@ -136,20 +137,26 @@ class LoadRunner:
 
     def _prepare(self, p: Prompt, st: _InFlight, due: float | None) -> tuple[StreamParser, RequestTrace, OnData]:
         """The parser, the trace and the read callback of one request."""
-        parser = StreamParser(self.spec.backend, keep_output=p.conversation is not None)
+        parser = StreamParser(self.spec.backend, keep_output=p.conversation is not None, max_tokens=p.output_len)
         trace = RequestTrace(start=st.start, input_len=p.input_len, output_len=p.output_len, due=due,
                              group=p.group, conversation=p.conversation, turn=p.turn)
         times, counts = trace.times, trace.counts
 
         def on_data(data: bytes, now: float) -> bool:
-            st.last = self.last_data = now
+            self.last_data = now
+            if st.done:  # bytes after [DONE]: not read; the drain counts from [DONE], so they cannot hold it open
+                return False
             k = parser.feed(data)
             if k:
+                # only tokens keep a request alive: a server that trickles comments, blank events or
+                # a never-ending line after the first token met the between-tokens timeout never
+                st.last = now
                 times.append(now)
                 counts.append(k)
                 st.first = True
                 self.streamed_tokens += k
             if parser.done:
+                st.last = now
                 trace.end = now
                 st.done = True
                 return False
@@ -270,7 +277,7 @@ class LoadRunner:
                 elif not st.first and first_s and now - st.start > first_s:
                     st.reason = f"first-token timeout: no token within {first_s:g} s"
                 elif st.first and between_s and now - st.last > between_s:
-                    st.reason = f"between-tokens timeout: silent for {between_s:g} s"
+                    st.reason = f"between-tokens timeout: no token for {between_s:g} s"
                 if st.reason is not None and st.task is not None:
                     st.task.cancel()
             if between_s and self.inflight and self.abort_reason is None and now - self.last_data > between_s:
@@ -301,7 +308,8 @@ class LoadRunner:
             if clock is not None and clock_start is not None:  # the simulator's real pace so far
                 now_clock = await clock()
                 if now_clock is not None and now_clock[0] - clock_start[0] > 0 and now_clock[1] > clock_start[1]:
-                    x = (now_clock[1] - clock_start[1]) / (now_clock[0] - clock_start[0])
+                    pace = (now_clock[1] - clock_start[1]) / (now_clock[0] - clock_start[0])
+                    x = pace if MIN_TIME_SCALE <= pace <= MAX_SIM_FACTOR else x
             elapsed = (time.perf_counter() - t0) * x
             ok = [tr for tr in self.traces if tr.ok]
             ttfts = [(tr.times[0] - tr.start) * 1000 * x for tr in ok if tr.times]
@@ -438,6 +446,9 @@ class LoadRunner:
             (w0, m0), (w1, m1) = clock_start, clock_end
             span = (m1 - m0) - max(t0 - w0, 0.0) * nominal - max(w1 - t_end, 0.0) * nominal
             x = span / (t_end - t0) if span > 0 else nominal
+            if not MIN_TIME_SCALE <= x <= MAX_SIM_FACTOR:  # no simulator runs at that pace: its clock is wrong
+                log.warning("the server's modelled clock gave %.3g modelled s per wall s: ignored", x)
+                x = nominal
             if abs(x / nominal - 1) > _SCALE_DRIFT_WARN:
                 log.warning(
                     "the simulated server ran at %.3g modelled s per wall s, not its nominal %.3g "

@@ -113,8 +113,9 @@ class LoadTimeouts(BaseModel):
 
     ``first_token_s`` bounds the wait from sending a request to the first chunk that
     carries tokens (queueing and prefill included); ``between_tokens_s`` bounds the
-    silence between two reads once tokens flow. Together they turn a hung server into
-    failed requests instead of a hung load point.
+    wait between two reads that carry tokens once they flow (bytes without a token, such
+    as comments or a line that never ends, do not reset it). Together they turn a hung
+    server into failed requests instead of a hung load point.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

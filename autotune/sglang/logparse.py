@@ -11,6 +11,7 @@ lines again; see :func:`parse_log`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -115,7 +116,8 @@ def _parse_kv(text: str) -> dict[str, Any]:
 
 def parse_line(line: str) -> LogEvent | None:
     """Parse one log line; ``None`` for lines that carry nothing autotune uses, and for a line whose
-    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits)."""
+    figures are not numbers SGLang prints (``avail mem=1.2.3 GB``, an integer of 4,300+ digits). A figure
+    too large for a float reads as inf: kept, for its reader to refuse (``calibrate`` names it)."""
     try:
         return _parse_line(line)
     except (ValueError, OverflowError):
@@ -300,6 +302,8 @@ def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
 
 
 _GENERIC = {FailureKind.CRASHED.value}
+#: The failure line kept as the summary's evidence (the study stores a trial's evidence cut to 2,000 too).
+EVIDENCE_CHARS = 2000
 
 
 def _min(values: Iterable[float | None]) -> float | None:
@@ -360,7 +364,9 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
     failures = by("failure")
     specific = [e for e in failures if e.failure_kind not in _GENERIC]
     first_failure: LogEvent | None = (specific or failures)[0] if (specific or failures) else None
-    last_mtt = mtt[-1].values if mtt else {}
+    # a count only where the line printed a number (``max_total_num_tokens=5x`` was a ValueError here)
+    last_mtt = {k: v for k, v in (mtt[-1].values if mtt else {}).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     kv_tokens = last_mtt.get("max_total_num_tokens")
     if kv_tokens is None:
         kv_tokens = _min(e.values.get("tokens") for e in kv)
@@ -372,7 +378,8 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
         "a_gib": _min(e.values.get("avail_gib") for e in loaded),
         "weights_gib": _max(e.values.get("mem_usage_gib") for e in loaded),
         "baseline_usage_gib": _max(e.values.get("mem_usage_gib") for e in base),
-        "kv_tokens": int(kv_tokens) if kv_tokens is not None else None,
+        # inf (a 5,000-digit count) stays a float for calibrate to refuse: int() of it was an OverflowError
+        "kv_tokens": int(kv_tokens) if kv_tokens is not None and math.isfinite(kv_tokens) else kv_tokens,
         "kv_gib": _min(e.values.get("kv_gib") for e in (by("swa_pool") or kv)),
         "kv_dtype": next((e.values["dtype"] for e in kv if e.values.get("dtype")), None),
         "pool_end_avail_gib": _min(e.values.get("avail_gib") for e in by("memory_pool_end")),
@@ -385,7 +392,7 @@ def summarize(events: Iterable[LogEvent]) -> dict[str, Any]:
         "available_gpu_mem_gib": last_mtt.get("available_gpu_mem_gib"),
         "ready": bool(by("ready")),
         "failure_kind": first_failure.failure_kind if first_failure else None,
-        "evidence": first_failure.line if first_failure else None,
+        "evidence": first_failure.line[:EVIDENCE_CHARS] if first_failure else None,
         "ranks": sorted({e.rank for e in evs if e.rank is not None}),
         "draft_seen": any(e.values.get("role") == "draft" for e in evs),
         "log_wording": log_wording(evs),

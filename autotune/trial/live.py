@@ -22,6 +22,7 @@ from autotune.launch import ProcessRegistry, ServerProcess, classify, free_port
 from autotune.launch.artifacts import write_launch_artifacts
 from autotune.launch.cleanup import raise_if_interrupted
 from autotune.launch.failures import line_failure
+from autotune.launch.tail import LINE_BYTES
 from autotune.load import Snapshot, run_load
 from autotune.outcome import FailureKind, load_failure_kind
 from autotune.sglang.logparse import summarize
@@ -182,11 +183,23 @@ def _load_point(req: TrialRequest, url: str, result: TrialResult, report: Report
     return metrics
 
 
+#: The end of a server log read to classify a failure (its last lines say why; the whole log was read
+#: into memory, however large a server had made it).
+TAIL_BYTES = 1 << 20
+
+
 def _tail(path: Path, n: int = 200) -> list[str]:
     try:
-        return path.read_text(errors="replace").splitlines()[-n:]
+        with path.open("rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(size - TAIL_BYTES, 0))
+            data = fh.read(TAIL_BYTES)
     except OSError:
         return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > TAIL_BYTES:
+        lines = lines[1:]  # the first is a piece of a line
+    return [line[:LINE_BYTES] for line in lines[-n:]]
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -7,12 +7,17 @@ writes them, the offline one as the simulator's startup writes them in modelled 
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from autotune.outcome import FailureKind
 from autotune.sglang.logparse import LogEvent, RoleTagger, is_target, parse_line
 
-__all__ = ["KillTarget", "LiveKill"]
+__all__ = ["MAX_EVENTS", "KillTarget", "LiveKill"]
+
+#: Recognised lines one launch keeps (they become its ``events.json`` and its observed summary): a TP-8
+#: startup logs about a hundred; a server that printed "Load weight begin" 2,000,000 times kept them all.
+MAX_EVENTS = 10_000
 
 
 class KillTarget(Protocol):
@@ -31,6 +36,8 @@ class LiveKill:
         self._roles = RoleTagger()
 
     def __call__(self, line: str) -> None:
+        if len(self.events) >= MAX_EVENTS:  # no startup logs this many: a flood (or a hostile server)
+            return
         ev = parse_line(line)
         if ev is None:
             return
@@ -43,11 +50,12 @@ class LiveKill:
         # "Load weight begin. avail mem=P" (and 0.5.23's baseline line) carry P as avail_gib.
         if ev.kind == "baseline" and ev.values.get("avail_gib") is not None:
             p = float(ev.values["avail_gib"])
-            self.p_seen = p if self.p_seen is None else min(self.p_seen, p)
+            if math.isfinite(p):  # 400 nines read as inf: no measurement, and -inf rest would kill the launch
+                self.p_seen = p if self.p_seen is None else min(self.p_seen, p)
         if ev.kind == "weights_loaded" and self.f is not None and self.server is not None:
             a = ev.values.get("avail_gib")
             p_gib = self.p_seen if self.p_seen is not None else self.p_pred
-            if a is None or p_gib is None:
+            if a is None or p_gib is None or not math.isfinite(a):
                 return
             rest = float(a) - p_gib * (1 - self.f)
             if rest <= 0:

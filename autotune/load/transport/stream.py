@@ -19,6 +19,13 @@ bytes to :meth:`StreamParser.feed`, which returns how many new tokens the read c
   carries whatever the server counted beyond them, so the stream's total is the server's.
 
 orjson is used when installed (falls back to the standard library).
+
+What a server sends is bounded here, whatever it is (a broken build, a proxy, another program on
+the port): an event (the bytes up to its blank line) of more than :func:`event_limit` bytes, a
+count that is not an integer from 0 to ``MAX_SEQUENCE_TOKENS``, a field of the wrong type
+(``choices`` a string, ``usage`` a list, text a number), or more tokens than
+:func:`token_limit` allows for the request's ``max_tokens`` each set ``error`` (the request fails
+as a malformed stream), never an exception and never a buffer that grows with the stream.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
+
+from autotune.limits import MAX_SEQUENCE_TOKENS
+from autotune.limits import shown as limits_shown
 
 try:  # optional speed-up
     import orjson
@@ -37,7 +47,28 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     loads = json.loads
 
 _DONE = b"[DONE]"
-_INT = re.compile(rb"\s*(\d+)")
+_INT = re.compile(rb"\s*(\d{1,9})(?!\d)")  # a longer number is parsed in full (and refused there)
+
+#: An event's bytes: a fixed part (an OpenAI chunk is a few hundred bytes) and, per token of the
+#: request's ``max_tokens``, room for a native event's cumulative ``text`` and ``output_ids``.
+EVENT_BYTES = 1 << 20
+EVENT_BYTES_PER_TOKEN = 64
+
+
+def event_limit(max_tokens: int | None) -> int:
+    """The most bytes one event of a request for ``max_tokens`` tokens may hold."""
+    return EVENT_BYTES + EVENT_BYTES_PER_TOKEN * min(max_tokens or 0, MAX_SEQUENCE_TOKENS)
+
+
+def token_limit(max_tokens: int | None) -> int:
+    """The most tokens a stream may carry for ``max_tokens``: a server stops at ``max_tokens``; twice it,
+    plus 64, leaves room for a count that is not the server's (one per non-empty chunk)."""
+    return 2 * max_tokens + 64 if max_tokens else MAX_SEQUENCE_TOKENS
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a token count: an integer (not a bool) from 0 to ``MAX_SEQUENCE_TOKENS``."""
+    return type(value) is int and 0 <= value <= MAX_SEQUENCE_TOKENS
 
 
 class StreamParser:
@@ -45,6 +76,12 @@ class StreamParser:
 
     __slots__ = (
         "_buf",
+        "_more",
+        "_held",
+        "_tail",
+        "_max_event",
+        "_max_tokens",
+        "_limit",
         "_chat",
         "_native",
         "_usage_ct",
@@ -61,8 +98,14 @@ class StreamParser:
         "_ids",
     )
 
-    def __init__(self, backend: str, keep_output: bool = False) -> None:
-        self._buf = b""
+    def __init__(self, backend: str, keep_output: bool = False, max_tokens: int | None = None) -> None:
+        self._buf = b""  # the start of an event not yet ended
+        self._more: list[bytes] = []  # ... and the reads after it, while the event lasts (joined once)
+        self._held = 0  # bytes of _buf and _more
+        self._tail = b""  # their last 3 bytes
+        self._max_tokens = max_tokens
+        self._max_event = event_limit(max_tokens)
+        self._limit = token_limit(max_tokens)
         self._native = backend == "sglang"
         self._chat = backend == "openai-chat"
         self._usage_ct = 0  # last usage.completion_tokens seen on a content chunk
@@ -80,19 +123,27 @@ class StreamParser:
 
     def feed(self, data: bytes) -> int:
         """Consume one read; return the number of new tokens it carried."""
-        buf = self._buf + data if self._buf else data
-        if buf.startswith(b"data:") and buf.find(b"\n") == len(buf) - 2 and buf.endswith(b"\n\n"):
-            # the common read: exactly one whole event of one data line
-            self._buf = b""
-            new = self._payload(buf[5:-2].strip())
-            self.counted += new
-            return new
-        if b"\n\n" not in buf:
-            if b"\r\n\r\n" not in buf:
-                self._buf = buf
-                return 0
+        if self.error:
+            return 0
+        if self._buf:
+            # an event split over reads: look for its end only where this read can complete one (the
+            # last 3 bytes held, then the read), and join the pieces once, when it ends (concatenating
+            # every read onto the held bytes, and searching them all, was quadratic in the event)
+            joint = self._tail + data[:3]
+            if b"\n\n" not in joint and b"\r\n\r\n" not in joint and b"\n\n" not in data \
+                    and b"\r\n\r\n" not in data:
+                return self._hold(data)
+            buf = b"".join((self._buf, *self._more, data))
+            self._buf, self._more, self._held, self._tail = b"", [], 0, b""
+        else:
+            buf = data
+            if buf.startswith(b"data:") and buf.find(b"\n") == len(buf) - 2 and buf.endswith(b"\n\n"):
+                # the common read: exactly one whole event of one data line
+                return self._counted(self._payload(buf[5:-2].strip()))
+            if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
+                return self._hold(buf)
         buf = buf.replace(b"\r\n", b"\n") if b"\r" in buf else buf
-        *events, self._buf = buf.split(b"\n\n")
+        *events, rest = buf.split(b"\n\n")
         new = 0
         for event in events:
             for line in event.split(b"\n"):
@@ -103,7 +154,29 @@ class StreamParser:
                     break
             if self.error:
                 break
+        if not self.error and rest:
+            self._hold(rest)
+        return self._counted(new)
+
+    def _hold(self, data: bytes) -> int:
+        """Keep ``data``, part of an event not yet ended (the event's bytes bounded)."""
+        if self._buf:
+            self._more.append(data)
+        else:
+            self._buf = data
+        self._held += len(data)
+        self._tail = (self._tail + data)[-3:]
+        if self._held > self._max_event:
+            self.error = (f"malformed stream: an event of more than {self._max_event} bytes "
+                          f"(starts {self._buf[:40]!r})")
+            self._buf, self._more, self._held, self._tail = b"", [], 0, b""
+        return 0
+
+    def _counted(self, new: int) -> int:
         self.counted += new
+        if self.counted > self._limit and not self.error:
+            self.error = (f"malformed stream: more than {self._limit} tokens for max_tokens={self._max_tokens}"
+                          if self._max_tokens else f"malformed stream: more than {self._limit} tokens")
         return new
 
     def _payload(self, payload: bytes) -> int:
@@ -117,10 +190,19 @@ class StreamParser:
                 return fast
         try:
             obj = loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: the standard library's, nested too deep
             self.error = f"malformed stream: {payload[:80]!r}"
             return 0
         return self._native_event(obj) if self._native else self._openai_event(obj)
+
+    def _bad(self, what: str, value: Any) -> int:
+        """A field of the wrong type or a number that is no count: the stream is malformed."""
+        if "tokens" in what:
+            shown = limits_shown(value) if type(value) in (int, float) else f"of type {type(value).__name__}"
+            self.error = f"malformed stream: {what} is {shown}, not a token count (0 to {MAX_SEQUENCE_TOKENS:,})"
+        else:
+            self.error = f"malformed stream: {what} is of type {type(value).__name__}"
+        return 0
 
     def _fail(self, obj: Any) -> bool:
         if not isinstance(obj, dict):
@@ -129,7 +211,7 @@ class StreamParser:
         err = obj.get("error")
         if err is not None:
             msg = err.get("message", err) if isinstance(err, dict) else err
-            self.error = f"server error: {str(msg)[:200]}"
+            self.error = f"server error: {msg[:200] if isinstance(msg, str) else limits_shown(msg, 200)}"
             return True
         return False
 
@@ -159,20 +241,32 @@ class StreamParser:
     def _native_event(self, obj: Any) -> int:
         if (type(obj) is not dict or "error" in obj) and self._fail(obj):
             return 0
-        meta = obj.get("meta_info") or {}
+        meta = obj.get("meta_info")
+        if meta is None:
+            meta = {}
+        elif type(meta) is not dict:
+            return self._bad("meta_info", meta)
+        ids = obj.get("output_ids")
+        if ids is not None and type(ids) is not list:
+            return self._bad("output_ids", ids)
         ct = meta.get("completion_tokens")
         if ct is None:
-            ids = obj.get("output_ids")
-            ct = len(ids) if isinstance(ids, list) else None
+            ct = len(ids) if ids is not None else None
+        for key in ("completion_tokens", "prompt_tokens", "cached_tokens"):
+            value = ct if key == "completion_tokens" else meta.get(key)
+            if value is not None and not _count(value):
+                return self._bad(f"meta_info.{key}", value)
+        text = obj.get("text")
+        if text is not None and type(text) is not str:
+            return self._bad("text", text)
         if meta.get("prompt_tokens") is not None:
             self.prompt_tokens = meta["prompt_tokens"]
-        if isinstance(meta.get("cached_tokens"), int):
+        if meta.get("cached_tokens") is not None:
             self.cached_tokens = meta["cached_tokens"]
         if self._keep:
             self._last = b""
-            self._parts = [obj.get("text") or ""]
-            ids = obj.get("output_ids")
-            self._ids = ids if isinstance(ids, list) else None
+            self._parts = [text or ""]
+            self._ids = ids
         if ct is None:
             return 0
         prev = self.completion_tokens or 0
@@ -187,14 +281,34 @@ class StreamParser:
         choices = obj.get("choices")
         text = None
         if choices:
+            if type(choices) is not list:
+                return self._bad("choices", choices)
             c0 = choices[0]
-            text = (c0.get("delta") or {}).get("content") if self._chat else c0.get("text")
+            if type(c0) is not dict:
+                return self._bad("choices[0]", c0)
+            if self._chat:
+                delta = c0.get("delta")
+                if delta is not None and type(delta) is not dict:
+                    return self._bad("choices[0].delta", delta)
+                text = delta.get("content") if delta else None
+            else:
+                text = c0.get("text")
+            if text is not None and type(text) is not str:
+                return self._bad("choices[0].delta.content" if self._chat else "choices[0].text", text)
         if usage:
+            if type(usage) is not dict:
+                return self._bad("usage", usage)
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            for key, value in (("prompt_tokens", usage.get("prompt_tokens")),
+                               ("completion_tokens", usage.get("completion_tokens")),
+                               ("prompt_tokens_details.cached_tokens", cached)):
+                if value is not None and not _count(value):
+                    return self._bad(f"usage.{key}", value)
             if usage.get("prompt_tokens") is not None:
                 self.prompt_tokens = usage["prompt_tokens"]
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-                self.cached_tokens = details["cached_tokens"]
+            if cached is not None:
+                self.cached_tokens = cached
             ct = usage.get("completion_tokens")
             if ct is not None:
                 self.completion_tokens = ct
