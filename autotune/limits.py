@@ -13,7 +13,8 @@ from typing import Any
 __all__ = [
     "BATCH_TOKENS", "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES",
     "MAX_COUNT", "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
-    "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS", "MIN_TIME_SCALE",
+    "MAX_GPU_HOURS", "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS",
+    "MAX_STUDY_S", "MAX_WAIT_S", "MIN_TIME_SCALE",
     "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
@@ -90,6 +91,16 @@ BATCH_TOKENS = 1024 * 16_384
 #: ``duration_s`` when shorter): a week. A measurement, not a soak test: 1,000 prompts at 0.01 req/s is
 #: 28 hours; ``request_rate: 1e-300`` waited forever with no bound.
 MAX_SEND_S = 7 * 24 * 3600
+#: Seconds one wait may last: a server's start (``server.startup_timeout_s``, 900 by default) and a request's
+#: limits (``workload.timeouts``: connect, first token, between tokens, total). The slowest starts (a 1T-parameter
+#: checkpoint read from network storage, then its kernels compiled) take about an hour, and bench_serving gives a
+#: request 6 hours: a day is well past both. 1e300 or inf waited on a hung server for ever.
+MAX_WAIT_S = 24 * 3600
+#: Seconds a study may run (``budget.wall_time_s``): a year. A budget is a stop, and a larger one is no stop.
+MAX_STUDY_S = 365 * 24 * 3600
+#: Modelled GPU hours a study may spend (``budget.gpu_hours``): the most GPUs a study has (1,024,
+#: ``hardware.num_gpus``) for MAX_STUDY_S.
+MAX_GPU_HOURS = 1024 * MAX_STUDY_S // 3600
 #: Characters of a value echoed in an error message.
 SHOWN_CHARS = 60
 

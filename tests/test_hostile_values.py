@@ -85,6 +85,21 @@ CASES = {
     "request_rate 1e-300": (setting("workload.request_rate", 1e-300),
                             ["workload: request_rate=1e-300: num_prompts / request_rate = 8 / 1e-300 = 8e+300 s",
                              "more than the 604,800 s"]),
+    # a time with no upper bound waited on a hung server for ever (docs/input-limits.md: a day, a week, a year)
+    "duration_s 1e300": (setting("workload.duration_s", 1e300),
+                         ["workload.duration_s: Input should be less than or equal to 604800 (got 1e+300)"]),
+    "infinite startup_timeout_s": (setting("server.startup_timeout_s", float("inf")),
+                                   ["server.startup_timeout_s: Input should be less than or equal to 86400 (got inf)"]),
+    "startup_timeout_s of a day and a second": (setting("server.startup_timeout_s", 86_401),
+                                                ["server.startup_timeout_s: ", "86400 (got 86401)"]),
+    "first_token_s 1e300": (setting("workload.timeouts", {"first_token_s": 1e300}),
+                            ["workload.timeouts.first_token_s: Input should be less than or equal to 86400"]),
+    "infinite total_s": (setting("workload.timeouts", {"total_s": float("inf")}),
+                         ["workload.timeouts.total_s: ", "(got inf)"]),
+    "infinite wall_time_s": (setting("budget.wall_time_s", float("inf")),
+                             ["budget.wall_time_s: Input should be less than or equal to 31536000 (got inf)"]),
+    "gpu_hours 1e300": (setting("budget.gpu_hours", 1e300),
+                        ["budget.gpu_hours: Input should be less than or equal to 8970240 (got 1e+300)"]),
     "input + output past the context": (setting("workload.input_len", 40_928),
                                         ["workload.input_len + output_len = 40,928 + 32 reaches the context "
                                          "length 40,960 (the model's max_position_embeddings)"]),
@@ -244,3 +259,13 @@ def test_run_n_trials_is_bounded_like_the_study_files(tmp_path: Path, capsys: py
     one_line(*cli(capsys, ["run", str(study(tmp_path)), "--n-trials", str(10**12), "--no-progress"]),
              "--n-trials: must be from 1 to 100000, got 1000000000000")
     nothing_stored(tmp_path)
+
+
+def test_the_time_bounds_are_reached_not_passed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each time's bound itself is a value plan takes: a day to start, a week of sending, a year of study."""
+    def edit(d: dict) -> None:
+        d["server"]["startup_timeout_s"] = 86_400
+        d["workload"].update(duration_s=604_800, timeouts={"connect_s": 86_400, "first_token_s": 86_400,
+                                                           "between_tokens_s": 86_400, "total_s": 86_400})
+        d["budget"] = {"wall_time_s": 365 * 86_400, "gpu_hours": 1024 * 365 * 24}
+    assert cli(capsys, ["plan", str(study(tmp_path, edit))]) == (0, [])
