@@ -236,6 +236,48 @@ def test_a_trace_is_bounded_in_what_it_builds_before_the_study(tmp_path: Path, c
         nothing_stored(tmp_path)
 
 
+@pytest.mark.parametrize("field", ["workload.dataset_path", "workload.dataset"])
+def test_a_token_id_prompt_file_is_refused_before_its_ids_are_built(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    cli_signal_handlers: None, field: str) -> None:
+    """A 20 MB line of 10,000,065 token ids (a 2 GiB file holds 10^9) was parsed whole, every id a list entry:
+    refused by counting its commas and brackets, before json builds it, on one line naming the file's line."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"output_len": 4, "prompt": "hi"}\n{"output_len": 4, "input_ids": [' + "1," * 10_000_064 + "1]}\n")
+    value = str(prompts) if field.endswith("path") else {"kind": "file", "path": str(prompts)}
+    where = "workload.dataset_path=" if field.endswith("path") else f"workload.dataset.path: {prompts}:2: "
+    for command in ("plan", "run"):
+        one_line(*cli(capsys, [command, str(study(tmp_path, setting(field, value)))]), where,
+                 "10,000,067 commas and brackets on one line, more JSON values than a prompt's 10,000,000 tokens")
+        nothing_stored(tmp_path)
+
+
+@pytest.mark.parametrize(("limit", "rows", "needles"), [
+    ("MAX_PROMPTS", ['{"input_ids": [7]}'] * 6,
+     ["prompts.jsonl:6: more than the 5 requests a load point sends"]),
+    ("MAX_PROMPT_TOKENS", ['{"input_ids": [' + ", ".join(["7"] * 400) + "]}"] * 3,
+     ["prompts.jsonl:3: input_ids: 1,200 tokens up to this line, more than the 1,000 prompt tokens a load point "
+      "builds"]),
+    ("MAX_SEQUENCE_TOKENS", ['{"prompt": "hi"}', '{"input_ids": [' + ", ".join(["7"] * 1001) + "]}"],
+     ["prompts.jsonl:2: input_ids: 1,001 tokens, more than the 1,000 a prompt may hold"]),
+])
+def test_a_token_id_prompt_file_is_bounded_like_every_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch, limit: str,
+                                                               rows: list[str], needles: list[str]) -> None:
+    """Requests, a prompt's ids and the ids in all are counted line by line as the file is read (limits made
+    small: the real ones are 10^6 rows, 10^7 and 2 x 10^8 ids), refused at the line that passes them: the
+    line after it, not UTF-8, is never read (the whole file was decoded and split first)."""
+    from autotune.load import formats
+
+    monkeypatch.setattr(formats, limit, 5 if limit == "MAX_PROMPTS" else 1000)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes("".join(row + "\n" for row in rows).encode() + b"\xff not UTF-8\n")  # never read
+    one_line(*cli(capsys, ["plan", str(study(tmp_path, setting("workload.dataset", {"kind": "file",
+                                                                                   "path": str(prompts)})))]),
+             "workload.dataset.path: ", *needles)
+    nothing_stored(tmp_path)
+
+
 @pytest.mark.parametrize(("config", "header", "needles"), [
     ({"num_key_value_heads": "eight"}, None, ["num_key_value_heads='eight' is not a size"]),
     ({"max_position_embeddings": float("nan")}, None, ["max_position_embeddings=nan is not a size"]),
