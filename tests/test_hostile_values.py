@@ -175,8 +175,8 @@ def test_a_300_digit_figure_is_never_stored(tmp_path: Path, capsys: pytest.Captu
     log = tmp_path / "server.log"
     log.write_text(_log("79.10", "1" + "0" * 300 + ".00"))
     argv = ["calibrate", str(study(tmp_path)), "--from-log", str(log)] + (["--force"] if force else [])
-    one_line(*cli(capsys, argv), "--from-log: server.log: a_gib=1e+300 GiB is more than the GPU's memory "
-             "(79.65 GiB) (h100); nothing stored")
+    one_line(*cli(capsys, argv), "--from-log: server.log: avail mem=1000000000000000000000000000000000000... GB is "
+             "not a finite number of GiB within the GPU's memory (79.65 GiB) (h100); nothing stored")
     nothing_stored(tmp_path)
     assert cli(capsys, ["plan", str(study(tmp_path))])[0] == 0  # and every later plan still works
 
@@ -201,13 +201,34 @@ def test_a_smaller_model_of_the_same_architecture_is_refused_unless_forced(
 
 
 def test_a_log_of_malformed_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``1.2.3`` is no figure (the line is skipped), a 5,000-digit one reads as infinite (refused), a
-    5,000-digit token count is no integer Python converts (skipped): one line, not a traceback."""
+    """``1.2.3`` is no figure (the line is skipped), a 5,000-digit one reads as infinite (refused, named as the
+    log wrote it, clipped), a 5,000-digit token count is no integer Python converts (skipped): one line, not a
+    traceback."""
     log = tmp_path / "server.log"
     log.write_text(_log("1.2.3", "9" * 5000) + "\n[2026-03-02 10:02:10 TP0] KV Cache is allocated. #tokens: "
                    + "9" * 5000 + ", KV size: 1.00 GB")
     one_line(*cli(capsys, ["calibrate", str(study(tmp_path)), "--from-log", str(log)]),
-             "--from-log: server.log: a_gib=inf must be a finite number > 0 (h100); nothing stored")
+             "--from-log: server.log: avail mem=9999999999999999999999999999999999999... GB is not a finite "
+             "number of GiB within the GPU's memory (79.65 GiB) (h100); nothing stored")
+    nothing_stored(tmp_path)
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize(("weights", "shown"), [("1e999", "mem usage=1e999 GB"),
+                                                ("9" * 400 + ".00", "mem usage=" + "9" * 37 + "... GB"),
+                                                ("1" + "0" * 300 + ".00", "mem usage=1" + "0" * 36 + "... GB"),
+                                                ("80.00", "mem usage=80.00 GB")])
+def test_a_weights_figure_past_the_gpu_is_never_used(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     force: bool, weights: str, shown: str) -> None:
+    """``mem usage=`` of "Load weight end" read as inf (400 digits, 1e999 was skipped as no figure) or past the
+    GPU was the weights check's "loaded inf GiB per GPU ... a larger model", which --force stored anyway:
+    refused, --force or not, naming the figure as the log wrote it, clipped."""
+    log = tmp_path / "server.log"
+    log.write_text(_log("79.10", "17.80", weights))
+    argv = ["calibrate", str(study(tmp_path)), "--from-log", str(log)] + (["--force"] if force else [])
+    line = one_line(*cli(capsys, argv), f"--from-log: server.log: {shown} is not a finite number of GiB within the "
+                    "GPU's memory (79.65 GiB) (h100); nothing stored")
+    assert "inf" not in line and len(line) < 200
     nothing_stored(tmp_path)
 
 
