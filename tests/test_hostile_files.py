@@ -306,6 +306,15 @@ def test_text_where_a_model_file_has_a_number(tmp_path: Path, capsys: pytest.Cap
     ({"compress_ratios": [4] * 2000}, ["compress_ratios holds 2,000 per-layer entries"]),
     ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*x"] * 5000}},
      ["ignored_layers lists 5,000 modules (got ['re:.*x'", "more than the 4,096"]),
+    # one pattern, one module name: plan never ended ((.+)+! took 0.7 s on 24 characters, 3.2 s on 26)
+    ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*lm_head", "re:(.+)+!"]}},
+     ["ignore pattern '(.+)+!': nested quantifiers: backtracking exponential in a module name's length"]),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "ignore": ["re:(a+)+$"]}},
+     ["ignore pattern '(a+)+$': nested quantifiers"]),
+    ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:(.|\\w)+!"]}},
+     ["ignore pattern '(.|\\\\w)+!': an alternation inside a repeat"]),
+    ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*.*.*.*!"]}},  # 6.4 s at 1,024 layers
+     ["ignore pattern '.*.*.*.*!': 4 variable repeats: over 20,000 ways to backtrack on a module name"]),
 ])
 def test_a_model_config_whose_layers_would_be_walked_for_ever(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             config: dict, needles: list[str]) -> None:
@@ -316,6 +325,16 @@ def test_a_model_config_whose_layers_would_be_walked_for_ever(tmp_path: Path, ca
     one_line(*cli(capsys, ["plan", str(study(tmp_path, setting("server.model_path", str(model))))]),
              "server.model_path: ", *needles)
     nothing_stored(tmp_path)
+
+
+def test_ignore_patterns_that_backtrack_little_still_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What checkpoints write (two or three repeats, an alternation outside them, a back-reference) and the
+    slowest a pattern may be (14 optional characters: 16,384 ways, 0.3 s on Qwen3-32B's 64 layers) plan."""
+    patterns = ["re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:.*layers\\.\\d+\\.mlp.*",
+                "re:model\\.layers\\.(\\d)\\.self_attn\\.\\1?q", "re:" + ".?" * 14 + "!"]
+    model = _model(tmp_path, config={"quantization_config": {"quant_method": "fp8", "ignored_layers": patterns}})
+    code, lines = cli(capsys, ["plan", str(study(tmp_path, setting("server.model_path", str(model))))])
+    assert code == 0, lines[-3:]
 
 
 def test_a_model_of_max_layers_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

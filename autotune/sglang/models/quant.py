@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.limits import clip
+from autotune.limits import MAX_LAYERS, clip
+from autotune.sglang.models.regex_cost import backtracking_problem
 
 __all__ = ["QuantScheme", "detect_quant", "COMPONENT_NAMES"]
 
@@ -90,6 +91,10 @@ class _Patterns:
     def __init__(self, patterns: list[str]) -> None:
         self.plain = {p for p in patterns if not p.startswith("re:") and not any(c in p for c in "*?[")}
         regexes = [p[3:] for p in patterns if p.startswith("re:")]
+        for p in regexes:
+            problem = backtracking_problem(p, _NAME_CHARS)
+            if problem:
+                raise ValueError(f"ignore pattern {clip(p, 60)!r}: {problem}")
         globs = [fnmatch.translate(p) + "|" + fnmatch.translate(p + ".*")
                  for p in patterns if not p.startswith("re:") and any(c in p for c in "*?[")]
         self.regexes = _one_regex(regexes)
@@ -126,6 +131,10 @@ def _one_regex(patterns: list[str]) -> list[re.Pattern[str]]:
         return [re.compile("|".join(f"(?:{p})" for p in shared)), *alone] if shared else alone
     except re.error as exc:  # the profile reports a ValueError as a value it cannot read, with the file
         raise ValueError(f"ignore pattern {clip(str(exc.pattern), 60)!r}: {exc.msg}") from None
+
+
+#: The longest module name an ignore pattern is tried on (the last layer's shared expert's, 46 characters).
+_NAME_CHARS = max(len(n.format(i=MAX_LAYERS - 1)) for names in COMPONENT_NAMES.values() for n in names)
 
 
 def _ignored(patterns: list[str], num_layers: int = SAMPLE_LAYERS) -> dict[str, tuple[bool, ...]]:
