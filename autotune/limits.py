@@ -13,7 +13,7 @@ from typing import Any
 __all__ = [
     "BATCH_TOKENS", "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES",
     "MAX_COUNT", "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
-    "MAX_REGEX_WAYS", "MAX_GPU_HOURS", "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS",
+    "MAX_REGEX_WORK", "MAX_GPU_HOURS", "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS",
     "MAX_STUDY_S", "MAX_WAIT_S", "MIN_TIME_SCALE",
     "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
@@ -37,12 +37,13 @@ MAX_LAYERS = 1024
 #: ``modules_to_not_convert``, ``ignored_layers``), each matched against every layer's module names:
 #: GLM-5.2's NVFP4 checkpoint lists 156 for 78 layers, Qwen3-235B's FP8 283 for 94.
 MAX_QUANT_PATTERNS = 4096
-#: Ways the variable repeats of a ``re:`` pattern of a quantization ignore list may share one module name
-#: (``autotune.sglang.models.regex_cost``; a repeat inside a repeat is refused whatever its count). Three
-#: ``.*`` share the longest name (46 characters) 18,424 ways (``.*layers\.\d+\.mlp.*``: 0.03 s at 1,024
-#: layers, ``.*.*.*!`` 0.5 s); the slowest pattern within the bound, ``.?`` 14 times (16,384 ways), takes
-#: 0.3 s at 64 layers, 4.8 s at 1,024.
-MAX_REGEX_WAYS = 20_000
+#: Work a quantization ignore list's ``re:`` patterns may cost, in ways to backtrack times module names
+#: tried (``autotune.sglang.models.regex_cost``, ``quant._Patterns``; a repeat inside a repeat is refused
+#: whatever its count): each pattern of the list gets an equal share. The slowest shape measured, ``.?`` 14
+#: times (16,384 ways), took 4.8 s at 1,024 layers (10 names a layer: 1.7 x 10^8), ``.*.*.*.*!`` (230,300
+#: ways) 2.9 s over 12,288 names (2.8 x 10^9); what checkpoints write (``.*layers\.\d+\.(self_)?attn.*``)
+#: takes milliseconds and is within a lone pattern's share up to 220 layers (Llama-3.1-405B has 126).
+MAX_REGEX_WORK = 200_000_000
 #: A data set, a trace or a prompt file (ShareGPT V3, bench_serving's usual data set, is 673 MB).
 DATASET_BYTES = 2 * 2**30
 #: A server log given to ``autotune calibrate``.
