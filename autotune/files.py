@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.limits import clip, shown
 
-__all__ = ["check_writable", "read_bytes", "read_json", "read_text", "regular_file"]
+__all__ = ["check_writable", "read_bytes", "read_json", "read_lines", "read_text", "regular_file"]
 
 
 def _p(path: str | Path) -> str:
@@ -55,8 +56,8 @@ def _check_stat(st: os.stat_result, field: str, path: str | Path, limit: int) ->
                           f"(got {_p(path)})")
 
 
-def read_bytes(path: str | Path, field: str, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes."""
+def _open(path: str | Path, field: str, limit: int) -> int:
+    """A descriptor of ``path`` once it is known to be a regular file of at most ``limit`` bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -68,6 +69,25 @@ def read_bytes(path: str | Path, field: str, limit: int) -> bytes:
                           f"(got {_p(path)})") from None
     try:
         _check_stat(os.fstat(fd), field, path, limit)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _grew(field: str, path: str | Path, limit: int) -> ConfigError:
+    return ConfigError(f"{field}: grew past the {_human(limit)} autotune reads (got {_p(path)})")
+
+
+def _not_utf8(field: str, path: str | Path, data: bytes, at: int, offset: int = 0) -> ConfigError:
+    return ConfigError(f"{field}: unreadable, not UTF-8 text (byte {offset + at}: {shown(data[at:at + 4])}) "
+                       f"(got {_p(path)})")
+
+
+def read_bytes(path: str | Path, field: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes."""
+    fd = _open(path, field, limit)
+    try:
         chunks: list[bytes] = []
         got = 0
         while got <= limit:
@@ -77,8 +97,31 @@ def read_bytes(path: str | Path, field: str, limit: int) -> bytes:
             chunks.append(chunk)
             got += len(chunk)
         if got > limit:
-            raise ConfigError(f"{field}: grew past the {_human(limit)} autotune reads (got {_p(path)})")
+            raise _grew(field, path, limit)
         return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"{field}: cannot read it ({exc.strerror}) (got {_p(path)})") from None
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: str | Path, field: str, limit: int) -> Iterator[tuple[int, str]]:
+    """The lines of a regular file of at most ``limit`` bytes as UTF-8 text, numbered from 1, without their
+    line ends, read as they are asked for: the file is never held whole (one line is), so a reader that
+    refuses what the lines build stops reading there."""
+    fd = _open(path, field, limit)
+    got = 0
+    try:
+        with os.fdopen(fd, "rb", buffering=1 << 20, closefd=False) as f:
+            for number, raw in enumerate(f, 1):
+                got += len(raw)
+                if got > limit:
+                    raise _grew(field, path, limit)
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _not_utf8(field, path, raw, exc.start, got - len(raw)) from None
+                yield number, text.rstrip("\r\n")
     except OSError as exc:
         raise ConfigError(f"{field}: cannot read it ({exc.strerror}) (got {_p(path)})") from None
     finally:
@@ -91,8 +134,7 @@ def read_text(path: str | Path, field: str, limit: int, *, errors: str = "strict
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{field}: unreadable, not UTF-8 text (byte {exc.start}: {shown(data[exc.start:exc.start + 4])}) "
-                          f"(got {_p(path)})") from None
+        raise _not_utf8(field, path, data, exc.start) from None
 
 
 def read_json(path: str | Path, field: str, limit: int) -> Any:

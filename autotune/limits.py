@@ -13,7 +13,8 @@ from typing import Any
 __all__ = [
     "BATCH_TOKENS", "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES",
     "MAX_COUNT", "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
-    "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS", "MIN_TIME_SCALE",
+    "MAX_REGEX_WORK", "MAX_GPU_HOURS", "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS",
+    "MAX_STUDY_S", "MAX_WAIT_S", "MIN_TIME_SCALE",
     "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
@@ -36,6 +37,13 @@ MAX_LAYERS = 1024
 #: ``modules_to_not_convert``, ``ignored_layers``), each matched against every layer's module names:
 #: GLM-5.2's NVFP4 checkpoint lists 156 for 78 layers, Qwen3-235B's FP8 283 for 94.
 MAX_QUANT_PATTERNS = 4096
+#: Work a quantization ignore list's ``re:`` patterns may cost, in ways to backtrack times module names
+#: tried (``autotune.sglang.models.regex_cost``, ``quant._Patterns``; a repeat inside a repeat is refused
+#: whatever its count): each pattern of the list gets an equal share. The slowest shape measured, ``.?`` 14
+#: times (16,384 ways), took 4.8 s at 1,024 layers (10 names a layer: 1.7 x 10^8), ``.*.*.*.*!`` (230,300
+#: ways) 2.9 s over 12,288 names (2.8 x 10^9); what checkpoints write (``.*layers\.\d+\.(self_)?attn.*``)
+#: takes milliseconds and is within a lone pattern's share up to 220 layers (Llama-3.1-405B has 126).
+MAX_REGEX_WORK = 200_000_000
 #: A data set, a trace or a prompt file (ShareGPT V3, bench_serving's usual data set, is 673 MB).
 DATASET_BYTES = 2 * 2**30
 #: A server log given to ``autotune calibrate``.
@@ -90,6 +98,16 @@ BATCH_TOKENS = 1024 * 16_384
 #: ``duration_s`` when shorter): a week. A measurement, not a soak test: 1,000 prompts at 0.01 req/s is
 #: 28 hours; ``request_rate: 1e-300`` waited forever with no bound.
 MAX_SEND_S = 7 * 24 * 3600
+#: Seconds one wait may last: a server's start (``server.startup_timeout_s``, 900 by default) and a request's
+#: limits (``workload.timeouts``: connect, first token, between tokens, total). The slowest starts (a 1T-parameter
+#: checkpoint read from network storage, then its kernels compiled) take about an hour, and bench_serving gives a
+#: request 6 hours: a day is well past both. 1e300 or inf waited on a hung server for ever.
+MAX_WAIT_S = 24 * 3600
+#: Seconds a study may run (``budget.wall_time_s``): a year. A budget is a stop, and a larger one is no stop.
+MAX_STUDY_S = 365 * 24 * 3600
+#: Modelled GPU hours a study may spend (``budget.gpu_hours``): the most GPUs a study has (1,024,
+#: ``hardware.num_gpus``) for MAX_STUDY_S.
+MAX_GPU_HOURS = 1024 * MAX_STUDY_S // 3600
 #: Characters of a value echoed in an error message.
 SHOWN_CHARS = 60
 

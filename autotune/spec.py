@@ -40,12 +40,16 @@ from pydantic import (
 from autotune.errors import ConfigError
 from autotune.limits import (
     MAX_CHOICES,
+    MAX_GPU_HOURS,
     MAX_KNOB_INT,
     MAX_PROMPTS,
     MAX_SEED,
+    MAX_SEND_S,
     MAX_SEQUENCE_TOKENS,
     MAX_SIM_FACTOR,
     MAX_STUDY_FLAGS,
+    MAX_STUDY_S,
+    MAX_WAIT_S,
     MIN_TIME_SCALE,
     STUDY_BYTES,
     clip,
@@ -153,7 +157,7 @@ class ServerSpec(_Model):
     dp_size: int = Field(default=1, ge=1, le=64)
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    startup_timeout_s: float = Field(default=900.0, gt=0)
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_WAIT_S)
     # Servers listen on loopback. Another host (0.0.0.0, a routable address) lets other machines
     # reach every server of the study, so the study must say so: expose: true (run then warns).
     expose: bool = False
@@ -467,7 +471,7 @@ class WorkloadSpec(_Model):
     output_len: int = Field(default=256, ge=1, le=MAX_SEQUENCE_TOKENS)
     range_ratio: float = Field(default=1.0, gt=0, le=1)
     num_prompts: int | None = Field(default=512, ge=1, le=MAX_PROMPTS)
-    duration_s: float | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_SEND_S)
     concurrency: list[int] = Field(default_factory=lambda: [64], min_length=1)
     request_rate: float | None = Field(default=None, gt=0)
     rate_search: RateSearchSpec | None = None  # needs objective.slo
@@ -628,8 +632,8 @@ SearchSpec.model_rebuild()
 class BudgetSpec(_Model):
     """Stop when any limit is reached (n_trials is the study's own)."""
 
-    wall_time_s: float | None = Field(default=None, gt=0)
-    gpu_hours: float | None = Field(default=None, gt=0)  # modelled on the simulated backend
+    wall_time_s: float | None = Field(default=None, gt=0, le=MAX_STUDY_S)
+    gpu_hours: float | None = Field(default=None, gt=0, le=MAX_GPU_HOURS)  # modelled on the simulated backend
 
 
 class CalibrationSpec(_Model):

@@ -236,6 +236,48 @@ def test_a_trace_is_bounded_in_what_it_builds_before_the_study(tmp_path: Path, c
         nothing_stored(tmp_path)
 
 
+@pytest.mark.parametrize("field", ["workload.dataset_path", "workload.dataset"])
+def test_a_token_id_prompt_file_is_refused_before_its_ids_are_built(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    cli_signal_handlers: None, field: str) -> None:
+    """A 20 MB line of 10,000,065 token ids (a 2 GiB file holds 10^9) was parsed whole, every id a list entry:
+    refused by counting its commas and brackets, before json builds it, on one line naming the file's line."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"output_len": 4, "prompt": "hi"}\n{"output_len": 4, "input_ids": [' + "1," * 10_000_064 + "1]}\n")
+    value = str(prompts) if field.endswith("path") else {"kind": "file", "path": str(prompts)}
+    where = "workload.dataset_path=" if field.endswith("path") else f"workload.dataset.path: {prompts}:2: "
+    for command in ("plan", "run"):
+        one_line(*cli(capsys, [command, str(study(tmp_path, setting(field, value)))]), where,
+                 "10,000,067 commas and brackets on one line, more JSON values than a prompt's 10,000,000 tokens")
+        nothing_stored(tmp_path)
+
+
+@pytest.mark.parametrize(("limit", "rows", "needles"), [
+    ("MAX_PROMPTS", ['{"input_ids": [7]}'] * 6,
+     ["prompts.jsonl:6: more than the 5 requests a load point sends"]),
+    ("MAX_PROMPT_TOKENS", ['{"input_ids": [' + ", ".join(["7"] * 400) + "]}"] * 3,
+     ["prompts.jsonl:3: input_ids: 1,200 tokens up to this line, more than the 1,000 prompt tokens a load point "
+      "builds"]),
+    ("MAX_SEQUENCE_TOKENS", ['{"prompt": "hi"}', '{"input_ids": [' + ", ".join(["7"] * 1001) + "]}"],
+     ["prompts.jsonl:2: input_ids: 1,001 tokens, more than the 1,000 a prompt may hold"]),
+])
+def test_a_token_id_prompt_file_is_bounded_like_every_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch, limit: str,
+                                                               rows: list[str], needles: list[str]) -> None:
+    """Requests, a prompt's ids and the ids in all are counted line by line as the file is read (limits made
+    small: the real ones are 10^6 rows, 10^7 and 2 x 10^8 ids), refused at the line that passes them: the
+    line after it, not UTF-8, is never read (the whole file was decoded and split first)."""
+    from autotune.load import formats
+
+    monkeypatch.setattr(formats, limit, 5 if limit == "MAX_PROMPTS" else 1000)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes("".join(row + "\n" for row in rows).encode() + b"\xff not UTF-8\n")  # never read
+    one_line(*cli(capsys, ["plan", str(study(tmp_path, setting("workload.dataset", {"kind": "file",
+                                                                                   "path": str(prompts)})))]),
+             "workload.dataset.path: ", *needles)
+    nothing_stored(tmp_path)
+
+
 @pytest.mark.parametrize(("config", "header", "needles"), [
     ({"num_key_value_heads": "eight"}, None, ["num_key_value_heads='eight' is not a size"]),
     ({"max_position_embeddings": float("nan")}, None, ["max_position_embeddings=nan is not a size"]),
@@ -264,6 +306,15 @@ def test_text_where_a_model_file_has_a_number(tmp_path: Path, capsys: pytest.Cap
     ({"compress_ratios": [4] * 2000}, ["compress_ratios holds 2,000 per-layer entries"]),
     ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*x"] * 5000}},
      ["ignored_layers lists 5,000 modules (got ['re:.*x'", "more than the 4,096"]),
+    # one pattern, one module name: plan never ended ((.+)+! took 0.7 s on 24 characters, 3.2 s on 26)
+    ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*lm_head", "re:(.+)+!"]}},
+     ["ignore pattern '(.+)+!': nested quantifiers: backtracking exponential in a module name's length"]),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "ignore": ["re:(a+)+$"]}},
+     ["ignore pattern '(a+)+$': nested quantifiers"]),
+    ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:(.|\\w)+!"]}},
+     ["ignore pattern '(.|\\\\w)+!': an alternation inside a repeat"]),
+    ({"quantization_config": {"quant_method": "fp8", "ignored_layers": ["re:.*.*.*.*!"]}},  # 6.4 s at 1,024 layers
+     ["ignore pattern '.*.*.*.*!': 4 variable repeats: over 135,777 ways to backtrack on a module name"]),
 ])
 def test_a_model_config_whose_layers_would_be_walked_for_ever(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             config: dict, needles: list[str]) -> None:
@@ -274,6 +325,24 @@ def test_a_model_config_whose_layers_would_be_walked_for_ever(tmp_path: Path, ca
     one_line(*cli(capsys, ["plan", str(study(tmp_path, setting("server.model_path", str(model))))]),
              "server.model_path: ", *needles)
     nothing_stored(tmp_path)
+
+
+def test_ignore_patterns_that_backtrack_little_still_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What checkpoints write (two or three repeats, an alternation outside them, a back-reference) and the
+    slowest a pattern may be (14 optional characters: 16,384 ways, 0.3 s on Qwen3-32B's 64 layers) plan."""
+    patterns = ["re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:.*layers\\.\\d+\\.mlp.*",
+                "re:model\\.layers\\.(\\d)\\.self_attn\\.\\1?q", "re:" + ".?" * 14 + "!"]
+    model = _model(tmp_path, config={"quantization_config": {"quant_method": "fp8", "ignored_layers": patterns}})
+    code, lines = cli(capsys, ["plan", str(study(tmp_path, setting("server.model_path", str(model))))])
+    assert code == 0, lines[-3:]
+    # four variable repeats (about 36,000 ways on the longest name): within a lone pattern's share up to 220
+    # layers (Llama-3.1-405B has 126); a flat 20,000-way bound refused it on every model
+    sub = tmp_path / "attn"
+    sub.mkdir()
+    model = _model(sub, config={"quantization_config": {"quant_method": "fp8", "ignored_layers": [
+        "re:.*layers\\.\\d+\\.(self_)?attn.*"]}})
+    code, lines = cli(capsys, ["plan", str(study(sub, setting("server.model_path", str(model))))])
+    assert code == 0, lines[-3:]
 
 
 def test_a_model_of_max_layers_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,6 +47,8 @@ UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens (a run w
      ["--trace-block-size=1000000000: Input should be less than or equal to 10000000"]),
     (["--dataset-name", "mooncake", "--dataset-path", "{tmp}/trace.jsonl"],
      ["trace.jsonl: its 40 requests hold 400,000,000 prompt tokens"]),
+    (["--duration", "1e300"], ["--duration=1e+300: Input should be less than or equal to 604800"]),
+    (["--duration", "inf"], ["--duration=inf: Input should be less than or equal to 604800"]),
     (["--request-rate", "1e-300"], ["--request-rate=1e-300: num_prompts / request_rate = 1 / 1e-300 = 1e+300 s"]),
     (["--seed", "-1"], ["--seed=-1: Input should be greater than or equal to 0"]),
     (["--dataset", "/dev/zero"], ["--dataset: must be a regular file, this is a device"]),

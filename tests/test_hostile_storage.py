@@ -436,7 +436,8 @@ def test_a_symlink_loop_in_a_relative_path_is_one_line_naming_the_field(
 def test_a_second_run_of_one_study_in_another_run_dir_is_refused(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """The lock was per run directory: the same study (storage + name) with another run_dir ran twice at
-    once, both launched the baseline and the budget read 4/3."""
+    once, both launched the baseline and the budget read 4/3. And the refusal comes before the driver opens
+    anything: it had made the second run directory and its empty artifacts/ folder first."""
     import psutil
 
     first = _study(tmp_path)
@@ -453,7 +454,7 @@ def test_a_second_run_of_one_study_in_another_run_dir_is_refused(tmp_path: Path,
         line = _fails(capsys, ["run", "--no-progress", str(second)])
         assert f"already being run by pid {other.pid}" in line, line
         assert _sha(db) == before, "the refused run recorded nothing"
-        written = [p for p in (tmp_path / "b").rglob("*") if p.is_file() and p.name != "guard.yaml"]
+        written = [p for p in (tmp_path / "b").rglob("*") if p.name != "guard.yaml"]  # folders too
         assert not written, written
     finally:
         other.kill()

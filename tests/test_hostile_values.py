@@ -85,6 +85,21 @@ CASES = {
     "request_rate 1e-300": (setting("workload.request_rate", 1e-300),
                             ["workload: request_rate=1e-300: num_prompts / request_rate = 8 / 1e-300 = 8e+300 s",
                              "more than the 604,800 s"]),
+    # a time with no upper bound waited on a hung server for ever (docs/input-limits.md: a day, a week, a year)
+    "duration_s 1e300": (setting("workload.duration_s", 1e300),
+                         ["workload.duration_s: Input should be less than or equal to 604800 (got 1e+300)"]),
+    "infinite startup_timeout_s": (setting("server.startup_timeout_s", float("inf")),
+                                   ["server.startup_timeout_s: Input should be less than or equal to 86400 (got inf)"]),
+    "startup_timeout_s of a day and a second": (setting("server.startup_timeout_s", 86_401),
+                                                ["server.startup_timeout_s: ", "86400 (got 86401)"]),
+    "first_token_s 1e300": (setting("workload.timeouts", {"first_token_s": 1e300}),
+                            ["workload.timeouts.first_token_s: Input should be less than or equal to 86400"]),
+    "infinite total_s": (setting("workload.timeouts", {"total_s": float("inf")}),
+                         ["workload.timeouts.total_s: ", "(got inf)"]),
+    "infinite wall_time_s": (setting("budget.wall_time_s", float("inf")),
+                             ["budget.wall_time_s: Input should be less than or equal to 31536000 (got inf)"]),
+    "gpu_hours 1e300": (setting("budget.gpu_hours", 1e300),
+                        ["budget.gpu_hours: Input should be less than or equal to 8970240 (got 1e+300)"]),
     "input + output past the context": (setting("workload.input_len", 40_928),
                                         ["workload.input_len + output_len = 40,928 + 32 reaches the context "
                                          "length 40,960 (the model's max_position_embeddings)"]),
@@ -160,8 +175,8 @@ def test_a_300_digit_figure_is_never_stored(tmp_path: Path, capsys: pytest.Captu
     log = tmp_path / "server.log"
     log.write_text(_log("79.10", "1" + "0" * 300 + ".00"))
     argv = ["calibrate", str(study(tmp_path)), "--from-log", str(log)] + (["--force"] if force else [])
-    one_line(*cli(capsys, argv), "--from-log: server.log: a_gib=1e+300 GiB is more than the GPU's memory "
-             "(79.65 GiB) (h100); nothing stored")
+    one_line(*cli(capsys, argv), "--from-log: server.log: avail mem=1000000000000000000000000000000000000... GB is "
+             "not a finite number of GiB within the GPU's memory (79.65 GiB) (h100); nothing stored")
     nothing_stored(tmp_path)
     assert cli(capsys, ["plan", str(study(tmp_path))])[0] == 0  # and every later plan still works
 
@@ -186,13 +201,34 @@ def test_a_smaller_model_of_the_same_architecture_is_refused_unless_forced(
 
 
 def test_a_log_of_malformed_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``1.2.3`` is no figure (the line is skipped), a 5,000-digit one reads as infinite (refused), a
-    5,000-digit token count is no integer Python converts (skipped): one line, not a traceback."""
+    """``1.2.3`` is no figure (the line is skipped), a 5,000-digit one reads as infinite (refused, named as the
+    log wrote it, clipped), a 5,000-digit token count is no integer Python converts (skipped): one line, not a
+    traceback."""
     log = tmp_path / "server.log"
     log.write_text(_log("1.2.3", "9" * 5000) + "\n[2026-03-02 10:02:10 TP0] KV Cache is allocated. #tokens: "
                    + "9" * 5000 + ", KV size: 1.00 GB")
     one_line(*cli(capsys, ["calibrate", str(study(tmp_path)), "--from-log", str(log)]),
-             "--from-log: server.log: a_gib=inf must be a finite number > 0 (h100); nothing stored")
+             "--from-log: server.log: avail mem=9999999999999999999999999999999999999... GB is not a finite "
+             "number of GiB within the GPU's memory (79.65 GiB) (h100); nothing stored")
+    nothing_stored(tmp_path)
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize(("weights", "shown"), [("1e999", "mem usage=1e999 GB"),
+                                                ("9" * 400 + ".00", "mem usage=" + "9" * 37 + "... GB"),
+                                                ("1" + "0" * 300 + ".00", "mem usage=1" + "0" * 36 + "... GB"),
+                                                ("80.00", "mem usage=80.00 GB")])
+def test_a_weights_figure_past_the_gpu_is_never_used(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     force: bool, weights: str, shown: str) -> None:
+    """``mem usage=`` of "Load weight end" read as inf (400 digits, 1e999 was skipped as no figure) or past the
+    GPU was the weights check's "loaded inf GiB per GPU ... a larger model", which --force stored anyway:
+    refused, --force or not, naming the figure as the log wrote it, clipped."""
+    log = tmp_path / "server.log"
+    log.write_text(_log("79.10", "17.80", weights))
+    argv = ["calibrate", str(study(tmp_path)), "--from-log", str(log)] + (["--force"] if force else [])
+    line = one_line(*cli(capsys, argv), f"--from-log: server.log: {shown} is not a finite number of GiB within the "
+                    "GPU's memory (79.65 GiB) (h100); nothing stored")
+    assert "inf" not in line and len(line) < 200
     nothing_stored(tmp_path)
 
 
@@ -244,3 +280,13 @@ def test_run_n_trials_is_bounded_like_the_study_files(tmp_path: Path, capsys: py
     one_line(*cli(capsys, ["run", str(study(tmp_path)), "--n-trials", str(10**12), "--no-progress"]),
              "--n-trials: must be from 1 to 100000, got 1000000000000")
     nothing_stored(tmp_path)
+
+
+def test_the_time_bounds_are_reached_not_passed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each time's bound itself is a value plan takes: a day to start, a week of sending, a year of study."""
+    def edit(d: dict) -> None:
+        d["server"]["startup_timeout_s"] = 86_400
+        d["workload"].update(duration_s=604_800, timeouts={"connect_s": 86_400, "first_token_s": 86_400,
+                                                           "between_tokens_s": 86_400, "total_s": 86_400})
+        d["budget"] = {"wall_time_s": 365 * 86_400, "gpu_hours": 1024 * 365 * 24}
+    assert cli(capsys, ["plan", str(study(tmp_path, edit))]) == (0, [])

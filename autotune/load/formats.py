@@ -6,7 +6,8 @@
   "hash_ids": [int, ...]}`` per line (``hash_ids`` optional), timestamps not decreasing.
 * Azure LLM inference trace CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens``;
   ``TIMESTAMP`` a date-time (``2023-11-16 18:15:46.6805900``) or seconds.
-* Prompt JSONL: ``{"prompt": str}`` or ``{"input_ids": [int, ...]}``, optional ``output_len``.
+* Prompt JSONL: ``{"prompt": str}`` or ``{"input_ids": [int, ...]}``, optional ``output_len``: read a
+  line at a time and refused at the line where it passes what a load point builds (:func:`prompt_rows`).
 
 A malformed file raises :class:`DatasetError` (a ConfigError: exit 2) whose message is
 one line naming the file, the line and the field: ``trace.jsonl:17: input_length=-3:
@@ -18,14 +19,15 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.files import read_text
-from autotune.limits import DATASET_BYTES, MAX_SEQUENCE_TOKENS, clip, shown
+from autotune.files import read_lines, read_text
+from autotune.limits import DATASET_BYTES, MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEQUENCE_TOKENS, clip, shown
 
 
 class DatasetError(ConfigError):
@@ -241,10 +243,59 @@ def read_trace(path: Path, fmt: str | None) -> list[TraceRow]:
     return read_azure(path) if fmt == "azure" else read_mooncake(path)
 
 
+#: JSON values one line of a prompt file may hold (a prompt's ids and a few keys), counted before it is parsed.
+LINE_VALUES = MAX_SEQUENCE_TOKENS + 64
+
+
+def prompt_rows(lines: Iterable[tuple[int, str]], where: Callable[[int], str]) -> Iterator[tuple[int, Any]]:
+    """The non-empty lines of a prompt file (JSONL of ``prompt`` / ``input_ids`` rows), parsed one at a time,
+    each refused (:class:`DatasetError`, ``where(line)`` first) where the file passes what a load point
+    builds, before what follows is read: more than ``MAX_PROMPTS`` requests, a line of more than
+    :data:`LINE_VALUES` JSON values (every value follows a ',', '[' or '{', so they are counted before
+    ``json`` builds them: ``[1,1,...]`` is ~20 bytes of memory for each 2 of text), a row's ``input_ids``
+    past ``MAX_SEQUENCE_TOKENS``, or all of them past ``MAX_PROMPT_TOKENS``."""
+    rows = tokens = 0
+    for number, line in lines:
+        if not line.strip():
+            continue
+        rows += 1
+        if rows > MAX_PROMPTS:
+            raise DatasetError(f"{where(number)}: more than the {MAX_PROMPTS:,} requests a load point sends")
+        values = line.count(",") + line.count("[") + line.count("{")
+        if values > LINE_VALUES:
+            raise DatasetError(f"{where(number)}: {values:,} commas and brackets on one line, more JSON values than a "
+                               f"prompt's {MAX_SEQUENCE_TOKENS:,} tokens and its keys (the line is not parsed)")
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError; an int of 4,300+ digits; deep nesting
+            raise DatasetError(f"{where(number)}: not JSON ({clip(getattr(exc, 'msg', None) or str(exc), 80)})") \
+                from None
+        ids = row.get("input_ids") if isinstance(row, dict) else None
+        if isinstance(ids, list):
+            if len(ids) > MAX_SEQUENCE_TOKENS:
+                raise DatasetError(f"{where(number)}: input_ids: {len(ids):,} tokens, more than the "
+                                   f"{MAX_SEQUENCE_TOKENS:,} a prompt may hold")
+            tokens += len(ids)
+            if tokens > MAX_PROMPT_TOKENS:
+                raise DatasetError(f"{where(number)}: input_ids: {tokens:,} tokens up to this line, more than the "
+                                   f"{MAX_PROMPT_TOKENS:,} prompt tokens a load point builds")
+        yield number, row
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``read_lines`` of a data set, its refusals as :class:`DatasetError` naming the file."""
+    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8
+        yield from read_lines(path, "dataset", DATASET_BYTES)
+    except ConfigError as exc:
+        raise DatasetError(f"{path}: {str(exc).removeprefix('dataset: ').split(' (got ')[0]}") from None
+
+
 def read_prompts(path: Path) -> list[PromptRow]:
-    """A prompt file (JSONL)."""
+    """A prompt file (JSONL), within :func:`prompt_rows`' bounds."""
     out: list[PromptRow] = []
-    for line, row in _jsonl(path):
+    for line, row in prompt_rows(_lines(path), lambda n: f"{path}:{n}"):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{line}: expected a JSON object, got {type(row).__name__}")
         out_len = _pos_int(path, line, row, "output_len", required=False)
         ids = row.get("input_ids")
         if ids is not None:

@@ -12,7 +12,6 @@ reports, never these intended lengths.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from autotune.errors import ConfigError
-from autotune.files import read_json, read_text
-from autotune.limits import BATCH_TOKENS, DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, clip, shown
+from autotune.files import read_json, read_lines
+from autotune.limits import BATCH_TOKENS, DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, shown
+from autotune.load.formats import prompt_rows
 from autotune.load.spec import LoadSpec
 
 # Token ids drawn for synthetic sglang prompts: clear of the special ids at the
@@ -140,17 +140,12 @@ def token_id_range(model_dir: str | Path) -> tuple[int, int] | None:
 
 
 def load_dataset(path: Path, backend: str) -> list[Prompt]:
-    """Read a JSONL dataset of ``{"prompt": str | "input_ids": [int], "output_len": int}`` lines."""
+    """Read a JSONL dataset of ``{"prompt": str | "input_ids": [int], "output_len": int}`` lines, a line at a
+    time within what a load point builds (:func:`autotune.load.formats.prompt_rows`)."""
     prompts: list[Prompt] = []
-    lines = read_text(path, "dataset_path", DATASET_BYTES).splitlines()  # a regular file, bounded
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    lines = read_lines(path, "dataset_path", DATASET_BYTES)  # a regular file, bounded
+    for number, row in prompt_rows(lines, lambda n: f"dataset_path={shown(str(path), 200)} line {n}"):
         where = f"dataset_path={shown(str(path), 200)} line {number}"
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError; an int of 4,300+ digits; deep nesting
-            raise ConfigError(f"{where}: not JSON ({clip(getattr(exc, 'msg', None) or str(exc), 80)})") from None
         if not isinstance(row, dict):
             raise ConfigError(f"{where}: expected an object, got {type(row).__name__}")
         out = row.get("output_len")

@@ -18,7 +18,16 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
-from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEED, MAX_SEND_S, MAX_SEQUENCE_TOKENS, clip, shown
+from autotune.limits import (
+    MAX_PROMPT_TOKENS,
+    MAX_PROMPTS,
+    MAX_SEED,
+    MAX_SEND_S,
+    MAX_SEQUENCE_TOKENS,
+    MAX_WAIT_S,
+    clip,
+    shown,
+)
 from autotune.load.workloads import (
     GeneratedSharedPrefixWorkload,
     MultiTurnWorkload,
@@ -120,10 +129,10 @@ class LoadTimeouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    connect_s: float | None = Field(10.0, gt=0)
-    first_token_s: float | None = Field(600.0, gt=0)
-    between_tokens_s: float | None = Field(60.0, gt=0)
-    total_s: float | None = Field(None, gt=0)
+    connect_s: float | None = Field(10.0, gt=0, le=MAX_WAIT_S)
+    first_token_s: float | None = Field(600.0, gt=0, le=MAX_WAIT_S)
+    between_tokens_s: float | None = Field(60.0, gt=0, le=MAX_WAIT_S)
+    total_s: float | None = Field(None, gt=0, le=MAX_WAIT_S)
 
 
 class LoadSpec(BaseModel):
@@ -146,7 +155,7 @@ class LoadSpec(BaseModel):
     concurrency: int | None = Field(None, ge=1)  # closed loop; None = pure open loop
     request_rate: float = Field(math.inf, gt=0)  # Poisson arrivals per second; inf = all at once
     num_prompts: int | None = Field(None, ge=1, le=MAX_PROMPTS)
-    duration_s: float | None = Field(None, gt=0)  # stop dispatching after this long (modelled seconds)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SEND_S)  # stop dispatching after this long (modelled s)
     warmup_requests: int = Field(1, ge=0, le=MAX_PROMPTS)
     flush_cache: bool = False
     input_len: int = Field(1024, ge=1, le=MAX_SEQUENCE_TOKENS)

@@ -17,9 +17,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.limits import clip
 from autotune.outcome import FailureKind
 
-__all__ = ["LogEvent", "RoleTagger", "is_target", "parse_line", "parse_log", "summarize", "log_wording", "EVENT_KINDS"]
+__all__ = ["LogEvent", "RoleTagger", "is_target", "figure_past", "parse_line", "parse_log", "summarize", "log_wording",
+           "EVENT_KINDS"]
 
 EVENT_KINDS = frozenset(
     {"baseline", "weights_loaded", "kv_allocated", "swa_pool", "mamba_allocated", "memory_pool_end", "graph_begin",
@@ -43,8 +45,10 @@ class LogEvent:
 
 _PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?P<tags>(?: [A-Z_]+\d+)*)\]")
 _TAG = re.compile(r"([A-Z_]+?)(\d+)$")
-_AVAIL = re.compile(r"avail mem=([\d.]+) ?GB")
-_USAGE = re.compile(r"mem usage=([\d.]+) ?GB")
+# A figure in an exponent's form too (never SGLang's "%.2f"), so that one is read, as inf past 1e308, and
+# refused (figure_past) rather than taken for a line without the figure.
+_AVAIL = re.compile(r"avail mem=([\d.]+(?:e[+-]?\d+)?) ?GB")
+_USAGE = re.compile(r"mem usage=([\d.]+(?:e[+-]?\d+)?) ?GB")
 _ELAPSED = re.compile(r"(?:elapsed=|Time elapsed: )([\d.]+) ?s")
 _NUM = r"(-?[\d.]+)"
 _KV_LINE = re.compile(r"KV Cache (?:is allocated|VA upper bound)\.")
@@ -299,6 +303,24 @@ def parse_log(text: str | Iterable[str]) -> list[LogEvent]:
             e = LogEvent(e.kind, e.rank, e.values, FailureKind.GRAPH_CAPTURE_OOM.value, e.line)
         events.append(e)
     return events
+
+
+def figure_past(events: Iterable[LogEvent], limit_gib: float) -> str | None:
+    """The first ``avail mem=`` or ``mem usage=`` figure of the recognised lines that is no amount of one GPU's
+    memory, a finite number of GiB at most ``limit_gib`` (400 digits, or ``1e999``, read as inf), as the log
+    wrote it and clipped: ``mem usage=99999... GB``; None when every one is."""
+    for e in events:
+        for rx, label in ((_AVAIL, "avail mem"), (_USAGE, "mem usage")):
+            m = rx.search(e.line)
+            if m is None:
+                continue
+            try:
+                value = float(m.group(1))
+            except ValueError:  # "1.2.3": parse_line skipped its line
+                continue
+            if not value <= limit_gib:
+                return f"{label}={clip(m.group(1), 40)} GB"
+    return None
 
 
 _GENERIC = {FailureKind.CRASHED.value}

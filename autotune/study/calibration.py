@@ -8,7 +8,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.files import read_text
 from autotune.limits import LOG_BYTES, clip, shown
-from autotune.sglang.memory.predictor import calibration_problem
+from autotune.sglang.memory.predictor import CAPACITY_TOLERANCE_GIB, calibration_problem
 from autotune.spec import StudySpec
 from autotune.study import attrs
 
@@ -41,7 +41,7 @@ def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -
     (:mod:`autotune.study.log_check`): a contradiction raises ConfigError naming
     both sides and stores nothing, unless ``force`` (then ``forced`` lists them).
     """
-    from autotune.sglang.logparse import parse_log, summarize
+    from autotune.sglang.logparse import figure_past, parse_log, summarize
     from autotune.study.log_check import contradictions
     from autotune.study.storage.opening import open_study
 
@@ -55,6 +55,10 @@ def calibrate_from_log(spec: StudySpec, log_path: str, *, force: bool = False) -
         raise ConfigError(f"--from-log: {shown(log_path, 200)} has no SGLang memory lines ('Load weight begin/end', "
                           "'KV Cache is allocated', the graph capture lines)")
     model, gpu = _study_profiles(spec)
+    figure = figure_past(events, gpu.memory_gib + CAPACITY_TOLERANCE_GIB)
+    if figure:  # read as inf or past the GPU: no measurement, and never used (the weights check, --force)
+        raise ConfigError(f"--from-log: {name}: {figure} is not a finite number of GiB within the GPU's memory "
+                          f"({gpu.memory_gib:.2f} GiB) ({spec.hardware.gpu}); nothing stored")
     problem = calibration_problem(cal, gpu.memory_gib)
     if problem:  # not a measurement of any GPU of this study: never stored, --force or not
         raise ConfigError(f"--from-log: {name}: {problem} ({spec.hardware.gpu}); nothing stored")

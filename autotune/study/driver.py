@@ -205,44 +205,42 @@ class StudyDriver:
 
     # ---- the run ---------------------------------------------------------
     def run(self) -> RunSummary:
+        """Run the study to its budget; the caller holds its locks (:func:`run_study`)."""
         spec = self.spec
         summary = RunSummary(study_name=spec.name, finished=0)
-        # The study's lock first (one run per storage + name, whatever its run directory), then the
-        # run directory's: a refused run leaves no run directory behind.
-        with study_lock(spec.storage_url, spec.name) or nullcontext(), DriverLock(spec.run_path / "driver.lock"):
-            try:
-                self._prepare(summary)
-            except BaseException:  # a damaged study, a refused warm start: no Ray instance left behind
-                self.executor.shutdown(cancel=True)
+        try:
+            self._prepare(summary)
+        except BaseException:  # a damaged study, a refused warm start: no Ray instance left behind
+            self.executor.shutdown(cancel=True)
+            raise
+        if self.progress.on_start:
+            self.progress.on_start(self.study, spec.n_trials)
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            log.warning("interrupted: tearing down %d trial(s) in flight", len(self.executor.in_flight()))
+            self.executor.shutdown(cancel=True)
+            self._fail_in_flight()
+            raise
+        except OSError as exc:  # a full or read-only disk under the run directory
+            fault = as_disk_fault(exc)
+            if fault is None:
                 raise
-            if self.progress.on_start:
-                self.progress.on_start(self.study, spec.n_trials)
-            old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
-            try:
-                self._loop()
-            except KeyboardInterrupt:
-                log.warning("interrupted: tearing down %d trial(s) in flight", len(self.executor.in_flight()))
-                self.executor.shutdown(cancel=True)
-                self._fail_in_flight()
-                raise
-            except OSError as exc:  # a full or read-only disk under the run directory
-                fault = as_disk_fault(exc)
-                if fault is None:
-                    raise
-                log.error("stopping: %s", fault)
-                self.executor.shutdown(cancel=True)
-                raise fault from None
-            except AutotuneError as exc:  # storage gone for good, the local Ray instance died, ...
-                log.error("stopping: %s; tearing down %d trial(s) in flight (they run again on resume)",
-                          str(exc).splitlines()[0], len(self.executor.in_flight()))
-                self.executor.shutdown(cancel=True)  # left RUNNING: resume marks them interrupted
-                raise
-            finally:
-                if old_term is not None:
-                    signal.signal(signal.SIGTERM, old_term)
-                if self.progress.on_end:
-                    self.progress.on_end()
-            self.executor.shutdown(cancel=False)
+            log.error("stopping: %s", fault)
+            self.executor.shutdown(cancel=True)
+            raise fault from None
+        except AutotuneError as exc:  # storage gone for good, the local Ray instance died, ...
+            log.error("stopping: %s; tearing down %d trial(s) in flight (they run again on resume)",
+                      str(exc).splitlines()[0], len(self.executor.in_flight()))
+            self.executor.shutdown(cancel=True)  # left RUNNING: resume marks them interrupted
+            raise
+        finally:
+            if old_term is not None:
+                signal.signal(signal.SIGTERM, old_term)
+            if self.progress.on_end:
+                self.progress.on_end()
+        self.executor.shutdown(cancel=False)
         summary.finished = budget_used(self.study)
         summary.states = count_states(self.study)
         return summary
@@ -519,6 +517,10 @@ def _main_thread() -> bool:
 def run_study(spec: StudySpec, *, progress: Progress | None = None, executor: Executor | None = None) -> RunSummary:
     """Create or resume the study and run it until it holds ``n_trials`` finished trials."""
     t0 = time.monotonic()
-    summary = StudyDriver(spec, executor=executor, progress=progress).run()
+    # The study's lock first (one run per storage + name, whatever its run directory), then the run
+    # directory's, both before the driver opens anything: a refused run creates nothing (no run directory
+    # or artifacts folder, no study in the storage, no Ray instance, not even the sampler's line).
+    with study_lock(spec.storage_url, spec.name) or nullcontext(), DriverLock(spec.run_path / "driver.lock"):
+        summary = StudyDriver(spec, executor=executor, progress=progress).run()
     log.info("study %s: %d finished trials in %.1f s", spec.name, summary.finished, time.monotonic() - t0)
     return summary

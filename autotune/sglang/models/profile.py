@@ -380,7 +380,7 @@ def load_model_profile(path: str | Path) -> ModelProfile:
     except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:
         # a value of another type than the format's where no key above names it (a list for a dict, ...)
         raise ConfigError(f"model_path: {directory / 'config.json'}: a value autotune cannot read as a model "
-                          f"config ({type(exc).__name__}: {clip(str(exc), 80)})") from None
+                          f"config ({type(exc).__name__}: {clip(str(exc), 160)})") from None
     if profile.weight_bytes_estimated:
         log.info("%s: no safetensors index; weight size estimated from config as %.2f GiB", directory, profile.weight_gib)
     if profile.is_unknown:

@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.limits import clip
+from autotune.limits import MAX_LAYERS, MAX_REGEX_WORK, clip
+from autotune.sglang.models.regex_cost import backtracking_problem
 
 __all__ = ["QuantScheme", "detect_quant", "COMPONENT_NAMES"]
 
@@ -87,9 +88,15 @@ class _Patterns:
     """An ignore / exclude list: ``re:`` regexes (matched at the start, as compressed-tensors does), globs
     (ModelOpt's ``model.layers.1.*``) and plain module names (a name matches any dotted run of a module's name)."""
 
-    def __init__(self, patterns: list[str]) -> None:
+    def __init__(self, patterns: list[str], names: int = 1) -> None:
         self.plain = {p for p in patterns if not p.startswith("re:") and not any(c in p for c in "*?[")}
         regexes = [p[3:] for p in patterns if p.startswith("re:")]
+        # each pattern's share of the work: its ways to backtrack, times the names it is tried on
+        max_ways = max(1, MAX_REGEX_WORK // (max(1, names) * max(1, len(regexes))))
+        for p in regexes:
+            problem = backtracking_problem(p, _NAME_CHARS, max_ways)
+            if problem:
+                raise ValueError(f"ignore pattern {clip(p, 60)!r}: {problem}")
         globs = [fnmatch.translate(p) + "|" + fnmatch.translate(p + ".*")
                  for p in patterns if not p.startswith("re:") and any(c in p for c in "*?[")]
         self.regexes = _one_regex(regexes)
@@ -128,9 +135,14 @@ def _one_regex(patterns: list[str]) -> list[re.Pattern[str]]:
         raise ValueError(f"ignore pattern {clip(str(exc.pattern), 60)!r}: {exc.msg}") from None
 
 
+#: The longest module name an ignore pattern is tried on (the last layer's shared expert's, 46 characters).
+_NAME_CHARS = max(len(n.format(i=MAX_LAYERS - 1)) for names in COMPONENT_NAMES.values() for n in names)
+
+
 def _ignored(patterns: list[str], num_layers: int = SAMPLE_LAYERS) -> dict[str, tuple[bool, ...]]:
     """Per component and layer, whether an ignore / exclude pattern names its module."""
-    pats = _Patterns([str(p) for p in patterns if p])
+    tried = sum(len(names) * (max(num_layers, 1) if "{i}" in names[0] else 1) for names in COMPONENT_NAMES.values())
+    pats = _Patterns([str(p) for p in patterns if p], tried)
     out: dict[str, tuple[bool, ...]] = {}
     for comp, names in COMPONENT_NAMES.items():
         layers = range(max(num_layers, 1)) if "{i}" in names[0] else range(1)
