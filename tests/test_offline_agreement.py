@@ -96,7 +96,7 @@ def test_rate_search_finds_the_same_best_rate_offline_and_live(tmp_path: Path) -
     wl = spec.workload.model_copy(update={
         "num_prompts": 32, "concurrency": [16], "output_len": 32, "warmup_requests": 1, "input_len": 512,
         "rate_search": RateSearchSpec(low=0.1, high=3.25, steps=3)})
-    req = dataclasses.replace(_request(PLAIN, tmp_path, "rate"), workload=wl, sim=SimSpec(time_scale=4.0, seed=0),
+    req = dataclasses.replace(_request(PLAIN, tmp_path, "rate"), workload=wl, sim=SimSpec(time_scale=8.0, seed=0),
                               objective=Objective(slo={"p99_itl_ms": 1000.0}))
     offline = evaluate(req)
     live = run_trial_body(req)
