@@ -196,6 +196,16 @@ def _spec_probe(spec: StudySpec, algo: str, architecture: str | None = None) -> 
     return out
 
 
+def decode_batch(spec: StudySpec, max_running: Any = None, layout: str | None = None, attn_dp: int = 1) -> int:
+    """Running requests per rank at the workload's highest concurrency: ceil(concurrency / (dp_size x
+    attn_dp)), with the dp of ``layout`` when given, capped by a running-request limit when one is set."""
+    dp = parse_layout(layout)[1] if layout else spec.server.dp_size
+    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp * attn_dp))
+    if isinstance(max_running, int) and max_running > 0:
+        batch = min(batch, max_running)
+    return batch
+
+
 def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None, layout: str | None = None,
                    attn_dp: int = 1) -> Any:
     """The design's ``cuda_graph_max_bs``: the smallest size of the space that covers a rank's
@@ -204,10 +214,7 @@ def graph_size_for(spec: StudySpec, sizes: list[Any], max_running: Any = None, l
     the running-request limit when the design sets one), else the largest. SGLang replays a captured
     graph only for batches up to the size; a smaller size runs the larger batches eagerly, a larger
     one captures graphs (time at every launch, and memory) that are never replayed."""
-    dp = parse_layout(layout)[1] if layout else spec.server.dp_size
-    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp * attn_dp))
-    if isinstance(max_running, int) and max_running > 0:
-        batch = min(batch, max_running)
+    batch = decode_batch(spec, max_running, layout, attn_dp)
     ordered = sorted(sizes)
     return next((v for v in ordered if v >= batch), ordered[-1])
 
@@ -482,4 +489,4 @@ class _Design:
             self.add(params, "space-filling")
 
 
-__all__ = ["DesignPoint", "base_axes", "build", "design_size", "f_interval"]
+__all__ = ["DesignPoint", "base_axes", "build", "decode_batch", "design_size", "f_interval"]

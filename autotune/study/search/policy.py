@@ -60,7 +60,6 @@ from autotune.outcome import FailureKind
 from autotune.spec import (
     IntRange,
     StudySpec,
-    parse_layout,
 )
 from autotune.study.phases import SPEC_KEYS, is_extra, json_key, ranked
 from autotune.study.search import initial_design
@@ -114,17 +113,6 @@ def _needs_as_much_slack(point: dict[str, Any], failed: dict[str, Any]) -> bool:
         return False
     bs, bs_failed = point.get("cuda_graph_max_bs"), failed.get("cuda_graph_max_bs")
     return bs is None or bs_failed is None or bs >= bs_failed
-
-
-def _decode_batch(spec: StudySpec, params: dict[str, Any]) -> int:
-    """Running requests per replica at the workload's highest concurrency (``--dp-size`` replicas of the
-    layout, capped by ``max_running_requests``); DP attention's ranks are not divided out: the MoE and
-    dense layers still run the replica's whole batch."""
-    layout = params.get("layout")
-    dp = parse_layout(layout)[1] if isinstance(layout, str) else spec.server.dp_size
-    batch = math.ceil(max(spec.workload.concurrency) / max(1, dp))
-    cap = params.get("max_running_requests")
-    return min(batch, cap) if isinstance(cap, int) and cap > 0 else batch
 
 
 def _next_above(dom: Any, value: int) -> int | None:
@@ -509,8 +497,11 @@ class SearchPolicy:
             return None
         last = design[-1]
         sp = self.spec.search_space.speculative
+        layout = last.params.get("layout")  # per replica: DP attention's ranks still run the MoE on its whole batch
+        batch = initial_design.decode_batch(self.spec, last.params.get("max_running_requests"),
+                                            layout if isinstance(layout, str) else None)
         if last.user_attrs.get("design") != "speculative probe" or last.state != TrialState.COMPLETE \
-                or sp is None or sp.num_steps is None or _decode_batch(self.spec, last.params) > SMALL_DECODE_BATCH:
+                or sp is None or sp.num_steps is None or batch > SMALL_DECODE_BATCH:
             return None
         steps = last.params.get("speculative_num_steps")
         if not isinstance(steps, int) or last.params.get("speculative_eagle_topk", 1) != 1:
