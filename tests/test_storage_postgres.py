@@ -264,3 +264,70 @@ def test_database_gone_for_good_under_a_live_server_tears_it_down(pg: PgServer, 
     assert rc == 1, text[-2000:]
     assert "error: storage: unreachable for" in text
     assert not _all_sim_servers(tmp_path / "runs"), text[-1000:]
+
+
+def test_a_second_driver_of_one_study_is_refused_whatever_its_run_directory(pg: PgServer, tmp_path: Path) -> None:
+    """Two study files naming one study on one database, in two directories (two nodes sharing the
+    database, or a copy of the study file): the second run must not start. Its resume would mark the
+    first run's live trials interrupted and queue them again."""
+    url = pg.createdb("twodrivers")
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir()
+    there.mkdir()
+    slow = {"input_len": 128, "output_len": 256, "num_prompts": 400, "concurrency": [8], "warmup_requests": 1}
+    first_path = _study(here, url, n_trials=2, workload=slow)
+    second_path = _study(there, url, n_trials=2, workload=slow)
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(first_path), "--no-progress"],
+                             stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _servers(first.pid):
+            time.sleep(0.2)
+        assert _servers(first.pid), (tmp_path / "first.log").read_text()[-2000:]
+        second = subprocess.run([sys.executable, "-m", "autotune", "run", str(second_path), "--no-progress"],
+                                capture_output=True, text=True, timeout=120, check=False)
+        assert second.returncode == 2, second.stderr[-2000:]
+        lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "already being run" in lines[0] and "'pg'" in lines[0], second.stderr
+        assert "Traceback" not in second.stderr
+        assert not (there / "runs").exists()  # refused before it created anything
+        assert first.wait(timeout=240) == 0, (tmp_path / "first.log").read_text()[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    study = optuna.load_study(study_name="pg", storage=url)
+    assert not [t for t in study.trials if t.user_attrs.get("failure_kind") == "interrupted"]
+    assert budget_used(study) == 2
+    _no_duplicates(study)
+    # the first run's lock went with it: the study resumes at once from the other directory
+    again = subprocess.run([sys.executable, "-m", "autotune", "run", str(second_path), "--no-progress"],
+                           capture_output=True, text=True, timeout=240, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_the_study_lock_is_per_study_and_taken_again_after_the_database_restarts(pg: PgServer) -> None:
+    from autotune.errors import ConfigError
+    from autotune.study.storage.lock import AdvisoryLock, study_lock
+
+    url = pg.createdb("locks")
+    assert isinstance(study_lock(url, "s"), AdvisoryLock)
+    with AdvisoryLock(url, "s", check_s=0.2) as held:
+        with pytest.raises(ConfigError, match=r"study 's' is already being run by another driver \(autotune driver "):
+            AdvisoryLock(url, "s").__enter__()
+        with AdvisoryLock(url, "t"):  # another study on the same database
+            pass
+        pg.restart()  # the session and its lock end with the server
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with AdvisoryLock(url, "s"):
+                    pass
+            except ConfigError:  # taken again by the watcher
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the lock was not taken again after the restart")
+        assert held._conn is not None
+    with AdvisoryLock(url, "s"):  # released on exit
+        pass
