@@ -15,7 +15,7 @@ __all__ = [
     "MAX_COUNT", "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
     "MAX_REGEX_WORK", "MAX_GPU_HOURS", "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS",
     "MAX_STUDY_S", "MAX_WAIT_S", "MIN_TIME_SCALE",
-    "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
+    "SERVER_LOG_BYTES", "SERVER_LOG_END_BYTES", "SERVER_LOG_HEAD_BYTES", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
 #: A study file (YAML): the demo is 3 KiB.
@@ -48,6 +48,20 @@ MAX_REGEX_WORK = 200_000_000
 DATASET_BYTES = 2 * 2**30
 #: A server log given to ``autotune calibrate``.
 LOG_BYTES = 256 * 2**20
+#: The log file a launched server writes, counted from where its launch began (the file is opened for
+#: append): past it, the log's reader cuts out its middle (``autotune.launch.tail``), keeping the launch's
+#: first SERVER_LOG_HEAD_BYTES and last SERVER_LOG_END_BYTES with a marker line between them, and the
+#: server writes on after them, never stopped. A server that floods its log (a broken or hostile build,
+#: ``--log-level debug`` under load) filled the disk its run directory is on during a long trial. Half of
+#: LOG_BYTES, so a launch's own log (the cap and what the server writes between two checks, 50 ms apart) can
+#: be given to ``calibrate --from-log``; SGLang's info log grows a few hundred bytes a second.
+SERVER_LOG_BYTES = LOG_BYTES // 2
+#: The start of a launch's log a cut keeps (to its last whole line): its startup, which calibration and the
+#: failure diagnosis read (a TP-8 startup logs well under 1 MiB).
+SERVER_LOG_HEAD_BYTES = 8 * 2**20
+#: The end of a launch's log a cut keeps (from a line's start): what the reader may not have read yet (one
+#: read, ``tail.READ_BYTES``) and a failure's tail (the last 1 MiB, ``trial.live.TAIL_BYTES``).
+SERVER_LOG_END_BYTES = 4 * 2**20
 #: Choices of one knob of the search space.
 MAX_CHOICES = 10_000
 #: Candidates ``autotune plan`` lists (or ``--set`` makes): the demo's grid is 11,040.

@@ -5,11 +5,14 @@ A /health that streamed bytes without end was read whole (8 GB in 30 s, past a 6
 without a newline grew without bound and was re-joined on every read; a flood of log held the reader's
 lock (and readiness) for as long as its lines took; a failure's tail was read from the whole log; every
 recognised line was kept; ``avail mem=`` and 400 nines read as inf, and ``max_total_num_tokens=`` and
-5,000 nines (or ``5x``) was an exception out of the summary, after the trial's teardown.
+5,000 nines (or ``5x``) was an exception out of the summary, after the trial's teardown. The log file itself
+grew as long as the server wrote it: a flood filled the disk.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import sys
 import time
@@ -18,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.hostile import SECONDS
 
-from autotune.errors import ServerNotReady
+from autotune.errors import LaunchError, ServerNotReady
 from autotune.launch import ServerProcess, free_port
 from autotune.launch.tail import LINE_BYTES, READ_BYTES, LogTail
 from autotune.sglang.logparse import parse_line, summarize
@@ -120,6 +123,97 @@ def test_a_failure_reads_the_end_of_the_log_only(tmp_path: Path) -> None:
     log = tmp_path / "s.log"
     log.write_bytes(b"z" * (3 * TAIL_BYTES) + b"\nRuntimeError: the end\n")
     assert _tail(log) == ["RuntimeError: the end"]
+
+
+def _numbered(first: int, count: int) -> bytes:
+    return b"".join(b"line %08d %s\n" % (i, b"." * 100) for i in range(first, first + count))  # 115 bytes each
+
+
+_MARKER = re.compile(r"\[autotune\] log capped at 262,144 bytes: ([\d,]+) bytes dropped")
+
+
+@pytest.mark.parametrize("piece", [11_111, 222_222])
+def test_a_log_past_its_cap_is_cut_to_its_head_and_end_and_read_on(tmp_path: Path, piece: int) -> None:
+    """Writes of 11 KB leave the reader inside the end a cut keeps (it reads every line, once); of 222 KB,
+    behind it (it goes on from the marker). Writes end inside a line: the piece of a dropped line the reader
+    held is never taken for a line."""
+    log = tmp_path / "s.log"
+    earlier = b"an earlier launch's line\n" * 1000  # the file is appended to: the cap counts this launch's part
+    log.write_bytes(earlier)
+    cap, keep = 256 * 2**10, 32 * 2**10
+    seen: list[str] = []
+    tail = LogTail(log, offset=len(earlier), on_line=seen.append, cap_bytes=cap, head_bytes=keep, end_bytes=keep)
+    flood = _numbered(0, 40 * piece // 115)  # 17 or 34 times the cap
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)  # as the server's descriptor writes
+    try:
+        for at in range(0, len(flood), piece):
+            os.write(fd, flood[at : at + piece])
+            tail.pump()
+            assert log.stat().st_size - len(earlier) <= cap
+        os.write(fd, b"the last line\n")
+    finally:
+        os.close(fd)
+    tail.pump(final=True)
+    text = log.read_bytes()
+    assert text.startswith(earlier + _numbered(0, keep // 115))  # the head, to its last whole line
+    markers = _MARKER.findall(text.decode())
+    assert len(markers) == 1 and text.endswith(b"the last line\n")
+    marker = len(_MARKER.search(text.decode()).group()) + 2  # type: ignore[union-attr]  # and its newlines
+    dropped = len(flood) + len(b"the last line\n") - (len(text) - len(earlier) - marker)
+    assert int(markers[0].replace(",", "")) == dropped == tail.dropped
+    assert all(len(line) == 114 and line.startswith("line ") or _MARKER.fullmatch(line) for line in seen[:-1])
+    numbers = [int(line.split()[1]) for line in seen if line.startswith("line ")]
+    assert numbers == sorted(set(numbers)) and numbers[: keep // 115] == list(range(keep // 115))
+    assert numbers[-1] == len(flood) // 115 - 1 and seen[-1] == "the last line"
+    if piece < keep:
+        assert numbers == list(range(len(flood) // 115))  # nothing missed, nothing read twice
+    else:
+        assert any(_MARKER.fullmatch(line) for line in seen)
+
+
+_FLOOD = r'''
+import sys, time
+out = sys.stdout.buffer
+out.write(b"the startup line\n"); out.flush()
+line = b"flood " + b"." * 1017 + b"\n"
+for _ in range(512):  # 8 MiB, 16 KiB a write
+    out.write(line * 16); out.flush()
+    time.sleep(0.001)
+out.write(b"after the flood\n"); out.flush()
+if sys.argv[1] == "crash":
+    out.write(b"RuntimeError: the end\n"); out.flush()
+    sys.exit(1)
+time.sleep(60)
+'''
+
+
+def _flooder(tmp_path: Path, mode: str, seen: list[str]) -> ServerProcess:
+    return ServerProcess([sys.executable, "-c", _FLOOD, mode], log_path=tmp_path / "s.log", port=free_port(),
+                         startup_timeout_s=30, on_line=seen.append, log_cap_bytes=256 * 2**10,
+                         log_keep_bytes=(32 * 2**10, 32 * 2**10))
+
+
+def test_a_server_that_floods_its_log_is_kept_within_the_cap_and_runs_on(tmp_path: Path) -> None:
+    log = tmp_path / "s.log"
+    seen: list[str] = []
+    with _flooder(tmp_path, "live", seen) as server:
+        largest = 0
+        deadline = time.monotonic() + SECONDS / 2
+        while "after the flood" not in seen and time.monotonic() < deadline:
+            largest = max(largest, log.stat().st_size)
+            time.sleep(0.002)
+        assert "after the flood" in seen  # read after the cuts
+        assert largest <= 256 * 2**10 + READ_BYTES  # the server wrote 8 MiB
+        assert server.returncode is None
+        text = log.read_bytes()
+        assert text.startswith(b"the startup line\n") and _MARKER.search(text.decode())
+
+
+def test_the_last_lines_of_a_server_that_flooded_its_log_then_died_tell_why(tmp_path: Path) -> None:
+    seen: list[str] = []
+    with _flooder(tmp_path, "crash", seen) as server, pytest.raises(LaunchError, match="RuntimeError: the end"):
+        server.wait_ready()
+    assert (tmp_path / "s.log").stat().st_size <= 256 * 2**10 + READ_BYTES
 
 
 @pytest.mark.parametrize("line", [

@@ -1,12 +1,17 @@
-"""``autotune bench``: bench_serving-style table, --json keys, output files, one-line errors with exit 2."""
+"""``autotune bench``: bench_serving-style table, --json keys, output files, one-line errors with exit 2, and
+a study's request time limits (``workload.timeouts``) as options."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from autotune.cli import main
+from autotune.cli import build_parser, main
+from autotune.cli._bench import spec_from_args
+from autotune.load.spec import LoadTimeouts
+from autotune.spec import WorkloadSpec
 from autotune.testing.loadgen_fake_server import running
 
 BENCH_KEYS = {
@@ -65,12 +70,37 @@ def test_table_output(server, capsys) -> None:
         (["--range-ratio", "1.5"], "argument --range-ratio: '1.5' must be between 0 and 1"),
         (["--backend", "vllm"], "argument --backend: invalid choice: 'vllm'"),
         (["--dataset", "/nonexistent.jsonl"], "--dataset='/nonexistent.jsonl': no such file"),
+        # the study's bounds on workload.timeouts: more than 0, at most a day
+        (["--first-token-timeout", "0"], "--first-token-timeout='0': Input should be greater than 0"),
+        (["--total-timeout", "1e300"], "--total-timeout='1e300': Input should be less than or equal to 86400"),
+        (["--between-tokens-timeout", "inf"], "--between-tokens-timeout='inf': Input should be less than or equal"),
+        (["--connect-timeout", "soon"], "--connect-timeout='soon': Input should be a valid number"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys) -> None:
     assert main(["bench", "--url", "http://127.0.0.1:9", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_the_timeouts_default_to_the_study_s_and_none_lifts_one() -> None:
+    def timeouts(*argv: str) -> LoadTimeouts:
+        return spec_from_args(build_parser().parse_args(["bench", "--url", "http://127.0.0.1:9", *argv])).timeouts
+
+    assert timeouts() == WorkloadSpec().timeouts == LoadTimeouts(connect_s=10, first_token_s=600, between_tokens_s=60,
+                                                                 total_s=None)
+    assert timeouts("--total-timeout", "30", "--connect-timeout", "none", "--first-token-timeout", "2.5") == \
+        LoadTimeouts(connect_s=None, first_token_s=2.5, between_tokens_s=60, total_s=30)
+
+
+def test_the_first_token_timeout_reaches_the_load_generator(capsys) -> None:
+    with running("--ttft-ms", "60000") as stalled:  # a first token a minute away; the default waits 600 s
+        t = time.monotonic()
+        assert main(["bench", "--url", stalled.url, "--num-prompts", "1", "--warmup-requests", "0",
+                     "--first-token-timeout", "0.5"]) == 1
+        assert time.monotonic() - t < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "first-token timeout" in err
 
 
 def test_bad_url_names_the_option(capsys) -> None:

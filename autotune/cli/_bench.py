@@ -9,6 +9,11 @@ Workloads (``--dataset-name``, bench_serving's names where it has them): ``rando
 (``--mt-*``), ``mooncake`` / ``trace`` (``--dataset-path`` to a Mooncake JSONL or Azure CSV
 trace, replayed at its timestamps x ``--mooncake-slowdown-factor``), ``file``. Sample
 files of every format: ``python -m autotune.load.samples DIR``.
+
+A request's time limits are a study's ``workload.timeouts``, named after its fields
+(``--first-token-timeout`` is ``first_token_s``, ...), with its defaults and bounds: without
+them a stalled server held every request for the 600 s default, and a study's shorter limits
+could not be reproduced outside it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from autotune.files import check_writable, regular_file
 from autotune.limits import DATASET_BYTES, clip, shown
 from autotune.load import build_spec, run_load
 from autotune.load.report import append_jsonl, format_table, summary_line, write_records
-from autotune.load.spec import GOODPUT_KEYS, shown_url, url_problem
+from autotune.load.spec import GOODPUT_KEYS, LoadTimeouts, shown_url, url_problem
 from autotune.load.tokens import tokenizer_file
 from autotune.load.workloads import validate_workload
 
@@ -65,6 +70,17 @@ _OPTION_OF = {
     "tokenizer": "--tokenizer",
 }
 
+# A request's time limits: the study's ``workload.timeouts`` field -> its option and what it bounds. Each takes
+# the study's default and bounds (LoadTimeouts validates both), and ``none`` as the study's null: no limit.
+_TIMEOUTS = {
+    "connect_s": ("--connect-timeout", "seconds to connect to the server"),
+    "first_token_s": ("--first-token-timeout", "seconds from sending a request to its first token (queueing and "
+                      "prefill included)"),
+    "between_tokens_s": ("--between-tokens-timeout", "seconds between two reads that carry tokens"),
+    "total_s": ("--total-timeout", "seconds a request may take in all"),
+}
+_OPTION_OF.update({f"timeouts.{field}": option for field, (option, _) in _TIMEOUTS.items()})
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -94,6 +110,11 @@ def _positive_float(text: str) -> float:
     if not value > 0 or math.isnan(value):
         raise argparse.ArgumentTypeError(f"{shown(text)} must be greater than 0")
     return value
+
+
+def _seconds_or_none(text: str) -> str | None:
+    """A timeout as typed (``none``: no limit); LoadTimeouts parses and bounds it, as it does the study's."""
+    return None if text.strip().lower() == "none" else text
 
 
 def _ratio(text: str) -> float:
@@ -160,6 +181,11 @@ def register(subparsers: Any) -> None:
                    help="model directory or tokenizer.json: exact prompt lengths for text prompts")
     w.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                    help="per-request SLO for goodput, e.g. ttft_ms:500 tpot_ms:50 (vLLM's ttft/tpot/e2el too)")
+    t = p.add_argument_group("request time limits (a study's workload.timeouts): a request past one fails")
+    for field, (option, what) in _TIMEOUTS.items():
+        default = LoadTimeouts.model_fields[field].default
+        t.add_argument(option, dest=field, type=_seconds_or_none, default=default, metavar="SECONDS",
+                       help=f"{what} (default {'none' if default is None else f'{default:g}'}; none: no limit)")
     p.add_argument("--api-key", default=None, help="sent as Authorization: Bearer KEY")
     p.add_argument("--model", default=None, help="served model name (default: from /v1/models)")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the timed run")
@@ -195,6 +221,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         "dataset": workload_from_args(args),
         "tokenizer": args.tokenizer,
         "goodput_slo": _goodput(args.goodput),
+        "timeouts": {field: getattr(args, field) for field in _TIMEOUTS},
     }
     problem = url_problem(str(args.url))
     if problem:  # a malformed URL is bad input (2), a server that does not answer is not (1)

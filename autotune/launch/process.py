@@ -56,6 +56,7 @@ from autotune.launch.registry import ProcessRegistry
 from autotune.launch.spawn import pdeathsig_preexec, spawn_watchdog
 from autotune.launch.tail import LogTail
 from autotune.launch.tree import TreeWatch, tree_members
+from autotune.limits import SERVER_LOG_BYTES, SERVER_LOG_END_BYTES, SERVER_LOG_HEAD_BYTES
 from autotune.outcome import FailureKind
 from autotune.redact import redact_text
 
@@ -119,6 +120,8 @@ class ServerProcess:
         gpu_ids: Sequence[int | str] | None = None,
         watchdog: bool = True,
         gpu_release_timeout_s: float = 30.0,
+        log_cap_bytes: int | None = SERVER_LOG_BYTES,
+        log_keep_bytes: tuple[int, int] = (SERVER_LOG_HEAD_BYTES, SERVER_LOG_END_BYTES),
     ) -> None:
         if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
             raise ConfigError(f"argv: expected a non-empty list of strings, got {argv!r}")
@@ -130,6 +133,9 @@ class ServerProcess:
             raise ConfigError(f"poll_interval_s: must be > 0, got {poll_interval_s!r}")
         if not ready_paths:
             raise ConfigError("ready_paths: need at least one path, got ()")
+        if log_cap_bytes is not None and not (min(log_keep_bytes) >= 0 and sum(log_keep_bytes) < log_cap_bytes):
+            raise ConfigError(f"log_cap_bytes: must be more than the head and end kept {log_keep_bytes}, "
+                              f"got {log_cap_bytes!r}")
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.host = host
@@ -141,6 +147,8 @@ class ServerProcess:
         self.ready_paths = tuple(ready_paths)
         self.poll_interval_s = float(poll_interval_s)
         self.gpu_release_timeout_s = gpu_release_timeout_s
+        self.log_cap_bytes = log_cap_bytes  # None: the log grows as the server writes it
+        self.log_keep_bytes = log_keep_bytes  # what a cut keeps: the launch's first and last bytes
         self.launch_id = uuid.uuid4().hex
         self.launch_env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
         if gpu_ids is not None:
@@ -201,7 +209,8 @@ class ServerProcess:
     # -- start ---------------------------------------------------------------------------
 
     def start(self) -> ServerProcess:
-        """Launch argv (never through a shell) in its own session, output to the log file."""
+        """Launch argv (never through a shell) in its own session, output to the log file (appended to,
+        and kept within ``log_cap_bytes`` from here on by the log reader: see ``tail``)."""
         if self._proc is not None:
             raise LaunchError("start: this ServerProcess was already started", kind=FailureKind.CRASHED)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,7 +250,8 @@ class ServerProcess:
         except BaseException:
             self.stop(grace_s=0)  # never leave a server running that nothing guards
             raise
-        self._tail = LogTail(self.log_path, offset=offset, on_line=self._watch_line)
+        self._tail = LogTail(self.log_path, offset=offset, on_line=self._watch_line, cap_bytes=self.log_cap_bytes,
+                             head_bytes=self.log_keep_bytes[0], end_bytes=self.log_keep_bytes[1])
         self._tail.start()
         return self
 

@@ -13,13 +13,28 @@ for as long as its lines took: 196 MB of log made a 20 s startup timeout 79 s), 
 ``LINE_BYTES`` (a longer one is cut there and the rest of it skipped: one line without a newline
 grew without bound and was re-joined on every call). The last call (``final``) reads the last
 ``READ_BYTES`` of what is left, from a line's start: the server is gone, and its last lines tell why.
+
+So is the file itself, given a ``cap_bytes`` (``ServerProcess`` gives ``limits.SERVER_LOG_BYTES``): a
+server that flooded its log filled the disk during a long trial. The server writes through a descriptor
+opened for append, so a check that finds the launch's part of the file (from ``offset`` on) past the cap
+cuts out its middle: it truncates the file to the launch's head (``head_bytes``, to its last whole line:
+the startup, which calibration and failure diagnosis read) and appends one marker line, ``[autotune] log
+capped at N bytes: M bytes dropped`` (M counts every cut of the launch), and the file's end as it was
+(``end_bytes``, from a line's start: the lines the reader may not have read yet, and a failure's tail).
+The server's next write lands after them, and the server never notices. The reader's place moves with
+the cut: to the same byte when it was inside the end kept, else to the marker (lines of the middle it had
+not read are never read), so it neither reads a line twice nor takes a piece of a dropped line for a line.
+The size is checked on every call and, while a call's lines are handled (a 4 MiB read of them may take a
+second), every ``interval_s``: the file stays within the cap plus what the server writes in that time.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,11 +48,29 @@ LINE_BYTES = 64 * 2**10
 
 class LogTail:
     """Reads new lines of ``path`` from byte ``offset`` on, keeps the last ``keep`` lines,
-    and calls ``on_line(line)`` for each (from the reader thread, or from ``pump()``'s caller)."""
+    and calls ``on_line(line)`` for each (from the reader thread, or from ``pump()``'s caller).
 
-    def __init__(self, path: Path, *, offset: int = 0, on_line: Callable[[str], None] | None = None, keep: int = 500, interval_s: float = 0.05) -> None:
+    With ``cap_bytes``, the file from ``offset`` on is kept within it: cut to its first ``head_bytes``,
+    a marker line and its last ``end_bytes`` whenever a check finds it longer (``dropped``, ``cuts``).
+    """
+
+    def __init__(self, path: Path, *, offset: int = 0, on_line: Callable[[str], None] | None = None, keep: int = 500,
+                 interval_s: float = 0.05, cap_bytes: int | None = None, head_bytes: int = 0,
+                 end_bytes: int = 0) -> None:
+        if cap_bytes is not None and not (head_bytes >= 0 and end_bytes >= 0 and head_bytes + end_bytes < cap_bytes):
+            raise ValueError(f"cap_bytes={cap_bytes}: must be more than head_bytes + end_bytes "
+                             f"({head_bytes} + {end_bytes})")
         self.path = path
+        self._start = offset  # where this launch's part of the file begins
         self._offset = offset
+        self._cap = cap_bytes
+        self._head = head_bytes
+        self._end_bytes = end_bytes
+        self._checked = 0.0  # when the size was last checked against the cap
+        self._head_end: int | None = None  # the end of the head a cut keeps, once found
+        self._marker = 0  # bytes of the marker the last cut wrote (autotune's, not the server's)
+        self.dropped = 0  # bytes of the server's log the cuts dropped
+        self.cuts = 0
         self._on_line = on_line
         self._lines: collections.deque[str] = collections.deque(maxlen=keep)
         self._partial = b""
@@ -66,6 +99,7 @@ class LogTail:
         """
         with self._lock:
             try:
+                self._check_cap()
                 with open(self.path, "rb") as fh:
                     if final:
                         end = fh.seek(0, 2)
@@ -110,7 +144,71 @@ class LogTail:
                         self._on_line(line)
                     except Exception:  # a callback bug must not stop the log from being read
                         logger.exception("on_line callback raised on %r", line[:200])
+                if time.monotonic() - self._checked >= self._interval_s:
+                    self._check_cap()  # a read's lines may take a second: the server writes on meanwhile
             return len(complete)
+
+    def _check_cap(self) -> None:
+        """Cut the file if the launch's part of it has passed the cap (with the lock held)."""
+        self._checked = time.monotonic()
+        if self._cap is None:
+            return
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            return
+        if size - self._start > self._cap:
+            self._cut(self._cap)
+
+    def _cut(self, cap: int) -> None:
+        """Truncate the file to the launch's head and append the marker line and the end of the log, so the
+        server's next write lands after them; then move the read offset to the same place in the cut file."""
+        try:
+            with open(self.path, "rb") as fh:
+                if self._head_end is None:  # the head, to its last whole line (all of it, when it holds none)
+                    fh.seek(self._start)
+                    head = fh.read(self._head)
+                    newline = head.rfind(b"\n")
+                    self._head_end = self._start + (newline + 1 if newline >= 0 else len(head))
+                keep = self._head_end
+                end = fh.seek(0, 2)
+                fh.seek(max(keep, end - self._end_bytes))
+                last = fh.read(end - fh.tell())
+            # What the server writes between this read and the truncation is dropped uncounted; what it
+            # writes between the truncation and the append lands before the marker.
+            os.truncate(self.path, keep)
+        except OSError as exc:  # not ours to cut (a read-only file): the server writes on, uncut
+            logger.warning("cannot cap the server log %s at %d bytes: %s", self.path, cap, exc)
+            self._cap = None
+            return
+        newline = last.find(b"\n")
+        last = last[newline + 1:] if newline >= 0 else b""  # from a line's start
+        since = end - len(last)  # where the end kept began, before the cut
+        self.dropped += since - keep - self._marker
+        marker = f"\n[autotune] log capped at {cap:,} bytes: {self.dropped:,} bytes dropped\n".encode()
+        written, at = 0, keep
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                written = os.write(fd, marker + last)
+                at = os.lseek(fd, 0, os.SEEK_CUR) - written  # where the marker landed
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            logger.warning("cannot mark the cut of the server log %s: %s", self.path, exc)
+        if written < len(marker) + len(last):  # the disk is full: the end kept is gone with the middle
+            self.dropped += len(last)
+            since, last = end, b""
+        self._marker = written - len(last)
+        if self._offset >= since:  # the reader had reached the end kept: the same byte, now after the marker
+            self._offset = at + self._marker + (self._offset - since)
+        elif self._offset > keep:  # the rest of what it was reading is gone: go on from the marker
+            self._offset = keep
+            self._partial, self._skipping = b"", False
+        self.cuts += 1
+        if self.cuts == 1:
+            logger.warning("server log %s passed %d bytes from its launch: cut to its first %d and its last %d, "
+                           "and again each time it does", self.path, cap, keep - self._start, len(last))
 
     def lines(self) -> list[str]:
         """The last lines read (up to ``keep``)."""
