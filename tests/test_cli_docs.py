@@ -108,3 +108,42 @@ def test_the_readme_minimal_study_plans_and_runs(tmp_path, capsys, cli_signal_ha
     assert main(["best", str(path), "--json"]) == 0
     best = json.loads(capsys.readouterr().out)
     assert "sglang.launch_server" in " ".join(best["command"])
+
+
+def test_the_study_file_reference_is_a_valid_study_naming_every_field_and_its_true_default(tmp_path):
+    """docs/study-file.md's block: it loads as a study, names every field of the spec's main sections,
+    and a ``# default X`` comment on a scalar field states the spec's real default."""
+    import yaml
+    from pydantic import BaseModel
+
+    from autotune.spec import StudySpec, load_study_spec
+
+    text = (ROOT / "docs" / "study-file.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load(block)
+    data["server"]["model_path"] = str(ROOT / "studies" / data["server"]["model_path"])
+    data["search_space"]["speculative"]["draft_model_path"] = str(
+        ROOT / "studies" / data["search_space"]["speculative"]["draft_model_path"])
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    load_study_spec(tmp_path / "s.yaml")
+    sections: list[tuple[str, type[BaseModel]]] = [("", StudySpec)]
+    for name in ("server", "workload", "search", "hardware", "executor"):
+        sections.append((name + ".", StudySpec.model_fields[name].annotation))  # type: ignore[arg-type]
+    for prefix, model in sections:
+        for field in model.model_fields:
+            if field != "source_path":
+                assert re.search(rf"\b{field}\b", block), f"{prefix}{field} missing from docs/study-file.md"
+    checked = 0
+    for prefix, model in sections:
+        if prefix:  # the section's own lines: from "server:" to the next top-level key
+            part = re.search(rf"^{prefix[:-1]}:.*?\n(?=\S)", block, re.M | re.S)
+            assert part is not None, prefix
+            text_of = part.group()
+        else:
+            text_of = "\n".join(line for line in block.splitlines() if not line.startswith(" "))
+        lines = {m.group(1): m.group(2) for m in re.finditer(r"^\s*(\w+): .*# default (-?[\w.\"]+)", text_of, re.M)}
+        for field, info in model.model_fields.items():
+            if field in lines and info.default_factory is None and isinstance(info.default, (int, float, str)):
+                assert yaml.safe_load(lines[field]) == info.default, (prefix + field, lines[field])
+                checked += 1
+    assert checked >= 10
