@@ -49,9 +49,16 @@ def test_the_issues_study_runs_to_its_budget_with_the_inline_executor(
     assert f"removed --attn-dp-size=8: {REASON}" in capsys.readouterr().out
     with caplog.at_level(logging.INFO, logger="autotune"):
         assert main(["run", str(path), "--executor", "inline", "--no-progress"]) == 0
-    assert re.search(r"study qwen32-tp2: 12 finished trials \(COMPLETE=\d+", capsys.readouterr().out)
+    line = re.search(r"study qwen32-tp2: 12 search trials finished; (\d+) trials in all \((.*)\)(?:, of them (\d+) "
+                     r"confirmation re-runs)?$", capsys.readouterr().out, re.M)
+    assert line is not None
     spec = load_study_spec(path)
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    # the line adds up: the search trials and the re-runs are all the trials, each state counted once
+    confirmations = sum(1 for t in study.trials if t.user_attrs.get(attrs.CONFIRM_OF) is not None)
+    assert int(line.group(1)) == len(study.trials) == 12 + confirmations
+    assert int(line.group(3) or 0) == confirmations
+    assert sum(int(kv.split("=")[1]) for kv in line.group(2).split(", ")) == len(study.trials)
     design = study.user_attrs["design_points"]
     assert len(design) >= 3 and all(p["params"].get(DP8) == 1 for p in design)
     assert len(_search_trials(study)) == 12 and all(t.params[DP8] == 1 for t in study.trials)

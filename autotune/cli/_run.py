@@ -53,5 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     from autotune.redact import redact_text
 
     # the study's name is the user's text: a token pasted there is hidden as in every other line
-    print(redact_text(f"study {summary.study_name}: {summary.finished} finished trials ({states})"))
+    extra = [f"{n} {what}" for n, what in ((summary.confirmations, "confirmation re-runs"),
+                                            (summary.retried, "interrupted and re-run")) if n]
+    total = sum(summary.states.values())
+    print(redact_text(f"study {summary.study_name}: {summary.finished} search trials finished; {total} trials in all "
+                      f"({states})" + (f", of them {', '.join(extra)}" if extra else "")))
     return 0

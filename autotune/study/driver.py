@@ -69,6 +69,8 @@ class RunSummary:
     states: dict[str, int] = field(default_factory=dict)
     reaped: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
+    confirmations: int = 0  # re-runs of the top trials and the baseline (not in ``finished``)
+    retried: int = 0  # interrupted trials, each re-run by another (not in ``finished``)
 
 
 @dataclass
@@ -243,6 +245,10 @@ class StudyDriver:
         self.executor.shutdown(cancel=False)
         summary.finished = budget_used(self.study)
         summary.states = count_states(self.study)
+        done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+        summary.confirmations = sum(1 for t in done if t.user_attrs.get(attrs.CONFIRM_OF) is not None)
+        summary.retried = sum(1 for t in done if t.user_attrs.get(attrs.RETRIED)
+                              and t.user_attrs.get(attrs.CONFIRM_OF) is None)
         return summary
 
     def _prepare(self, summary: RunSummary) -> None:
@@ -328,7 +334,9 @@ class StudyDriver:
             return
         numbers = self.phases.enqueue_confirmation()
         st.confirming = True
-        log.info("confirming trials %s (and the baseline) with %d more run(s) each", numbers,
+        base = {t.number for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get(attrs.BASELINE)}
+        shown = [f"{n} (the baseline)" if n in base else str(n) for n in numbers]
+        log.info("confirming trials %s with %d more run(s) each", ", ".join(shown) or "none",
                  self.spec.search.repeats)
 
     def _launch_phase(self, st: _LoopState) -> None:
