@@ -13,7 +13,8 @@ from autotune.study.driver import run_study
 from autotune.study.execution.offline import OfflineExecutor
 
 
-def test_the_demo_runs_the_seeds_own_start_beside_the_automatic_baseline(tmp_path: Path) -> None:
+def test_the_demo_runs_the_seeds_own_start_beside_the_automatic_baseline(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = demo_data()
     data["workload"].update({"num_prompts": 32, "output_len": 16})
     data["n_trials"] = 3
@@ -30,6 +31,17 @@ def test_the_demo_runs_the_seeds_own_start_beside_the_automatic_baseline(tmp_pat
     assert ref.state.name == "COMPLETE"
     html = build_report(spec)
     assert "reference: seed&#x27;s start" in html or "reference: seed's start" in html
+    # best names it with the winner's gain over it, as it does the baseline
+    from autotune.cli import main
+    from autotune.results.summary import best
+
+    data = best(spec)
+    refs = data["references"]
+    assert [r["name"] for r in refs] == [ref.user_attrs["reference"]] and refs[0]["number"] == ref.number
+    assert refs[0]["value"] == pytest.approx(ref.value)
+    assert refs[0]["gain_pct"] == pytest.approx((data["value"] - ref.value) / ref.value * 100, abs=0.01)
+    assert main(["best", str(spec.source_path)]) == 0
+    assert f"reference {refs[0]['name']!r} (trial {ref.number}): {ref.value:.2f}  gain" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("n_trials", "refs", "needle"), [
@@ -61,3 +73,24 @@ def test_references_that_fit_beside_the_baseline_are_accepted(tmp_path: Path,
     code, lines = cli(capsys, ["plan", str(study(tmp_path, lambda d: (d.update(n_trials=3),
                                                                        d["search"].update(references=refs))))])
     assert code == 0, lines[-3:]
+
+
+def test_a_reference_that_did_not_complete_says_why_and_the_others_their_gain() -> None:
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.results.summary import _references
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"mem_fraction_static": FloatDistribution(0.5, 0.95)}
+    study.add_trial(create_trial(params={"mem_fraction_static": 0.8}, distributions=dist, value=100.0,
+                                 user_attrs={"reference": "by hand"}))
+    study.add_trial(create_trial(params={"mem_fraction_static": 0.7}, distributions=dist, state=TrialState.PRUNED,
+                                 user_attrs={"reference": "old", "reused_from": 3,
+                                             "note": "early-stopped at step 2: below the median by 20 %"}))
+    study.add_trial(create_trial(params={"mem_fraction_static": 0.9}, distributions=dist, value=120.0))
+    refs = _references(study, 120.0, 1)
+    assert refs[0] | {"why": None} == {"name": "by hand", "number": 0, "value": 100.0, "gain_pct": 20.0,
+                                       "state": "COMPLETE", "reused_from": None, "why": None}
+    assert refs[1]["value"] is None and refs[1]["reused_from"] == 3 and "early-stopped" in refs[1]["why"]
+    assert len(refs) == 2

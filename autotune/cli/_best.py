@@ -30,6 +30,14 @@ def _best(args: argparse.Namespace) -> int:
     if data["baseline_value"] is not None:
         print(f"baseline (SGLang defaults, trial {data['baseline_number']}): {data['baseline_value']:.2f}  "
               f"gain {data['gain_pct']:+.2f} %")
+    for ref in data.get("references") or []:  # search.references: the configurations named in the study
+        where = f"trial {ref['number']}" + (f", trial {ref['reused_from']}'s launch" if ref.get("reused_from")
+                                            is not None else "")
+        if ref["value"] is None:
+            print(f"reference {ref['name']!r} ({where}): no value ({ref['why']})")
+        else:
+            gain = f"  gain {ref['gain_pct']:+.2f} %" if ref["gain_pct"] is not None else ""
+            print(f"reference {ref['name']!r} ({where}): {ref['value']:.2f}{gain}")
     print(f"params: {data['params']}")
     for line in lineage_lines(data.get("lineage") or []):  # warm start: the studies this result built on
         print(f"built on: {line}")

@@ -246,6 +246,7 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
         "choice": choice,
         "estimate": None if estimate is None else dataclasses.asdict(estimate),
         "baseline_confirmation": conf.get(str(base.number)) if base is not None else None,
+        "references": _references(study, top_value, sign),
         # The trade-off, over every load point of the completed search trials (with an SLO,
         # objective.slo picks along it; these lists show what it costs).
         "pareto": {lat: pareto.trial_front(phases.ranked(study, feasible_only=False), lat)
@@ -257,6 +258,26 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
             for t in others[:runners_up]
         ],
     }
+
+
+def _references(study: optuna.Study, top_value: float, sign: int) -> list[dict[str, Any]]:
+    """The ``search.references`` launch points (named configurations run after the baseline): each one's
+    value and the winner's gain over it; one that did not complete says why (its state and note; a launch
+    the search had already made reuses that launch's result, early-stopped included)."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        name = t.user_attrs.get(attrs.REFERENCE)
+        if not name or phases.is_extra(t) or t.user_attrs.get(attrs.RETRIED):
+            continue
+        value = _value(study, t) if t.state == TrialState.COMPLETE and t.value is not None else None
+        gain = None
+        if value is not None and not math.isclose(value, 0.0):
+            gain = round(sign * (top_value - value) / abs(value) * 100, 2)
+        why = None if value is not None else (t.user_attrs.get(attrs.NOTE) or t.user_attrs.get(attrs.REASON)
+                                              or t.state.name.lower())
+        out.append({"name": str(name), "number": t.number, "value": value, "gain_pct": gain,
+                    "state": t.state.name, "reused_from": t.user_attrs.get(attrs.REUSED_FROM), "why": why})
+    return out
 
 
 def _other_configurations(ranked: list[FrozenTrial], top: FrozenTrial) -> list[FrozenTrial]:
