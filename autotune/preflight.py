@@ -157,7 +157,7 @@ def check_storage_url(spec: StudySpec, *, writable: bool = True) -> None:
         return  # a command that only reads opens the storage read-only (autotune.storage_check)
     from autotune.storage_check import check_writable
 
-    check_writable(url)  # a database in memory, another application's file, a read-only file
+    check_writable(url, spec.storage)  # a database in memory, another application's file, a read-only file
     if parsed.drivername == "sqlite" and parsed.database:
         where = Path(parsed.database).parent
         while not where.exists() and where != where.parent:
@@ -219,8 +219,10 @@ def check_flags(spec: StudySpec) -> None:
     every choice, and a range's two ends (a range is one type: its ends stand for it)."""
     from autotune import space
     from autotune.sglang.flags.argv import render_argv
+    from autotune.sglang.flags.release_tables import table_for
 
     version = spec.server.sglang_version
+    table_for(version)  # a release autotune does not read is the version's fault, not extra_args'
     trials: list[tuple[str, dict[str, object]]] = [("server.extra_args", {})]
     sp = spec.search_space
     for name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce", *space._SIMPLE_KNOBS):

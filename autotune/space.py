@@ -413,27 +413,33 @@ def env_text(value: Any) -> str:
 
 
 def _coerce(key: str, raw: str) -> Any:
-    try:
-        if key == "mem_fraction_static":
+    def bad(why: str) -> ConfigError:  # the value and why it is refused, not just "bad value"
+        return ConfigError(f"--set: bad value for {key}: {shown(raw)} ({why})")
+
+    if key == "mem_fraction_static":
+        try:
             v = float(raw)
-            if not 0 < v <= 1:
-                raise ValueError
-            return v
-        if key in ("custom_allreduce", "flashinfer_allreduce_fusion", "enable_torch_symm_mem"):
-            low = raw.lower()
-            if low not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
-                raise ValueError
-            return low in ("true", "1", "on", "yes")
-        if key in ("kv_cache_dtype", "attention_backend", "speculative_algorithm"):
-            return raw
+        except ValueError:
+            raise bad("must be a number") from None
+        if not 0 < v <= 1:
+            raise bad("a fraction of GPU memory: must be > 0 and <= 1")
+        return v
+    if key in ("custom_allreduce", "flashinfer_allreduce_fusion", "enable_torch_symm_mem"):
+        low = raw.lower()
+        if low not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+            raise bad("must be true or false, 1 or 0, on or off, yes or no")
+        return low in ("true", "1", "on", "yes")
+    if key in ("kv_cache_dtype", "attention_backend", "speculative_algorithm"):
+        return raw
+    try:
         if len(raw) > 20:  # more digits than any knob holds: never converted (int() of 4,300+ digits raises)
             raise ValueError
         v = int(raw)
-        if not 0 < v <= MAX_KNOB_INT:
-            raise ValueError
-        return v
     except ValueError:
-        raise ConfigError(f"--set: bad value for {key}: {shown(raw)}") from None
+        raise bad("must be a whole number") from None
+    if not 0 < v <= MAX_KNOB_INT:
+        raise bad(f"must be > 0 and <= {MAX_KNOB_INT}")
+    return v
 
 
 def to_config(spec: StudySpec, params: dict[str, Any], *, baseline: bool = False, port: int = 30000) -> ServerConfig:

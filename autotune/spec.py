@@ -899,9 +899,11 @@ def format_validation_error(exc: ValidationError, data: Any = None) -> str:
     if not loc:  # a rule across fields: its message names them, and the value is the whole study
         return f"{clip(msg, 300)}{more}"
     got = "" if first["type"] == "missing" else f" (got {shown(value)})"
+    if got and msg.endswith(got.strip(" ()")):  # a validator that said it already: "..., got 'latest'"
+        got = ""
     if loc == "server.env" or loc.startswith("server.env."):  # variables may hold secrets: their names only
         got = f" (got the variables {shown(list(value))})" if isinstance(value, dict) else ""
-    return f"{clip(loc)}: {clip(msg, 200)}{got}{more}"
+    return f"{clip(loc)}: {clip(msg, 300)}{got}{more}"  # 300: an unknown GPU's hint and the known names
 
 
 def _secret_argument(loc: tuple[Any, ...], data: Any) -> bool:

@@ -45,10 +45,12 @@ def memory_database(url: str) -> bool:
     return db is not None and (db == "" or ":memory:" in db or "mode=memory" in url)
 
 
-def refuse_memory(url: str) -> None:
+def refuse_memory(url: str, written: str | None = None) -> None:
+    """ConfigError for a database in memory; ``written``: the study's ``storage`` as the user wrote
+    it (shown instead of the URL resolved against the study's directory)."""
     if memory_database(url):
         raise ConfigError(f"storage: a database in memory is lost when the command ends: a study there "
-                          f"cannot be resumed or read; give a file (got {redact_url(url)!r})")
+                          f"cannot be resumed or read; give a file (got {redact_url(written or url)!r})")
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -107,11 +109,11 @@ def no_study(name: str, url: str) -> NoStudy:
     return NoStudy(f"name: no study {name!r} in {redact_url(url)} (run `autotune run` first)")
 
 
-def check_readable(name: str, url: str) -> str:
+def check_readable(name: str, url: str, written: str | None = None) -> str:
     """The URL a command that only reads opens: for SQLite, the existing file, read-only, once
     it is known to be optuna's. ConfigError (one line) for a memory database, a missing file,
     a file of another application or one that is not a database."""
-    refuse_memory(url)
+    refuse_memory(url, written)
     path = sqlite_path(url)
     if path is None:
         return url
@@ -127,11 +129,11 @@ def check_readable(name: str, url: str) -> str:
     return read_only_url(path)
 
 
-def check_writable(url: str) -> None:
+def check_writable(url: str, written: str | None = None) -> None:
     """For a command that writes the study: ConfigError (one line) for a memory database, an
     existing SQLite file of another application, a read-only file, or a directory in which
     SQLite cannot write its journal. A missing file is fine: ``run`` creates it."""
-    refuse_memory(url)
+    refuse_memory(url, written)
     path = sqlite_path(url)
     if path is None or not path.exists():
         return

@@ -83,3 +83,42 @@ def test_missing_model_unreachable_ray_unwritable_run_dir_fail(tmp_path: Path) -
     assert checks["model"].ok is False and "no-such-model" in checks["model"].detail
     assert checks["ray"].ok is False and "not reachable" in checks["ray"].detail
     assert main(["doctor", str(path)]) == 1
+
+
+class _NoNvml:
+    """An NVML that must not be asked."""
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"NVML asked ({name}) for a study that needs no GPU check")
+
+
+def test_a_cpu_study_asks_the_python_run_launches_and_no_gpu(tmp_path: Path) -> None:
+    """doctor probed `server.python or sys.executable` (FAIL: cannot import SGLang) while `run`
+    launches the cached CPU venv's python (launch_python); and a CPU study needs no GPU check."""
+    import sys
+
+    from autotune.sglang_env.resolve import launch_python
+
+    spec = load_study_spec(Path(__file__).resolve().parents[1] / "studies" / "real-cpu-tiny.yaml")
+    asked: list[str] = []
+    checks = _by_name(run_checks(spec, nvml=_NoNvml(),
+                                 probe=lambda py: asked.append(py) or InstalledSglang(py, "0.5.23")))
+    assert asked == [launch_python(spec)] and asked[0] != sys.executable
+    assert checks["sglang"].ok and asked[0] in checks["sglang"].detail
+    assert checks["gpus"].ok is None and checks["gpus free"].ok is None and "CPU study" in checks["gpus"].detail
+    missing = _by_name(run_checks(spec, nvml=_NoNvml(), probe=lambda py: None))["sglang"]
+    assert missing.ok is False and "CPU venv at" in missing.detail and "sglang-env install" in missing.detail
+
+
+def test_a_named_gpu_without_nvidia_ml_py_is_skipped_not_failed(tmp_path: Path, monkeypatch) -> None:
+    """Every laptop failed doctor on `gpu: h100` ("hardware: auto needs nvidia-ml-py"): only
+    `gpu: auto` needs NVML; a named GPU's checks are skipped with the reason."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails, as without nvidia-ml-py
+    spec = load_study_spec(_real(tmp_path))
+    checks = _by_name(run_checks(spec, probe=lambda py: InstalledSglang(py, "0.5.9")))
+    assert checks["gpus"].ok is None and "without nvidia-ml-py" in checks["gpus"].detail
+    assert checks["gpus free"].ok is None
+    assert checks["gpus free"].detail.startswith("cannot check free GPU memory without nvidia-ml-py")
+    assert not [c for c in checks.values() if c.ok is False], [c.line() for c in checks.values()]

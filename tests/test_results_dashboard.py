@@ -263,3 +263,63 @@ def test_cli_stops_cleanly_on_sigterm_and_leaves_no_wal(finished_spec, tmp_path)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _wsgi(app, method: str, path: str, body: dict | None = None) -> tuple[str, bytes]:
+    import io
+    from wsgiref.util import setup_testing_defaults
+
+    data = json.dumps(body).encode() if body is not None else b""
+    environ: dict = {"PATH_INFO": path, "REQUEST_METHOD": method, "CONTENT_TYPE": "application/json",
+                     "CONTENT_LENGTH": str(len(data)), "wsgi.input": io.BytesIO(data)}
+    setup_testing_defaults(environ)
+    got: list[str] = []
+    out = b"".join(app(environ, lambda status, headers, exc_info=None: got.append(status)))
+    return got[0], out
+
+
+def test_the_dashboard_refuses_every_write_but_notes(tmp_path):
+    """Anyone who reached the port could DELETE the whole study (204, gone for good), tell trials
+    or set their attrs: every request that is not a read or a note save is now 403 with a JSON
+    reason, and the study is unchanged; saving a note still works."""
+    from autotune.results.dashboard import make_app
+
+    spec = make_finished_study(tmp_path, n_complete=2)
+    study = open_study(spec, create=False)
+    sid, trials = study._study_id, study.trials
+    tid = trials[0]._trial_id
+    before = [(t.number, t.state, t.values, t.user_attrs) for t in trials]
+    app = make_app(spec)
+    art = "0" * 8 + "-0000-0000-0000-" + "0" * 12
+    refused = [
+        ("DELETE", f"/api/studies/{sid}", {"remove_associated_artifacts": True}),
+        ("delete", f"/api/studies/{sid}", None),  # bottle upper-cases the method
+        ("POST", f"/api/trials/{tid}/tell", {"state": "Fail"}),
+        ("POST", f"/api/trials/{tid}/user-attrs", {"user_attrs": {"x": 1}}),
+        ("POST", f"/api/studies/{sid}/rename", {"study_name": "renamed"}),
+        ("POST", "/api/studies", {"study_name": "new", "directions": ["maximize"]}),
+        ("POST", f"/api/studies/{sid}/{tid}/skip", None),
+        ("POST", f"/api/studies/{sid}/preference", {"mode": "ChooseWorst", "candidates": [0], "clicked": 0}),
+        ("PUT", f"/api/studies/{sid}/preference_feedback_component", {"output_type": "note"}),
+        ("DELETE", f"/api/studies/{sid}/preference/x", None),
+        ("DELETE", f"/api/artifacts/{sid}/{tid}/{art}", None),
+        ("DELETE", f"/api/artifacts/{sid}/{art}", None),
+        ("POST", f"/api/artifacts/{sid}/{tid}", None),
+        ("POST", "/incompatible-rdb-schema", None),
+        ("PATCH", f"/api/studies/{sid}/note", {"version": 1, "body": "x"}),
+        ("PUT", f"/api/studies/{sid}/note/", {"version": 1, "body": "x"}),
+    ]
+    for method, path, body in refused:
+        status, out = _wsgi(app, method, path, body)
+        assert status.startswith("403"), (method, path, status)
+        assert "read-only except notes" in json.loads(out)["reason"], out
+    again = open_study(spec, create=False)
+    assert [s.study_name for s in again._storage.get_all_studies()] == [spec.name]
+    assert [(t.number, t.state, t.values, t.user_attrs) for t in again.trials] == before
+    assert again._storage.get_study_system_attrs(sid) == study._storage.get_study_system_attrs(sid)
+    # notes: the study's and a trial's are saved (204), as before
+    assert _wsgi(app, "PUT", f"/api/studies/{sid}/note", {"version": 1, "body": "study ok"})[0].startswith("204")
+    assert _wsgi(app, "PUT", f"/api/studies/{sid}/{tid}/note", {"version": 1, "body": "trial ok"})[0].startswith("204")
+    detail = json.loads(_wsgi(app, "GET", f"/api/studies/{sid}")[1])
+    assert detail["note"]["body"] == "study ok" and detail["trials"][0]["note"]["body"] == "trial ok"
+    assert _wsgi(app, "HEAD", "/api/studies")[0].startswith("200")

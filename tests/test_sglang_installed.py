@@ -102,6 +102,28 @@ def test_run_without_sglang_is_refused(tmp_path: Path, monkeypatch, capsys):
     assert "cannot import SGLang" in capsys.readouterr().err
 
 
+def test_run_without_sglang_starts_nothing_and_writes_nothing(tmp_path: Path, caplog, capsys):
+    """`run` of a Ray study whose server.python cannot import SGLang started a local Ray
+    instance, made the run directory and wrote the study's database (an empty study) before
+    refusing it. Now: refused first, exit 2, no .db, no runs/, no Ray."""
+    no_sglang = tmp_path / "python-without-sglang"
+    no_sglang.write_text("#!/bin/sh\necho 'ModuleNotFoundError: sglang' >&2\nexit 1\n")
+    no_sglang.chmod(0o755)
+    study = _study(tmp_path, "0.5.23", {"cuda_graph_max_bs": {"choices": [64]}})
+    data = yaml.safe_load(study.read_text())
+    data["server"]["python"] = str(no_sglang)
+    data["executor"] = {"kind": "ray"}
+    study.write_text(yaml.safe_dump(data))
+    before = set(tmp_path.iterdir())
+    with caplog.at_level("INFO"):
+        assert main(["run", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: server.backend: 'sglang' but") and str(no_sglang) in err, err
+    assert set(tmp_path.iterdir()) == before, sorted(p.name for p in set(tmp_path.iterdir()) - before)
+    assert not list(tmp_path.glob("*.db")) and not (tmp_path / "runs").exists()
+    assert "Ray" not in caplog.text, caplog.text
+
+
 def test_a_knob_the_installed_parser_lacks_is_pruned_before_launch(fake_sglang: Path, tmp_path: Path):
     """The stand-in parser has no --disable-custom-all-reduce: that candidate never launches."""
     from autotune.spec import load_study_spec

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; tunnel with ssh -L); another needs --expose")
     p.add_argument("--expose", action="store_true",
-                   help="allow a --host beyond loopback: anyone who reaches it can read and delete trials")
+                   help="allow a --host beyond loopback: anyone who reaches it can read trials and edit notes")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.set_defaults(func=_dashboard)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,17 +34,30 @@ class Check:
 
 
 def _gpus(spec: StudySpec, nvml: Any) -> list[Check]:
+    """The node's GPUs against the study's named ones (``gpu: auto`` was resolved from NVML when
+    the study loaded). No check for the simulated backend or a CPU study; skipped, not failed,
+    where nvidia-ml-py is not installed: a named GPU needs no NVML to run."""
     from autotune.node.auto import catalogue_name
-    from autotune.node.nvml import read_node
+    from autotune.node.nvml import load_nvml, read_node
     from autotune.sglang.hardware.gpus import get_gpu
 
     if spec.server.backend == "sim":
         return [Check("gpus", None, "simulated backend: no GPU needed"),
                 Check("gpus free", None, "simulated backend")]
+    if spec.server.device == "cpu" or spec.hardware.gpu == "cpu":
+        return [Check("gpus", None, "CPU study: no GPU needed"), Check("gpus free", None, "CPU study")]
+    if nvml is None:
+        try:
+            nvml = load_nvml()
+        except AutotuneError:
+            hint = "(pip install nvidia-ml-py)"
+            return [Check("gpus", None, f"cannot check the GPUs without nvidia-ml-py {hint}; the study names "
+                                        f"{spec.hardware.num_gpus} x {spec.hardware.gpu}"),
+                    Check("gpus free", None, f"cannot check free GPU memory without nvidia-ml-py {hint}")]
     try:
         node = read_node(nvml)
-    except AutotuneError as exc:
-        return [Check("gpus", False, str(exc)), Check("gpus free", False, "cannot tell without NVML")]
+    except AutotuneError as exc:  # NVML installed but cannot start: no driver for the study's GPUs
+        return [Check("gpus", False, str(exc)), Check("gpus free", None, "cannot tell without NVML")]
     want = get_gpu(spec.hardware.gpu)
     n = len(node.gpus)
     names = sorted({g.name for g in node.gpus})
@@ -65,13 +77,17 @@ def _gpus(spec: StudySpec, nvml: Any) -> list[Check]:
 
 def _sglang(spec: StudySpec, probe: Callable[[str], Any]) -> Check:
     from autotune.sglang.versions import parse_version
+    from autotune.sglang_env.resolve import install_hint, launch_python
 
     want = parse_version(spec.server.sglang_version)
     if spec.server.backend == "sim":
         return Check("sglang", True, f"simulated SGLang {want} (flag dialect {want.dialect}, regime {want.regime})")
-    python = spec.server.python or sys.executable
+    python = launch_python(spec)  # the interpreter `run` launches (a CPU study: the cached venv's)
     installed = probe(python)
     if installed is None:
+        if spec.server.device == "cpu" and not spec.server.python:
+            return Check("sglang", False, f"no SGLang {want} CPU venv at {python}; build it with: "
+                                          f"{install_hint(spec)}")
         return Check("sglang", False, f"{python} cannot import SGLang")
     have = parse_version(installed.version)
     ok = (have.dialect, have.regime) == (want.dialect, want.regime)

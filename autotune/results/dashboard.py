@@ -24,6 +24,11 @@ that shows notes, where the stored note was never saved (version 0).
 
 A note saved from the dashboard's UI is a real stored note and replaces the
 generated one. Everything else is the stored study, unchanged.
+
+Notes are the only thing the dashboard writes: :func:`notes_only` answers 403 to every
+other request that is not a read (optuna-dashboard 0.21 would otherwise delete studies,
+trials' artifacts and preference history, tell trials, set user attrs, rename, create or
+migrate the storage, for anyone who reaches the port: no auth, no confirmation).
 """
 
 from __future__ import annotations
@@ -146,8 +151,8 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
 class DashboardStorage(RDBStorage):
     """The study's RDB storage as optuna-dashboard 0.21 should see it (see the module doc).
 
-    Reads are translated; writes (the UI's notes, tells, deletions) go to the
-    storage unchanged.
+    Reads are translated; the UI's notes (the only write :func:`notes_only` lets through)
+    go to the storage unchanged.
     """
 
     def __init__(self, url: str, *, spec: StudySpec | None = None, **kwargs: Any) -> None:
@@ -223,6 +228,33 @@ def with_notes(app: Callable[..., Any], storage: DashboardStorage) -> Callable[.
     return middleware
 
 
+_READS = frozenset({"GET", "HEAD"})
+# The only writes let through: saving a study's or a trial's note (study system attrs).
+_NOTE_PUT = re.compile(r"/api/studies/\d+(?:/\d+)?/note")
+
+
+def notes_only(app: Callable[..., Any]) -> Callable[..., Any]:
+    """WSGI middleware: reads (GET, HEAD) and note saves (``PUT /api/studies/<id>[/<trial>]/note``)
+    pass; every other request is answered 403 with a JSON ``reason`` (which the UI shows) before
+    optuna-dashboard sees it. Refused, among others: ``DELETE /api/studies/<id>`` (the whole study),
+    ``POST /api/trials/<id>/tell`` and ``/user-attrs``, artifact uploads and deletions, rename,
+    create, preference history and ``/incompatible-rdb-schema`` (a schema migration). An allow
+    list, so a route added by a later optuna-dashboard is refused too."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        method = str(environ.get("REQUEST_METHOD", "GET")).upper()  # bottle upper-cases it too
+        path = environ.get("PATH_INFO", "")
+        if method in _READS or (method == "PUT" and _NOTE_PUT.fullmatch(path)):
+            return app(environ, start_response)
+        body = json.dumps({"reason": f"{method} {path} refused: autotune's dashboard is read-only except "
+                                     "notes (only `autotune run` writes the study)"}).encode()
+        start_response("403 Forbidden", [("Content-Type", "application/json"),
+                                         ("Content-Length", str(len(body)))])
+        return [body]
+
+    return guarded
+
+
 def open_dashboard_storage(spec: StudySpec) -> DashboardStorage:
     """The study's storage through the dashboard view; ConfigError when the study does not exist."""
     from autotune.study.storage.opening import open_study
@@ -234,13 +266,14 @@ def open_dashboard_storage(spec: StudySpec) -> DashboardStorage:
 
 
 def make_app(spec: StudySpec) -> Callable[..., Any]:
-    """The optuna-dashboard WSGI app over the study's storage view and its artifact store."""
+    """The optuna-dashboard WSGI app over the study's storage view and its artifact store: reads
+    and note saves only (:func:`notes_only`)."""
     from optuna_dashboard import wsgi
 
     from autotune.study.storage.opening import artifact_store
 
     storage = open_dashboard_storage(spec)
-    return with_notes(wsgi(storage, artifact_store=artifact_store(spec)), storage)
+    return notes_only(with_notes(wsgi(storage, artifact_store=artifact_store(spec)), storage))
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -270,7 +303,7 @@ def _host_of(header: str) -> str:
 def host_guard(app: Callable[..., Any], allowed: Container[str] | None) -> Callable[..., Any]:
     """``app`` answering 403 to a request whose Host header names no ``allowed`` host: a web page
     that rebinds its own name to 127.0.0.1 (DNS rebinding) reaches the port, but its requests
-    carry its name, so it can neither read nor delete trials. ``allowed`` None: no check."""
+    carry its name, so it can neither read trials nor edit notes. ``allowed`` None: no check."""
     if allowed is None:
         return app
 
@@ -296,15 +329,15 @@ def make_dashboard_server(spec: StudySpec, host: str = "127.0.0.1", port: int = 
     if not (0 <= port <= 65535):
         raise ConfigError(f"--port: must be 0..65535, got {port}")
     if not is_loopback(host) and not expose:
-        raise ConfigError(f"--host: {host!r} listens beyond loopback: anyone who can reach it can read and "
-                          "delete trials; add --expose to allow it (or tunnel 127.0.0.1 with ssh -L)")
+        raise ConfigError(f"--host: {host!r} listens beyond loopback: anyone who can reach it can read trials "
+                          "and edit notes; add --expose to allow it (or tunnel 127.0.0.1 with ssh -L)")
     app = host_guard(make_app(spec), allowed_hosts(host, expose=expose))
     try:
         httpd = make_server(host, port, app, handler_class=_QuietHandler)
     except OSError as exc:
         raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     if not is_loopback(host):
-        log.warning("the dashboard listens on %s: anyone who can reach it can delete trials; "
+        log.warning("the dashboard listens on %s: anyone who can reach it can read trials and edit notes; "
                     "prefer 127.0.0.1 and an ssh tunnel (see dashboards/README.md)", host)
     return httpd
 

@@ -99,6 +99,38 @@ def vet(cfg: ServerConfig, spec: StudySpec, predictor: Predictor,
     return cfg, notes, invalid
 
 
+@dataclass(frozen=True)
+class SglangCheck:
+    """What :func:`check_sglang` found: the SGLang whose parser checks every candidate, or None
+    (the simulated backend; a Ray cluster whose GPU nodes must have it)."""
+
+    installed: InstalledSglang | None
+
+
+def check_sglang(spec: StudySpec) -> SglangCheck:
+    """The SGLang that launches the study's servers (``launch_python``), asked before anything
+    starts (``run_study``: no Ray, no storage, no run directory yet): ConfigError when it cannot
+    import SGLang or speaks another release's dialect. The simulated backend is not asked (it
+    starts as fast as before)."""
+    if spec.server.backend != "sglang":
+        return SglangCheck(None)
+    python = launch_python(spec)
+    remote = spec.executor.kind == "ray" and bool(spec.executor.address or os.environ.get("RAY_ADDRESS"))
+    installed = probe(python)
+    if installed is None:
+        if remote:
+            log.info("SGLang is not importable here; the cluster's GPU nodes must have it (flags unchecked)")
+            return SglangCheck(None)
+        if spec.server.device == "cpu" and not spec.server.python:
+            raise ConfigError(f"server.python: no SGLang {spec.server.sglang_version} CPU venv at {python}; "
+                              f"build it with: {install_hint(spec)}")
+        raise ConfigError(f"server.backend: 'sglang' but {python} cannot import SGLang "
+                          "(pip install -e '.[sglang]', or point server.python at the interpreter that has it)")
+    check_version(installed, spec.server.sglang_version)
+    log.info("SGLang %s found at %s: every candidate is checked by its own parser", installed.version, python)
+    return SglangCheck(installed)
+
+
 class Candidates:
     """Builds and checks the study's candidates (the study is only read here).
 
@@ -119,27 +151,12 @@ class Candidates:
         self.installed: InstalledSglang | None = None  # the real SGLang's parser, when the launching python has one
 
     # ---- preflight -----------------------------------------------------------------------
-    def preflight(self) -> None:
+    def preflight(self, checked: SglangCheck | None = None) -> None:
         """Before any launch of real SGLang: the installed version must speak the study's dialect,
-        and every candidate's argv is fed to its real parser (see autotune.sglang.flags.installed)."""
-        spec = self.spec
-        if spec.server.backend != "sglang":
-            return
-        python = launch_python(spec)
-        remote = spec.executor.kind == "ray" and bool(spec.executor.address or os.environ.get("RAY_ADDRESS"))
-        installed = probe(python)
-        if installed is None:
-            if remote:
-                log.info("SGLang is not importable here; the cluster's GPU nodes must have it (flags unchecked)")
-                return
-            if spec.server.device == "cpu" and not spec.server.python:
-                raise ConfigError(f"server.python: no SGLang {spec.server.sglang_version} CPU venv at {python}; "
-                                  f"build it with: {install_hint(spec)}")
-            raise ConfigError(f"server.backend: 'sglang' but {python} cannot import SGLang "
-                              "(pip install -e '.[sglang]', or point server.python at the interpreter that has it)")
-        check_version(installed, spec.server.sglang_version)
-        self.installed = installed
-        log.info("SGLang %s found at %s: every candidate is checked by its own parser", installed.version, python)
+        and every candidate's argv is fed to its real parser (see autotune.sglang.flags.installed).
+        ``checked``: what :func:`check_sglang` found already (``run_study`` asks before anything
+        starts); asked here when None."""
+        self.installed = (checked if checked is not None else check_sglang(self.spec)).installed
 
     # ---- baseline ------------------------------------------------------------------------
     def widened_spec(self) -> StudySpec:

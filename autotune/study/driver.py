@@ -39,7 +39,7 @@ from autotune.launch.cleanup import note_interrupt, raise_if_interrupted
 from autotune.outcome import FailureKind
 from autotune.spec import StudySpec
 from autotune.study import attrs
-from autotune.study.candidates import Candidates, without_dead_knobs
+from autotune.study.candidates import Candidates, SglangCheck, check_sglang, without_dead_knobs
 from autotune.study.execution.disk_fault import as_disk_fault
 from autotune.study.execution.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
@@ -84,7 +84,9 @@ class _LoopState:
 
 
 class StudyDriver:
-    def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None):
+    def __init__(self, spec: StudySpec, *, executor: Executor | None = None, progress: Progress | None = None,
+                 sglang: SglangCheck | None = None):
+        self._sglang = sglang  # check_sglang's answer when run_study asked first (else _prepare asks)
         predictor = Predictor(spec, self._stored_calibration)
         # The space after pruning (a value or knob that cannot run or matter on this node and
         # release is out), once: the sampler, the designed start, the warm start's configurations,
@@ -254,7 +256,7 @@ class StudyDriver:
     def _prepare(self, summary: RunSummary) -> None:
         """Before the loop: the study's own checks, what an earlier run left (servers, trials
         it was running), the baseline and the warm start."""
-        self.candidates.preflight()
+        self.candidates.preflight(self._sglang)
         summary.reaped = self.reap_leftovers()
         if summary.reaped:
             log.warning("ended %d server process(es) left behind by an earlier run", len(summary.reaped))
@@ -525,10 +527,13 @@ def _main_thread() -> bool:
 def run_study(spec: StudySpec, *, progress: Progress | None = None, executor: Executor | None = None) -> RunSummary:
     """Create or resume the study and run it until it holds ``n_trials`` finished trials."""
     t0 = time.monotonic()
+    # The installed SGLang before anything (a subprocess; nothing for the simulated backend): a study
+    # it cannot run is refused before Ray starts, the storage is written or the run directory made.
+    sglang = check_sglang(spec)
     # The study's lock first (one run per storage + name, whatever its run directory), then the run
     # directory's, both before the driver opens anything: a refused run creates nothing (no run directory
     # or artifacts folder, no study in the storage, no Ray instance, not even the sampler's line).
     with study_lock(spec.storage_url, spec.name) or nullcontext(), DriverLock(spec.run_path / "driver.lock"):
-        summary = StudyDriver(spec, executor=executor, progress=progress).run()
+        summary = StudyDriver(spec, executor=executor, progress=progress, sglang=sglang).run()
     log.info("study %s: %d finished trials in %.1f s", spec.name, summary.finished, time.monotonic() - t0)
     return summary

@@ -250,6 +250,6 @@ def get_gpu(name: str) -> GpuKind:
         return GPUS[key]
     except KeyError:
         raise ConfigError(
-            f"gpu: unknown GPU kind {shown(name)}; known: {', '.join(gpu_names())}, cpu "
-            "(or describe it: hardware.memory_mib, hbm_tb_s, bf16_tflops; or gpu: auto on the node)"
+            f"gpu: unknown GPU kind {shown(name)} (describe it: hardware.memory_mib, hbm_tb_s, bf16_tflops; "
+            f"or gpu: auto on the node); known: {', '.join(gpu_names())}, cpu"  # the hint first: a clip cuts the list
         ) from None

@@ -73,9 +73,9 @@ def open_storage(spec: StudySpec, *, read_only: bool = False) -> optuna.storages
     (:mod:`autotune.storage_check`)."""
     shown = redact_url(spec.storage_url)
     if read_only:
-        url = check_readable(spec.name, spec.storage_url)
+        url = check_readable(spec.name, spec.storage_url, spec.storage)
     else:
-        check_writable(spec.storage_url)
+        check_writable(spec.storage_url, spec.storage)
         url = _engine_url(spec.storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for attempt in range(5):
