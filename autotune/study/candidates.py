@@ -230,6 +230,16 @@ class Candidates:
             return f"{name}={value} is not one of the space's values"
         return f"{name}={value} left the space before the study started: {gone.reason}"
 
+    def into_space(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with a value only the baseline widened the space with (SGLang's automatic one:
+        held by :meth:`widened_spec`, not by the study file's space after pruning) replaced by the
+        space's nearest one (a choice that is not a number: the first): what a search trial may
+        launch. A value neither holds is left for :meth:`outside` (the configuration is dropped)."""
+        wide = self.widened_spec()
+        only_baseline = {k: v for k, v in params.items()
+                         if (dom := space.domain_of(wide, k)) is not None and space.in_domain(dom, v)}
+        return {**params, **space.into_space(self.spec, only_baseline, lambda choices: choices[0])}
+
     # ---- validation and prediction --------------------------------------------------------
     def config_of(self, params: dict[str, Any], *, baseline: bool) -> ServerConfig:
         return space.to_config(self.widened_spec(), params, baseline=baseline)

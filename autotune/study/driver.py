@@ -410,7 +410,8 @@ class StudyDriver:
         its configuration (the slot a reference or a warm start would have taken goes to the search; a
         re-run's slot, left in the queue of a study whose space changed since, is one search trial more)."""
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            why = self.candidates.outside(t.system_attrs.get(_FIXED_PARAMS) or {})
+            self._into_space(t)
+            why = self.candidates.outside(self._fixed(t))
             if why is None:
                 continue
             line = f"queued {_queued_by(t.user_attrs)} dropped: {why}"
@@ -420,6 +421,26 @@ class StudyDriver:
                 self.storage.set_trial_user_attr(trial_id, key, None)
             self.storage.set_trial_user_attr(trial_id, attrs.DROPPED, line)
             log.warning("trial %d: %s; the sampler picks this trial's configuration instead", t.number, line)
+
+    def _fixed(self, t: FrozenTrial) -> dict[str, Any]:
+        fixed = self.storage.get_trial(self._trial_id(t.number)).system_attrs.get(_FIXED_PARAMS)
+        return dict(fixed or {})
+
+    def _into_space(self, t: FrozenTrial) -> None:
+        """A queued search trial launches the study file's space only: a value only the baseline holds
+        (SGLang's automatic ``max_running_requests 3327``, carried by a stage built on the baseline, a
+        warm start's earlier baseline, a step of f below the file's range) is replaced by its nearest
+        value of the space (Candidates.into_space). SGLang's defaults, the references, and re-runs of
+        a trial (confirmation, race, interrupted) launch what they queued."""
+        if any(t.user_attrs.get(k) is not None for k in (attrs.BASELINE, attrs.REFERENCE, attrs.CONFIRM_OF,
+                                                         attrs.RETRY_OF)):
+            return
+        fixed = self._fixed(t)
+        inside = self.candidates.into_space(fixed)
+        if inside != fixed:
+            self.storage.set_trial_system_attr(self._trial_id(t.number), _FIXED_PARAMS, inside)
+            moved = {k: f"{fixed[k]!r} -> {v!r}" for k, v in inside.items() if v != fixed[k]}
+            log.info("trial %d: queued values outside the search space moved into it: %s", t.number, moved)
 
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
         """Tell ``trial`` what ``source`` measured for the same launch argv (no launch)."""
