@@ -42,6 +42,7 @@ from autotune.study import attrs
 from autotune.study.candidates import Candidates, without_dead_knobs
 from autotune.study.execution.disk_fault import as_disk_fault
 from autotune.study.execution.executor import Executor, InlineExecutor
+from autotune.study.identity import check_same_study
 from autotune.study.infeasible import LEARNED_KINDS
 from autotune.study.observer import Progress, budget_used, count_states
 from autotune.study.phases import Phases
@@ -92,6 +93,9 @@ class StudyDriver:
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
+        # A study of the same name created from another study file: refused before anything is
+        # asked, launched or written (its trials measured something else).
+        check_same_study(spec, self.storage)
         # Storage only opens; the search (sampler, pruner) is the driver's. The one "sampler: ..." line.
         self.study = open_study(spec, storage=self.storage, sampler=make_sampler(spec, say=True),
                                 pruner=make_pruner(spec))
@@ -365,7 +369,14 @@ class StudyDriver:
         return the request to run it."""
         self._drop_outside()
         trial = self.study.ask()
-        cand = self.candidates.candidate(trial)
+        try:
+            cand = self.candidates.candidate(trial)
+        except Exception as exc:  # a bug, not the candidate's: the asked trial is not left RUNNING but
+            # marked interrupted and queued again, as a resume would have done with it
+            asked = self.storage.get_trial(self._trial_id(trial.number))
+            self._requeue_interrupted(trial.number, {**(asked.system_attrs.get(_FIXED_PARAMS) or {}), **asked.params},
+                                      asked.user_attrs, f"{type(exc).__name__}: {str(exc)[:300]}")
+            raise
         trial.set_user_attr(attrs.PREDICTION, cand.prediction.to_dict())
         if cand.baseline:
             trial.set_user_attr(attrs.BASELINE, True)
