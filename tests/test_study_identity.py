@@ -62,6 +62,14 @@ def test_another_file_with_the_same_name_is_refused_and_nothing_is_written(tmp_p
         after = [(t.number, t.state.name, t.params) for t in _trials(tmp_path)]
         assert after == before  # nothing asked, nothing left RUNNING
 
+    # The commands that show results refuse it too; from the first file they show its trials.
+    for command in ("status", "best"):
+        assert main([command, str(second)]) == 2
+        assert "was created from another study file: its search_space.cuda_graph_max_bs differs" \
+            in capsys.readouterr().err
+        assert main([command, str(first)]) == 0
+        capsys.readouterr()
+
     # The workload alone differs: named too.
     third = _write(tmp_path, "clash3.yaml", [64, 128], 256)
     assert main(["run", str(third), "--no-progress"]) == 2

@@ -17,7 +17,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.limits import shown
-from autotune.redact import redact_url, redact_value
+from autotune.redact import redact_text, redact_url, redact_value
 from autotune.spec import StudySpec
 from autotune.study import attrs
 
@@ -64,11 +64,16 @@ def stored_form(spec: StudySpec) -> dict[str, Any]:
     return out
 
 
-def check_same_study(spec: StudySpec, storage: optuna.storages.BaseStorage) -> None:
+def check_same_study(spec: StudySpec, storage: optuna.storages.BaseStorage, *, pruned: bool = True) -> None:
     """ConfigError (one line) when the study ``spec`` names in ``storage`` was created from a spec that
     differs from ``spec`` in a :data:`DEFINING` field; read only, before the study is even opened. A
     study that does not exist, or holds no stored spec (nothing run yet), passes. A field the stored
-    spec lacks (written by an autotune whose study file had no such field) is not compared."""
+    spec lacks (written by an autotune whose study file had no such field) is not compared.
+
+    The study stores its space after pruning (knobs and values that cannot matter on its node left
+    it). ``pruned=False``: ``spec`` is the study file as read (a command that shows results, which
+    does not prune): its space may hold more than the stored one, a knob or a choice more, never
+    less or another range."""
     try:
         study_id = storage.get_study_id_from_name(spec.name)
     except KeyError:
@@ -78,12 +83,14 @@ def check_same_study(spec: StudySpec, storage: optuna.storages.BaseStorage) -> N
         return
     current = stored_form(spec)
     for path in DEFINING:
-        hit = _first_difference(_get(stored, path), _get(current, path), list(path))
+        hit = _first_difference(_get(stored, path), _get(current, path), list(path),
+                                wider=not pruned and path == ("search_space",))
         if hit is not None:
             where, was, now = hit
-            raise ConfigError(
+            # the name and the values are the user's text: a token pasted there is hidden
+            raise ConfigError(redact_text(
                 f"study {spec.name!r} in {redact_url(spec.storage_url)} was created from another study file: "
-                f"its {where} differs (stored {_text(was)}, this file {_text(now)}); give this study another name")
+                f"its {where} differs (stored {_text(was)}, this file {_text(now)}); give this study another name"))
 
 
 def _get(data: Any, path: tuple[str, ...]) -> Any:
@@ -94,14 +101,22 @@ def _get(data: Any, path: tuple[str, ...]) -> Any:
     return data
 
 
-def _first_difference(was: Any, now: Any, path: list[str]) -> tuple[str, Any, Any] | None:
-    """(dotted field, stored value, current value) of the first difference, or None."""
+def _first_difference(was: Any, now: Any, path: list[str], wider: bool = False) -> tuple[str, Any, Any] | None:
+    """(dotted field, stored value, current value) of the first difference, or None. ``wider``: the
+    current value may hold more than the stored one (a knob or a choice pruning took out)."""
     if was is _MISSING or now is _MISSING:
         return None
+    if wider and was is None:
+        return None
+    if wider and path[-1] == "choices" and isinstance(was, list) and isinstance(now, list):
+        if all(any(_same(w, n) for n in now) for w in was):
+            return None
     if isinstance(was, dict) and isinstance(now, dict):
         for key in [*was, *(k for k in now if k not in was)]:
             if key in was and key in now:
-                hit = _first_difference(was[key], now[key], [*path, str(key)])
+                hit = _first_difference(was[key], now[key], [*path, str(key)], wider)
+            elif wider and key in now:
+                hit = None
             elif path[-1] in _OPEN:
                 hit = (".".join([*path, str(key)]), was.get(key), now.get(key))
             else:  # a field of one autotune's study file only
