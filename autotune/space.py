@@ -616,3 +616,77 @@ def widen_for_baseline(spec: StudySpec, params: dict[str, Any]) -> tuple[StudySp
     if not updates:
         return spec, params
     return spec.model_copy(update={"search_space": space.model_copy(update=updates)}), params
+
+
+# ---- the user's own space: what a search trial may launch -----------------------------------
+# The baseline widens the distributions optuna stores (widen_for_baseline: its RDB storage wants one
+# distribution per parameter for the whole study), so a sampler drawing from them could hand a
+# search trial SGLang's automatic value (max_running_requests 3327 where the file says 32, 64, 128).
+# The study keeps the widened distributions (stable across resume) and every value a search trial
+# gets is brought back into the file's space: by the sampler wrapper (samplers.InSpaceSampler), the
+# grid (samplers.GridSampler enumerates iter_grid of this space only) and the driver's check of the
+# queue (configurations queued by the search policy, the stages, a warm start).
+def domain_of(spec: StudySpec, name: str) -> Any:
+    """The domain of parameter ``name`` in ``spec``'s space, or None when the space has no such axis."""
+    space = spec.search_space
+    named = dict(_named_axes(spec))
+    if name in named:
+        return named[name]
+    sp = space.speculative
+    if name in SPEC_PARAMS:
+        if sp is None:
+            return None
+        return sp.algorithm if name == "speculative_algorithm" else getattr(sp, name.removeprefix("speculative_"))
+    return getattr(space, name, None) if name in ("mem_fraction_static", "cuda_graph_max_bs", "custom_allreduce",
+                                                  *_SIMPLE_KNOBS) else None
+
+
+def in_domain(dom: Any, value: Any) -> bool:
+    """Whether ``value`` is one of the domain's values (a range's: within its ends, on its step)."""
+    if isinstance(dom, (FloatRange, IntRange)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if not dom.low - 1e-9 <= value <= dom.high + 1e-9:
+            return False
+        if dom.step is None:
+            return True
+        k = (value - dom.low) / dom.step
+        return abs(k - round(k)) < 1e-6
+    return any(_same(value, c) for c in dom.choices)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, a bool never standing for a number (True is not the choice 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
+
+
+def into_domain(dom: Any, value: Any, pick: Any) -> Any:
+    """``value`` when the domain holds it, else the domain's value that stands in for it: the nearest
+    for a number (a range's end, the nearest choice), ``pick(choices)`` for anything else (a string, a
+    bool, None: SGLang's "not passed")."""
+    if in_domain(dom, value):
+        return value
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(dom, (FloatRange, IntRange)):
+        if not number:
+            return _value_at(dom, 0)
+        if dom.step is None:
+            return min(max(float(value), dom.low), dom.high)
+        return nearest_value(dom, float(value))
+    numeric = [c for c in dom.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    if number and numeric:
+        return min(numeric, key=lambda c: (abs(float(c) - value), float(c)))
+    return pick(list(dom.choices))
+
+
+def into_space(spec: StudySpec, params: dict[str, Any], pick: Any) -> dict[str, Any]:
+    """``params`` with every value ``spec``'s space does not hold replaced (:func:`into_domain`);
+    parameters the space lacks are kept as they are."""
+    out = dict(params)
+    for name, value in params.items():
+        dom = domain_of(spec, name)
+        if dom is not None:
+            out[name] = into_domain(dom, value, pick)
+    return out

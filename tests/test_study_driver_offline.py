@@ -208,3 +208,36 @@ def test_the_driver_races_leaders_before_the_confirmation(tmp_path: Path):
     for t in done:  # recorded (and exported) per trial: tokens per verify, the bonus token included
         acc = t.user_attrs.get("accept_length")
         assert acc is None if t not in spec_runs else 1 < acc <= t.params["speculative_num_steps"] + 1
+
+
+def test_a_crash_while_building_a_candidate_leaves_no_trial_running(tmp_path: Path, monkeypatch):
+    """A bug raised between ask() and the launch (optuna's "CategoricalDistribution does not support
+    dynamic value space" on a study of another space) marks the asked trial interrupted and queues it
+    again, as a resume would have, instead of leaving it RUNNING."""
+    import pytest
+
+    from autotune.study.candidates import Candidates
+
+    built = Candidates.candidate
+    calls = []
+
+    def candidate(self, trial):
+        calls.append(trial.number)
+        if len(calls) == 2:
+            raise ValueError("CategoricalDistribution does not support dynamic value space.")
+        return built(self, trial)
+
+    monkeypatch.setattr(Candidates, "candidate", candidate)
+    spec = _spec(tmp_path, n_trials=4)
+    with pytest.raises(ValueError, match="dynamic value space"):
+        run_study(spec, executor=OfflineExecutor())
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    failed = study.trials[calls[1]]
+    assert failed.state.name == "FAIL" and "dynamic value space" in failed.user_attrs["reason"]
+    assert failed.user_attrs["failure_kind"] == "interrupted"
+    (again,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert again.user_attrs["retry_of"] == failed.number
+    monkeypatch.setattr(Candidates, "candidate", built)  # the next run runs it and finishes the study
+    run_study(spec, executor=OfflineExecutor())
+    assert budget_used(optuna.load_study(study_name=spec.name, storage=spec.storage_url)) == 4

@@ -63,6 +63,11 @@ def test_the_issues_study_runs_to_its_budget_with_the_inline_executor(
     assert len(design) >= 3 and all(p["params"].get(DP8) == 1 for p in design)
     assert len(_search_trials(study)) == 12 and all(t.params[DP8] == 1 for t in study.trials)
     assert _dropped(caplog) == []
+    # The study stores its space after pruning; the file still lists 8: the same study file, shown
+    # and resumed (study.identity compares the file's space as the run prunes it).
+    assert study.user_attrs["spec"]["search_space"]["flags"][DP8]["choices"] == [1]
+    assert main(["status", str(path)]) == 0
+    assert main(["run", str(path), "--executor", "inline", "--no-progress", "--n-trials", "13"]) == 0
 
 
 def test_a_resumed_queue_holding_a_removed_value_drops_it_with_one_line(

@@ -42,8 +42,9 @@ def _trials(tmp_path: Path, name: str = "search") -> list[optuna.trial.FrozenTri
 
 
 def test_pruner_stops_a_clearly_worse_trial_before_its_load_ends(tmp_path: Path, capsys):
-    # Long enough (a few wall seconds for the slow candidate) for 1 s snapshots to arrive.
-    study = _study(tmp_path, search={"confirm_top": 0,
+    # Long enough (a few wall seconds for the slow candidate) for 1 s snapshots to arrive. The seed
+    # orders the grid: 64 runs first, so the pruner has a finished trial to hold 8 against.
+    study = _study(tmp_path, sampler={"kind": "grid", "seed": 1}, search={"confirm_top": 0,
                                      "early_stopping": {"n_startup_trials": 1, "n_warmup_steps": 1}},
                    workload={"input_len": 128, "output_len": 128, "num_prompts": 512, "concurrency": [64],
                              "warmup_requests": 2})

@@ -259,7 +259,7 @@ def open_dashboard_storage(spec: StudySpec) -> DashboardStorage:
     """The study's storage through the dashboard view; ConfigError when the study does not exist."""
     from autotune.study.storage.opening import open_study
 
-    open_study(spec, create=False)  # a clear error for a study that was never run
+    open_study(spec, create=False, same_file=True)  # a clear error for a study that was never run
     url = spec.storage_url
     kwargs = {"engine_kwargs": {"connect_args": {"timeout": 30}}} if url.startswith("sqlite") else {}
     return DashboardStorage(url, spec=spec, **kwargs)

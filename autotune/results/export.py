@@ -47,7 +47,7 @@ FORMATS = (".csv", ".parquet")
 
 def trials_frame(spec: StudySpec) -> pd.DataFrame:
     """Every trial of the study (finished or not) as one row, columns as documented above."""
-    study = open_study(spec, create=False)
+    study = open_study(spec, create=False, same_file=True)
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     data = _trials.rows(trials)
     return pd.DataFrame(data, columns=_trials.columns(data))

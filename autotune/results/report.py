@@ -43,7 +43,7 @@ code{font-size:12px;white-space:pre-wrap;word-break:break-all} .gain{font-weight
 
 def build_report(spec: StudySpec, *, top: int = 5) -> str:
     """The report's HTML text for the study in ``spec`` (which must exist)."""
-    study = open_study(spec, create=False)
+    study = open_study(spec, create=False, same_file=True)
     metric = spec.objective.metric
     figures = [
         plots.history(study, metric),

@@ -123,7 +123,7 @@ def lineage_lines(lin: list[dict[str, Any]]) -> list[str]:
 
 def status(spec: StudySpec) -> dict[str, Any]:
     """Trial counts, the best so far and the calibration, as shown (secrets hidden: :mod:`autotune.redact`)."""
-    study = open_study(spec, create=False)
+    study = open_study(spec, create=False, same_file=True)
     states = {name: 0 for name in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
     states.update(count_states(study))
     best = best_trial(study)
@@ -184,7 +184,7 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
 
 
 def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
-    study = open_study(spec, create=False)
+    study = open_study(spec, create=False, same_file=True)
     top = best_trial(study)
     if top is None:
         from autotune.errors import AutotuneError

@@ -12,6 +12,7 @@
 - ``calibration``: P, A, KV tokens and graph memory from a log, stored with the study;
   ``log_check``: does the log belong to this study.
 - ``warm_start``: what earlier studies carry into this one.
+- ``identity``: a study resumed or shown from another study file of the same name is refused.
 - ``plan``: ``autotune plan``: the memory verdicts without a launch.
 - ``attrs``: the keys of what a trial and the study carry (the results layer reads them).
 - ``observer``: the ``Progress`` hooks and the trial counts the views read.

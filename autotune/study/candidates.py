@@ -21,7 +21,6 @@ import optuna
 from autotune import space
 from autotune.errors import ConfigError
 from autotune.outcome import FailureKind
-from autotune.redact import redact_value
 from autotune.sglang.flags.argv import render_argv
 from autotune.sglang.flags.installed import InstalledSglang, check_version, probe
 from autotune.sglang.knobs.config import ServerConfig
@@ -32,6 +31,7 @@ from autotune.sglang_env.resolve import install_hint, launch_env, launch_python
 from autotune.space_prune import Removed, prune_space
 from autotune.spec import StudySpec, resolve_workload
 from autotune.study import attrs
+from autotune.study.identity import stored_form
 from autotune.study.infeasible import Failure, implied_by, inert_knobs
 from autotune.study.prediction import Predictor
 from autotune.study.storage.opening import trial_dir
@@ -201,7 +201,7 @@ class Candidates:
         if self.baseline_first():
             self.enqueue_baseline()
         # Secrets of server.env / extra_args stay in the study file, not in its records.
-        self.study.set_user_attr(attrs.SPEC, redact_value(self.spec.model_dump(mode="json", exclude={"source_path"})))
+        self.study.set_user_attr(attrs.SPEC, stored_form(self.spec))  # compared on resume (study.identity)
 
     def baseline_first(self) -> bool:
         """``search.baseline: first``, and where "last" does not apply: a grid launches every point,
@@ -246,6 +246,16 @@ class Candidates:
         if gone is None:
             return f"{name}={value} is not one of the space's values"
         return f"{name}={value} left the space before the study started: {gone.reason}"
+
+    def into_space(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with a value only the baseline widened the space with (SGLang's automatic one:
+        held by :meth:`widened_spec`, not by the study file's space after pruning) replaced by the
+        space's nearest one (a choice that is not a number: the first): what a search trial may
+        launch. A value neither holds is left for :meth:`outside` (the configuration is dropped)."""
+        wide = self.widened_spec()
+        only_baseline = {k: v for k, v in params.items()
+                         if (dom := space.domain_of(wide, k)) is not None and space.in_domain(dom, v)}
+        return {**params, **space.into_space(self.spec, only_baseline, lambda choices: choices[0])}
 
     # ---- validation and prediction --------------------------------------------------------
     def config_of(self, params: dict[str, Any], *, baseline: bool) -> ServerConfig:

@@ -42,6 +42,7 @@ from autotune.study import attrs
 from autotune.study.candidates import Candidates, SglangCheck, check_sglang, without_dead_knobs
 from autotune.study.execution.disk_fault import as_disk_fault
 from autotune.study.execution.executor import Executor, InlineExecutor
+from autotune.study.identity import check_same_study
 from autotune.study.infeasible import LEARNED_KINDS
 from autotune.study.observer import Progress, budget_used, count_states
 from autotune.study.phases import Phases
@@ -96,6 +97,9 @@ class StudyDriver:
         self.progress = progress or Progress()
         self.warm = WarmStart.load(spec)  # earlier studies: a missing one stops here, before any storage is made
         self.storage = open_storage(spec)
+        # A study of the same name created from another study file: refused before anything is
+        # asked, launched or written (its trials measured something else).
+        check_same_study(spec, self.storage)
         # Storage only opens; the search (sampler, pruner) is the driver's. The one "sampler: ..." line.
         self.study = open_study(spec, storage=self.storage, sampler=make_sampler(spec, say=True),
                                 pruner=make_pruner(spec))
@@ -375,7 +379,14 @@ class StudyDriver:
         return the request to run it."""
         self._drop_outside()
         trial = self.study.ask()
-        cand = self.candidates.candidate(trial)
+        try:
+            cand = self.candidates.candidate(trial)
+        except Exception as exc:  # a bug, not the candidate's: the asked trial is not left RUNNING but
+            # marked interrupted and queued again, as a resume would have done with it
+            asked = self.storage.get_trial(self._trial_id(trial.number))
+            self._requeue_interrupted(trial.number, {**(asked.system_attrs.get(_FIXED_PARAMS) or {}), **asked.params},
+                                      asked.user_attrs, f"{type(exc).__name__}: {str(exc)[:300]}")
+            raise
         trial.set_user_attr(attrs.PREDICTION, cand.prediction.to_dict())
         if cand.baseline:
             trial.set_user_attr(attrs.BASELINE, True)
@@ -420,7 +431,8 @@ class StudyDriver:
         its configuration (the slot a reference or a warm start would have taken goes to the search; a
         re-run's slot, left in the queue of a study whose space changed since, is one search trial more)."""
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            why = self.candidates.outside(t.system_attrs.get(_FIXED_PARAMS) or {})
+            self._into_space(t)
+            why = self.candidates.outside(self._fixed(t))
             if why is None:
                 continue
             line = f"queued {_queued_by(t.user_attrs)} dropped: {why}"
@@ -430,6 +442,26 @@ class StudyDriver:
                 self.storage.set_trial_user_attr(trial_id, key, None)
             self.storage.set_trial_user_attr(trial_id, attrs.DROPPED, line)
             log.warning("trial %d: %s; the sampler picks this trial's configuration instead", t.number, line)
+
+    def _fixed(self, t: FrozenTrial) -> dict[str, Any]:
+        fixed = self.storage.get_trial(self._trial_id(t.number)).system_attrs.get(_FIXED_PARAMS)
+        return dict(fixed or {})
+
+    def _into_space(self, t: FrozenTrial) -> None:
+        """A queued search trial launches the study file's space only: a value only the baseline holds
+        (SGLang's automatic ``max_running_requests 3327``, carried by a stage built on the baseline, a
+        warm start's earlier baseline, a step of f below the file's range) is replaced by its nearest
+        value of the space (Candidates.into_space). SGLang's defaults, the references, and re-runs of
+        a trial (confirmation, race, interrupted) launch what they queued."""
+        if any(t.user_attrs.get(k) is not None for k in (attrs.BASELINE, attrs.REFERENCE, attrs.CONFIRM_OF,
+                                                         attrs.RETRY_OF)):
+            return
+        fixed = self._fixed(t)
+        inside = self.candidates.into_space(fixed)
+        if inside != fixed:
+            self.storage.set_trial_system_attr(self._trial_id(t.number), _FIXED_PARAMS, inside)
+            moved = {k: f"{fixed[k]!r} -> {v!r}" for k, v in inside.items() if v != fixed[k]}
+            log.info("trial %d: queued values outside the search space moved into it: %s", t.number, moved)
 
     def _reuse(self, trial: optuna.Trial, source: FrozenTrial) -> None:
         """Tell ``trial`` what ``source`` measured for the same launch argv (no launch)."""

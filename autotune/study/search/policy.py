@@ -350,7 +350,7 @@ class SearchPolicy:
         EAGLE3 gains 70 % over the best base, 7 of 20 seeds never launched it
         (``benchmarks/scenarios/7-seed-c16-spec.yaml``)."""
         f = params.get("mem_fraction_static")
-        dom = self.candidates.widened_spec().search_space.mem_fraction_static
+        dom = self.spec.search_space.mem_fraction_static
         if f is None or dom is None or not self._predict(params).get("should_prune"):
             return self._below_slack_failures(params, trials)
         fs = [v for v in initial_design._axis_values(dom) if v <= f + 1e-9]
@@ -373,7 +373,7 @@ class SearchPolicy:
                        and _needs_as_much_slack(params, t.params)]
         if f is None or not slack_fails or f < min(slack_fails):
             return params
-        dom = self.candidates.widened_spec().search_space.mem_fraction_static
+        dom = self.spec.search_space.mem_fraction_static
         step = (dom.step if dom is not None and dom.step else 0.01)
         return {**params, "mem_fraction_static": round(min(slack_fails) - step, 6)}
 
@@ -469,7 +469,7 @@ class SearchPolicy:
         if last.state != TrialState.FAIL or last.user_attrs.get("failure_kind") not in SLACK_KINDS \
                 or last.user_attrs.get("design") not in ("boundary", "boundary step"):
             return None
-        dom = self.candidates.widened_spec().search_space.mem_fraction_static
+        dom = self.spec.search_space.mem_fraction_static
         f = last.params.get("mem_fraction_static")
         if _in_a_row(design, "boundary step") >= MAX_BOUNDARY_STEPS or dom is None or f is None:
             return None

@@ -111,16 +111,23 @@ def _no_tables(exc: BaseException) -> bool:
 
 def open_study(spec: StudySpec, *, create: bool = True, storage: optuna.storages.RDBStorage | None = None,
                sampler: optuna.samplers.BaseSampler | None = None,
-               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+               pruner: optuna.pruners.BasePruner | None = None, same_file: bool = False) -> optuna.Study:
     """Create or load the study. ``create=False`` (every command that only reads) opens the
     storage read-only and raises ConfigError when the study does not exist.
 
     ``sampler`` / ``pruner``: the search's, for the driver (optuna persists neither: it builds
     them again on resume). Without them the study is opened to read or to store an attribute,
     never to ask: it gets optuna's plain random sampler and no pruner, and nothing of the
-    study's search space is enumerated."""
+    study's search space is enumerated.
+
+    ``same_file`` (the commands that show a study's results from its study file): ConfigError when
+    the study was created from another study file with the same name (study.identity)."""
     storage = storage if storage is not None else open_storage(spec, read_only=not create)
     sampler = sampler if sampler is not None else optuna.samplers.RandomSampler()
+    if same_file:
+        from autotune.study.identity import check_same_study  # identity imports the study layer
+
+        check_same_study(spec, storage, pruned=False)
     if not create:
         try:
             return optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler)
