@@ -212,7 +212,8 @@ def test_a_ctrl_c_swallowed_inside_the_load_point_still_stops_the_trial(tmp_path
         raise LoadGenError("load point failed: connection closed")
 
     monkeypatch.setattr(live, "run_load", swallowed)
-    req = _sim_trial_request(tmp_path, 3, 0.88, SimSpec(time_scale=20.0, seed=0))
+    # the load is never run: time scale 200 only shortens the two startups (at 20 they took ~2 s each)
+    req = _sim_trial_request(tmp_path, 3, 0.88, SimSpec(time_scale=200.0, seed=0))
     try:
         with pytest.raises(KeyboardInterrupt):
             live.run_trial_body(req)
@@ -221,5 +222,7 @@ def test_a_ctrl_c_swallowed_inside_the_load_point_still_stops_the_trial(tmp_path
         cleanup.clear_interrupt()
     # without a recorded signal the same failure is a load failure, as before
     monkeypatch.setattr(live, "run_load", lambda *_a, **_k: (_ for _ in ()).throw(LoadGenError("boom")))
+    # the server lives on: the trial waits DYING_GRACE_S (5 s) for it to die before calling it a load failure
+    monkeypatch.setattr(live, "DYING_GRACE_S", 0.2)
     res = live.run_trial_body(dataclasses.replace(req, trial_number=4, artifact_dir=str(tmp_path / "t4")))
     assert res.state == "failed" and res.failure_kind == "load_failed"
