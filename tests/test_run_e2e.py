@@ -91,6 +91,9 @@ def _sim_servers(root: int | None = None) -> list[psutil.Process]:
 
 def test_sweep_end_to_end(tmp_path: Path, capsys):
     study = _study(tmp_path)
+    data = yaml.safe_load(study.read_text())
+    data["server"]["sim"]["time_scale"] = 100  # 50: each of the 5 launches spent 1 s of its ~2 s in startup sleeps
+    study.write_text(yaml.safe_dump(data))
     assert main(["run", str(study), "--no-progress"]) == 0
     capsys.readouterr()
     status = _json_out(capsys, ["status", str(study), "--json"])
