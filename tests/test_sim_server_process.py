@@ -37,8 +37,10 @@ def _free_port() -> int:
 class Sim:
     """One ``python -m autotune.sim`` process logging to a file."""
 
-    def __init__(self, log_dir: Path, args: list[str], *, version: str = "0.5.9", time_scale: float = 50.0,
+    def __init__(self, log_dir: Path, args: list[str], *, version: str = "0.5.9", time_scale: float = 200.0,
                  port: int | None = None) -> None:
+        # 200: the seed case's ~51 modelled s of startup take 0.25 s (1 s at 50); tests whose timing
+        # depends on the scale name theirs
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"sim-{self.port}.log"
@@ -273,7 +275,7 @@ def test_fault_memory_imbalance(sims: Any) -> None:
 
 
 def test_fault_hang_startup_never_ready(sims: Any) -> None:
-    sim = sims([*SEED, "--sim-fault", "hang_startup"])
+    sim = sims([*SEED, "--sim-fault", "hang_startup"], time_scale=50.0)
     assert sim.wait_for("Uvicorn running on"), sim.text()
     deadline = time.monotonic() + 1.0  # 50 modelled seconds
     while time.monotonic() < deadline:
