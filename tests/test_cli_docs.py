@@ -99,7 +99,7 @@ def test_the_readme_minimal_study_plans_and_runs(tmp_path, capsys, cli_signal_ha
     plan = json.loads(capsys.readouterr().out)
     assert any(c["verdict"] == "fits" for c in plan["candidates"])
 
-    study["server"]["backend"] = "sim"
+    study["server"].update(backend="sim", sim={"time_scale": 50})  # the default 10: 2.5 s of load per trial
     study.update(n_trials=2, executor={"kind": "inline"}, search={"confirm_top": 0})
     study["workload"].update(num_prompts=32, concurrency=[8])
     path.write_text(yaml.safe_dump(study))

@@ -50,6 +50,17 @@ def test_ready_then_stop_leaves_nothing(tmp_path: Path) -> None:
         kill_quietly(pids)
 
 
+def test_the_ready_line_is_probed_at_once_not_at_the_next_poll(tmp_path: Path) -> None:
+    """A server that logs SGLang's "fired up and ready to roll" is probed when the line comes: with polls
+    5 s apart, the first probe (before it listens) fails and the next one is not waited for."""
+    port = free_port()
+    server = ServerProcess(fake_argv(port), log_path=tmp_path / "s.log", port=port, startup_timeout_s=30,
+                           poll_interval_s=5.0)
+    with server:
+        server.wait_ready()
+        assert server.timings["startup_s"] < 4.0, server.timings  # the second poll would be at 5 s
+
+
 def test_falls_back_to_health_when_health_generate_is_missing(tmp_path: Path) -> None:
     port = free_port()
     with _server(tmp_path, port, no_health_generate=True) as server:

@@ -85,7 +85,10 @@ def _request(tmp_path: Path) -> TrialRequest:
         workload=WorkloadSpec(input_len=64, output_len=2000, num_prompts=16, concurrency=[8], warmup_requests=1,
                               flush_cache=False),  # the default 60 s between-tokens limit: never reached here
         objective=Objective(metric="output_throughput"), artifact_dir=str(tmp_path / "trial"),
-        run_dir=str(tmp_path / "run"), startup_timeout_s=60, sim=SimSpec(time_scale=1.0, seed=0),
+        run_dir=str(tmp_path / "run"), startup_timeout_s=60,
+        # time scale 4: the startup's ~8 modelled s take 2 s (at 1 they took 8 of the test's 17 s); the warm-up
+        # request's 2,000 tokens still stream for ~13 s, so the kill 3 s after "fired up" lands mid-stream as before
+        sim=SimSpec(time_scale=4.0, seed=0),
     )
 
 
@@ -99,7 +102,7 @@ def test_a_dead_scheduler_under_load_fails_the_trial_as_crashed_and_leaves_nothi
         while time.monotonic() < deadline:
             text = log.read_text(errors="replace") if log.exists() else ""
             if "fired up" in text:
-                time.sleep(3.0)  # into the load point (warm-up request, then ~60 s of streams)
+                time.sleep(3.0)  # into the load point (the warm-up request streams for ~13 s, then the load's)
                 sched = _scheduler_of(os.getpid())
                 if sched is not None:
                     tree.extend(sched.parents()[:1] + [sched])

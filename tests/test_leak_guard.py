@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.leak_guard import SESSION_ENV, leaky
+from support.leak_guard import GRACE_ENV, SESSION_ENV, leaky
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -173,6 +173,7 @@ def test_the_plugin_fails_the_leaky_test_and_the_next_one_starts_clean(pytester:
     tests_dir = str(Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv(SESSION_ENV)  # the inner session marks its own processes
+    monkeypatch.setenv(GRACE_ENV, "1")  # its leaks never go: 1 s, not 5, before each is reported (twice here)
     pytester.makepyfile(test_inner=INNER, test_inner_forgetful=INNER_FORGETFUL)
     result = pytester.runpytest_subprocess("-p", "support.leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
                                            "--timeout=120")
@@ -238,6 +239,7 @@ def test_a_shared_server_started_again_by_a_test_stays_the_fixtures(pytester: py
     tests_dir = str(Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv(SESSION_ENV)
+    monkeypatch.setenv(GRACE_ENV, "1")  # the stray never goes: 1 s, not 5, before it is reported
     pytester.makepyfile(test_inner_restart=INNER_RESTART)
     result = pytester.runpytest_subprocess("-p", "support.leak_guard", "-p", "no:cacheprovider", "-p", "no:randomly",
                                            "--timeout=120")

@@ -91,6 +91,9 @@ def _sim_servers(root: int | None = None) -> list[psutil.Process]:
 
 def test_sweep_end_to_end(tmp_path: Path, capsys):
     study = _study(tmp_path)
+    data = yaml.safe_load(study.read_text())
+    data["server"]["sim"]["time_scale"] = 100  # 50: each of the 5 launches spent 1 s of its ~2 s in startup sleeps
+    study.write_text(yaml.safe_dump(data))
     assert main(["run", str(study), "--no-progress"]) == 0
     capsys.readouterr()
     status = _json_out(capsys, ["status", str(study), "--json"])
@@ -212,7 +215,8 @@ def test_a_ctrl_c_swallowed_inside_the_load_point_still_stops_the_trial(tmp_path
         raise LoadGenError("load point failed: connection closed")
 
     monkeypatch.setattr(live, "run_load", swallowed)
-    req = _sim_trial_request(tmp_path, 3, 0.88, SimSpec(time_scale=20.0, seed=0))
+    # the load is never run: time scale 200 only shortens the two startups (at 20 they took ~2 s each)
+    req = _sim_trial_request(tmp_path, 3, 0.88, SimSpec(time_scale=200.0, seed=0))
     try:
         with pytest.raises(KeyboardInterrupt):
             live.run_trial_body(req)
@@ -221,5 +225,7 @@ def test_a_ctrl_c_swallowed_inside_the_load_point_still_stops_the_trial(tmp_path
         cleanup.clear_interrupt()
     # without a recorded signal the same failure is a load failure, as before
     monkeypatch.setattr(live, "run_load", lambda *_a, **_k: (_ for _ in ()).throw(LoadGenError("boom")))
+    # the server lives on: the trial waits DYING_GRACE_S (5 s) for it to die before calling it a load failure
+    monkeypatch.setattr(live, "DYING_GRACE_S", 0.2)
     res = live.run_trial_body(dataclasses.replace(req, trial_number=4, artifact_dir=str(tmp_path / "t4")))
     assert res.state == "failed" and res.failure_kind == "load_failed"

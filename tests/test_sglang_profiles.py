@@ -564,9 +564,10 @@ def test_ignore_patterns_matched_together_match_as_each_alone() -> None:
                 "re:(?i)MODEL\\.LAYERS\\.7\\.", "re:(?P<x>model)\\.layers\\.9\\.mlp", "model.layers.1?.self_attn*",
                 "model.layers.*.linear_attn", "model.layers.3.mlp.shared_experts"]
     got = _ignored(patterns, 24)
+    alone = [_ignored([p], 24) for p in patterns]  # each pattern's own flags, computed once (not per layer)
     for comp, names in COMPONENT_NAMES.items():
         layers = range(24) if "{i}" in names[0] else range(1)
-        want = tuple(any(_ignored([p], 24).get(comp, (False,) * len(layers))[i] for p in patterns) for i in layers)
+        want = tuple(any(a.get(comp, (False,) * len(layers))[i] for a in alone) for i in layers)
         assert got.get(comp, (False,) * len(layers)) == want, comp
     assert len(_one_regex(["a", "b(c)", "(?i)x", "(y)\\1"])) == 3  # a|b(c) shared, the other two alone
     with pytest.raises(ValueError, match="ignore pattern"):

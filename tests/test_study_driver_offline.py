@@ -88,7 +88,7 @@ def test_one_driver_per_study(tmp_path: Path):
 
 
 def test_a_wall_time_budget_stops_the_search_and_skips_confirmation(tmp_path: Path):
-    spec = _spec(tmp_path, n_trials=500, budget={"wall_time_s": 3})
+    spec = _spec(tmp_path, n_trials=500, budget={"wall_time_s": 1})  # the first trial starts at 0 s, the stop is 1 s on
     run_study(spec, executor=OfflineExecutor())
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
     assert 0 < budget_used(study) < 500

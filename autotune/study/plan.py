@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,21 @@ def stored_calibration(spec: StudySpec) -> dict[str, Any] | None:
         return open_study(spec, create=False).user_attrs.get(attrs.CALIBRATION)
     except NoStudy:  # nothing run yet; a storage of another application or a damaged one is refused
         return None
+
+
+def _read_once(spec: StudySpec, carried: Callable[[], dict[str, Any] | None]) -> Callable[[], dict[str, Any] | None]:
+    """The calibration a plan predicts with: the stored one (else ``carried()``), read at its first use and
+    kept, since nothing stores another while ``plan`` runs. Each read opens the study's storage (~50 ms:
+    SQLAlchemy's schema check), and the predictor asks for every candidate: a finished study of 184
+    candidates took 10 s to plan, for one value."""
+    kept: list[dict[str, Any] | None] = []
+
+    def calibration() -> dict[str, Any] | None:
+        if not kept:
+            kept.append(stored_calibration(spec) or carried())
+        return kept[0]
+
+    return calibration
 
 
 def candidates_from_sets(spec: StudySpec, items: list[str]) -> list[dict[str, Any]]:
@@ -82,7 +98,7 @@ def warm_start(spec: StudySpec) -> WarmPlan:
     if not warm:
         return WarmPlan()
     scratch = optuna.create_study(storage=optuna.storages.InMemoryStorage())  # the space, widened, without storage
-    cands = Candidates(spec, scratch, Predictor(spec, lambda: stored_calibration(spec) or warm.calibration()))
+    cands = Candidates(spec, scratch, Predictor(spec, _read_once(spec, warm.calibration)))
     warm.decide(cands.widened_spec(), cands.outside)
     return WarmPlan(warm.lines(), [src.to_dict() for src in warm.sources], warm.calibration())
 
@@ -95,7 +111,7 @@ def plan_rows(spec: StudySpec, sets: list[str] | None = None, warm: WarmPlan | N
     if warm is None:
         warm = warm_start(spec) if spec.warm_start else WarmPlan()
     warm_cal = warm.calibration
-    predictor = Predictor(spec, lambda: stored_calibration(spec) or warm_cal)  # the driver's own prediction path
+    predictor = Predictor(spec, _read_once(spec, lambda: warm_cal))  # the driver's own prediction path
     spec, _ = without_dead_knobs(spec, predictor)  # plan_space says what left and why
     cands = candidates_from_sets(spec, sets) if sets else list(space.iter_grid(spec))
     rows = []
