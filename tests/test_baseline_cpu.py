@@ -45,7 +45,11 @@ def _measure(request: TrialRequest) -> TrialResult:
 
 @pytest.mark.parametrize("sampler", ["tpe", "grid"])
 def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path: Path, monkeypatch, caplog, sampler: str):
-    monkeypatch.setattr(Candidates, "preflight", lambda self: None)  # no SGLang venv needed offline
+    monkeypatch.setattr(Candidates, "preflight", lambda self, *checked: None)  # no SGLang venv needed offline
+    from autotune.study import driver
+    from autotune.study.candidates import SglangCheck
+
+    monkeypatch.setattr(driver, "check_sglang", lambda spec: SglangCheck(None))  # nor run_study's own probe
     spec = _spec(tmp_path, sampler)
     launched: list[TrialRequest] = []
     with caplog.at_level(logging.INFO, logger="autotune"):

@@ -64,7 +64,7 @@ def test_the_issues_study_runs_to_its_budget_with_the_inline_executor(
     assert len(_search_trials(study)) == 12 and all(t.params[DP8] == 1 for t in study.trials)
     assert _dropped(caplog) == []
     # The study stores its space after pruning; the file still lists 8: the same study file, shown
-    # and resumed (study.identity compares the file's space as the run prunes it).
+    # and resumed (study.storage.identity compares the file's space as the run prunes it).
     assert study.user_attrs["spec"]["search_space"]["flags"][DP8]["choices"] == [1]
     assert main(["status", str(path)]) == 0
     assert main(["run", str(path), "--executor", "inline", "--no-progress", "--n-trials", "13"]) == 0

@@ -12,11 +12,11 @@
 - ``calibration``: P, A, KV tokens and graph memory from a log, stored with the study;
   ``log_check``: does the log belong to this study.
 - ``warm_start``: what earlier studies carry into this one.
-- ``identity``: a study resumed or shown from another study file of the same name is refused.
 - ``plan``: ``autotune plan``: the memory verdicts without a launch.
 - ``attrs``: the keys of what a trial and the study carry (the results layer reads them).
 - ``observer``: the ``Progress`` hooks and the trial counts the views read.
 - ``search/``: samplers, the search policy and designed start, the noise-aware estimate, racing, the pruner.
 - ``execution/``: where trial bodies run (inline, offline, Ray).
-- ``storage/``: opening, checking, reading the study's storage; riding out restarts; the driver's lock.
+- ``storage/``: opening, checking, reading the study's storage; riding out restarts; the driver's lock;
+  the study's identity (a study resumed or shown from another study file of the same name is refused).
 """

@@ -31,9 +31,9 @@ from autotune.sglang_env.resolve import install_hint, launch_env, launch_python
 from autotune.space_prune import Removed, prune_space
 from autotune.spec import StudySpec, resolve_workload
 from autotune.study import attrs
-from autotune.study.identity import stored_form
 from autotune.study.infeasible import Failure, implied_by, inert_knobs
 from autotune.study.prediction import Predictor
+from autotune.study.storage.identity import stored_form
 from autotune.study.storage.opening import trial_dir
 from autotune.trial.contract import TrialRequest
 
@@ -201,7 +201,7 @@ class Candidates:
         if self.baseline_first():
             self.enqueue_baseline()
         # Secrets of server.env / extra_args stay in the study file, not in its records.
-        self.study.set_user_attr(attrs.SPEC, stored_form(self.spec))  # compared on resume (study.identity)
+        self.study.set_user_attr(attrs.SPEC, stored_form(self.spec))  # compared on resume (study.storage.identity)
 
     def baseline_first(self) -> bool:
         """``search.baseline: first``, and where "last" does not apply: a grid launches every point,

@@ -42,7 +42,6 @@ from autotune.study import attrs
 from autotune.study.candidates import Candidates, SglangCheck, check_sglang, without_dead_knobs
 from autotune.study.execution.disk_fault import as_disk_fault
 from autotune.study.execution.executor import Executor, InlineExecutor
-from autotune.study.identity import check_same_study
 from autotune.study.infeasible import LEARNED_KINDS
 from autotune.study.observer import Progress, budget_used, count_states
 from autotune.study.phases import Phases
@@ -54,6 +53,7 @@ from autotune.study.search import race
 from autotune.study.search.policy import SearchPolicy
 from autotune.study.search.pruner import make_pruner
 from autotune.study.search.samplers import make_sampler
+from autotune.study.storage.identity import check_same_study
 from autotune.study.storage.lock import DriverLock, study_lock
 from autotune.study.storage.opening import artifact_store, open_storage, open_study, store_artifact
 from autotune.study.warm_start import LINEAGE, PriorSampler, WarmStart

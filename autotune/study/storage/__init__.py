@@ -5,7 +5,8 @@
   pruner are the search's (the driver builds them), so a reader or ``calibrate`` never enumerates the grid.
 - ``read``: a study's trials read with six plain SELECTs instead of optuna's ORM.
 - ``retry``: an RDB storage that rides out a database restart (``StorageUnavailable`` past its deadline).
-- ``lock``: one driver per study: the lock file of the study's only writer.
+- ``lock``: one driver per study: a lock file beside SQLite, an advisory lock on PostgreSQL.
+- ``identity``: the study file must be the one that created the study (same name, another file: refused).
 
 What ``storage`` points at is checked before optuna is handed it by :mod:`autotune.storage_check`
 (below the study: preflight runs it first).

@@ -121,11 +121,11 @@ def open_study(spec: StudySpec, *, create: bool = True, storage: optuna.storages
     study's search space is enumerated.
 
     ``same_file`` (the commands that show a study's results from its study file): ConfigError when
-    the study was created from another study file with the same name (study.identity)."""
+    the study was created from another study file with the same name (study.storage.identity)."""
     storage = storage if storage is not None else open_storage(spec, read_only=not create)
     sampler = sampler if sampler is not None else optuna.samplers.RandomSampler()
     if same_file:
-        from autotune.study.identity import check_same_study  # identity imports the study layer
+        from autotune.study.storage.identity import check_same_study  # identity imports the study layer
 
         check_same_study(spec, storage, pruned=False)
     if not create:
