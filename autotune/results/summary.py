@@ -99,6 +99,13 @@ def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     return None
 
 
+def _gain(value: float, over: float | None, sign: int) -> float | None:
+    """The gain of ``value`` over ``over`` in per cent (sign: +1 maximising, -1 minimising); None without a base."""
+    if not over or math.isclose(over, 0.0):
+        return None
+    return round(sign * (value - over) / abs(over) * 100, 2)
+
+
 def _value(study: optuna.Study, t: FrozenTrial) -> float:
     """A trial's value for comparisons: its confirmed median when it was re-run."""
     conf = (study.user_attrs.get(attrs.CONFIRMATION) or {}).get(str(t.number))
@@ -196,7 +203,7 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
     gain = None
     if base_value and top_value is not None and not math.isclose(base_value, 0.0):
         sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-        gain = round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
+        gain = _gain(top_value, base_value, sign)
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     from autotune.launch.artifacts import shell_command
     from autotune.sglang.flags.argv import shell_line
@@ -214,7 +221,7 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
         top = next(t for t in others if t.number == choice["recommended"])
         top_value = _value(study, top)
         others = _other_configurations(phases.ranked(study), top)
-        gain = None if not base_value else round(sign * (top_value - base_value) / abs(base_value) * 100, 2)
+        gain = _gain(top_value, base_value, sign)
     pooled = estimates(study)
     estimate = pooled.get(key_of(top)) if pooled else None
     if estimate is not None and pooled:
@@ -253,8 +260,7 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
                    for lat in ("p99_ttft_ms", "p99_itl_ms")},
         "runners_up": [
             {"number": t.number, "params": ran_params(t), "value": _value(study, t),
-             "gain_pct": None if not base_value else
-             round(sign * (_value(study, t) - base_value) / abs(base_value) * 100, 2)}
+             "gain_pct": _gain(_value(study, t), base_value, sign)}
             for t in others[:runners_up]
         ],
     }
@@ -270,9 +276,7 @@ def _references(study: optuna.Study, top_value: float, sign: int) -> list[dict[s
         if not name or phases.is_extra(t) or t.user_attrs.get(attrs.RETRIED):
             continue
         value = _value(study, t) if t.state == TrialState.COMPLETE and t.value is not None else None
-        gain = None
-        if value is not None and not math.isclose(value, 0.0):
-            gain = round(sign * (top_value - value) / abs(value) * 100, 2)
+        gain = None if value is None else _gain(top_value, value, sign)
         why = None if value is not None else (t.user_attrs.get(attrs.NOTE) or t.user_attrs.get(attrs.REASON)
                                               or t.state.name.lower())
         out.append({"name": str(name), "number": t.number, "value": value, "gain_pct": gain,
