@@ -139,10 +139,10 @@ def _leading(study: optuna.Study, params: dict, value: float, **user_attrs) -> i
     return len(study.trials) - 1
 
 
-def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_repeats(tmp_path: Path):
-    """search.repeats >= 2 (a noisy node): the configuration ``best`` would hand over is re-run
-    once as soon as it leads on a single run; the re-run is outside the budget and one of its
-    confirmation repeats."""
+def test_a_noisy_study_re_runs_each_new_leader_to_three_runs_and_counts_them_towards_its_repeats(tmp_path: Path):
+    """search.repeats >= 2 (a noisy node): the best-ranked configuration is re-run as soon as it
+    leads, until it has three runs (``RACE_RUNS``, at most ``repeats``); the re-runs are outside
+    the budget and count as its confirmation repeats."""
     from autotune.study import attrs
     from autotune.study.phases import Phases
     from autotune.study.search.race import enqueue_race
@@ -160,7 +160,12 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
     trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
     study.tell(trial, 97.0)
     assert budget_used(study) == 1
-    assert enqueue_race(spec, study) is None  # two runs: the leader is not re-run again
+    assert enqueue_race(spec, study) == first  # two runs: once more
+    trial = study.ask()
+    trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
+    study.tell(trial, 95.0)
+    assert budget_used(study) == 1
+    assert enqueue_race(spec, study) is None  # three runs: the leader is not re-run again
     _leading(study, {"cuda_graph_max_bs": 256}, 95.0)
     assert enqueue_race(spec, study) is None  # not the leader: no re-run
     lucky = _leading(study, {"cuda_graph_max_bs": 512}, 104.0)
@@ -168,10 +173,26 @@ def test_a_noisy_study_re_runs_each_new_leader_once_and_counts_it_towards_its_re
     # Confirmation: the top trial's repeats less the re-run it already had; the baseline's in full.
     trial = study.ask()
     trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
-    study.tell(trial, 96.0)
+    study.tell(trial, 103.0)
     phases.enqueue_confirmation()
     queued = [t.user_attrs[attrs.CONFIRM_OF] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
     assert queued == [lucky, lucky]
+
+
+def test_a_study_of_two_repeats_races_a_leader_to_two_runs(tmp_path: Path):
+    """``repeats: 2``: a leader gets one re-run during the search (``race_runs`` = min(3, repeats)),
+    so one confirmation run is left for the end."""
+    from autotune.study.search.race import enqueue_race, race_runs
+
+    spec = _spec(tmp_path, search={"confirm_top": 1, "repeats": 2, "stages": "off"})
+    assert race_runs(spec) == 2
+    study = optuna.create_study(direction="maximize")
+    first = _leading(study, {"cuda_graph_max_bs": 128}, 100.0)
+    assert enqueue_race(spec, study) == first
+    trial = study.ask()
+    trial.suggest_categorical("cuda_graph_max_bs", [128, 256, 512])
+    study.tell(trial, 99.0)
+    assert enqueue_race(spec, study) is None
 
 
 def test_a_quiet_study_re_runs_nothing_during_the_search(tmp_path: Path):

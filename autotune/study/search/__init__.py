@@ -7,6 +7,6 @@
 - ``initial_design``: the designed starting points (memory boundaries, speculative probes,
   a space-filling set).
 - ``estimate``: the noise-aware value of each configuration (ranks ``best`` and warm start's top).
-- ``race``: on a noisy node, each new leader runs once more during the search.
+- ``race``: on a noisy node, each new leader runs again during the search (to three runs, at most ``repeats``).
 - ``pruner``: early stopping that stops only clearly worse trials (``make_pruner``).
 """

@@ -1,12 +1,12 @@
-"""Racing on a noisy node: each new leader runs once more during the search.
+"""Racing on a noisy node: each new leader runs again during the search, to three runs.
 
 A study that asks for several repeats (``search.repeats >= 2``) says its node is noisy. There a
 lucky single run takes the lead, and until the confirmation re-runs at the end it is what
-``best`` hands over. Re-running each new leader once, at once (as successive halving and racing
-confirm a challenger before trusting it), measures the run-to-run noise early, so the
+``best`` hands over. Re-running each new leader at once (as successive halving and racing
+confirm a challenger before trusting it) measures the run-to-run noise early, so the
 noise-aware estimate (:mod:`autotune.study.search.estimate`) ranks from then on and a lucky leader
-loses the lead after one launch. The re-run is a confirmation re-run (``confirm_of``, outside
-the trial budget) and counts towards the leader's confirmation repeats
+loses the lead after a launch or two (:data:`RACE_RUNS`). A re-run is a confirmation re-run
+(``confirm_of``, outside the trial budget) and counts towards the leader's confirmation repeats
 (:meth:`autotune.study.phases.Phases.enqueue_confirmation`).
 """
 
@@ -23,6 +23,16 @@ from autotune.study import attrs
 from autotune.study.phases import ranked
 from autotune.study.search.estimate import by_estimate, estimates, key_of
 
+#: A leader is re-run until it has this many runs (at most the study's ``repeats``). Two (one re-run)
+#: let a configuration that drew two lucky runs take the pick and hold it until the confirmation; with
+#: three, it must be lucky three times. Measured on ``benchmarks/scenarios/6-noisy-qwen32b-h200.yaml``
+#: (4 % noise, confirmation 3 x 3; ``search_efficiency.py``, four sets of 20 seeds, 0-79), GPU-seconds
+#: until the pick stays within 2 % of the optimum, median per set: two runs 1,331 / 1,274 / 524 / 1,916
+#: (on target at the end in 56 of 80), three runs 707 / 1,078 / 58 / 58 (61 of 80); four (the whole
+#: confirmation during the search) 1,308 / 1,727 on seeds 0-39. Within 1 %: two runs on target at the
+#: end in 45 of 80, three in 48. Chosen on seeds 0-39; seeds 40-79 and the 1 % figures are the check.
+RACE_RUNS = 3
+
 
 def races(spec: StudySpec) -> bool:
     """Whether the study's leaders are re-run during the search (several repeats asked for)."""
@@ -30,13 +40,13 @@ def races(spec: StudySpec) -> bool:
 
 
 def enqueue_race(spec: StudySpec, study: optuna.Study) -> int | None:
-    """Queue one re-run of the configuration the study would hand over now, when it rests on a
-    single run and nothing else is queued; returns the trial it re-runs."""
+    """Queue one re-run of the best-ranked configuration when it has fewer than :func:`race_runs` runs
+    and nothing else is queued; returns the trial it re-runs."""
     if not races(spec) or study.user_attrs.get(attrs.CONFIRMATION_STARTED) \
             or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return None
     top = standings(study)
-    if not top or _runs_of(study, top[0]) >= 2:
+    if not top or _runs_of(study, top[0]) >= race_runs(spec):
         return None
     leader = top[0]
     rerun: dict[str, Any] = {attrs.CONFIRM_OF: leader.number, attrs.RACE: True}
@@ -46,6 +56,12 @@ def enqueue_race(spec: StudySpec, study: optuna.Study) -> int | None:
         warnings.simplefilter("ignore")
         study.enqueue_trial(dict(leader.params), user_attrs=rerun)
     return leader.number
+
+
+def race_runs(spec: StudySpec) -> int:
+    """Runs a leader gets during the search: :data:`RACE_RUNS`, at most the study's ``repeats`` (so at
+    least one of its confirmation runs is left for the end, where every finalist is run)."""
+    return min(RACE_RUNS, spec.search.repeats)
 
 
 def standings(study: optuna.Study) -> list[FrozenTrial]:
@@ -72,4 +88,4 @@ def _runs_of(study: optuna.Study, t: FrozenTrial) -> int:
                if key_of(u) == key and u.user_attrs.get(attrs.REUSED_FROM) is None)
 
 
-__all__ = ["enqueue_race", "races", "standings"]
+__all__ = ["RACE_RUNS", "enqueue_race", "race_runs", "races", "standings"]
