@@ -154,7 +154,7 @@ def check_writable(path: str | Path, field: str) -> Path:
     p = Path(path)
     try:
         st = p.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # not there, or under a file: the directory says which
         st = None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{field}: cannot write there ({type(exc).__name__}) (got {_p(path)})") from None

@@ -8,6 +8,11 @@ nesting beyond :data:`~autotune.limits.YAML_DEPTH` is refused as it is read, and
 values, aliases expanded, number more than :data:`~autotune.limits.YAML_NODES` is refused before
 anything is constructed from it (the count memoises each shared node, so it costs the file's size,
 not the expansion's). Merge keys (``<<: *a``) count as the aliases they copy.
+
+A key written twice in one mapping, at any depth, is refused with its line (``safe_load`` keeps the
+last one silently, so a study with two ``mem_fraction_static`` entries tuned whichever came second).
+A key a merge (``<<``) brings in may still be overridden by one written in the mapping itself: that
+is what merge keys are for.
 """
 
 from __future__ import annotations
@@ -45,6 +50,22 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:  # the keys as written, before a merge key brings others in
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor below says so
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {clip(repr(key))}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
     def compose_document(self) -> Node | None:
         node = super().compose_document()

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from autotune.results import trials
+from autotune.results.progress import make_progress
 from autotune.results.summary import best
 from autotune.spec import load_study_spec
 from autotune.study.candidates import Candidates
@@ -53,7 +54,8 @@ def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path:
     spec = _spec(tmp_path, sampler)
     launched: list[TrialRequest] = []
     with caplog.at_level(logging.INFO, logger="autotune"):
-        run_study(spec, executor=OfflineExecutor(_measure, on_result=lambda n, req, res: launched.append(req)))
+        run_study(spec, executor=OfflineExecutor(_measure, on_result=lambda n, req, res: launched.append(req)),
+                  progress=make_progress(False))
     study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
     trials_ = study.trials
     assert len(trials_) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials_)
@@ -65,8 +67,15 @@ def test_the_cpu_baseline_runs_first_with_mem_fraction_static_searched(tmp_path:
     assert all(r.config.mem_fraction_static is not None for r in launched[1:])  # the search passes its f
     # what people read says SGLang chose (None), not the sampler's stand-in
     assert trials.ran_params(base) == {"mem_fraction_static": None, "max_running_requests": None}
-    launches = [r.getMessage() for r in caplog.records if r.getMessage().startswith("trial 0 launching")]
-    assert launches == ['trial 0 launching {"max_running_requests": null, "mem_fraction_static": null}']
+    # the launch lines leave an unset knob out (no "mem_fraction_static=None"): the baseline sets none
+    lines = [r.getMessage() for r in caplog.records]
+    assert [m for m in lines if m.startswith("trial 0 launch")] == [
+        "trial 0 launched with no knob set (SGLang's own values)",
+        "trial 0 launching with no knob set (SGLang's own values)"]
+    f1 = round(trials_[1].params["mem_fraction_static"], 6)
+    assert [m for m in lines if m.startswith("trial 1 launched")] == [
+        f"trial 1 launched max_running_requests={trials_[1].params['max_running_requests']}, mem_fraction_static={f1}"]
+    assert not any("None" in m or "null" in m for m in lines if " launch" in m)
     assert trials.row(base)["param_mem_fraction_static"] is None
     assert trials.ran_params(trials_[1]) == {k: round(v, 6) if isinstance(v, float) else v
                                              for k, v in trials_[1].params.items()}

@@ -75,3 +75,32 @@ def test_a_memory_database_shows_what_the_study_says(tmp_path: Path, capsys, sto
     line = _line(capsys, [command, str(study)])
     assert line.startswith("error: storage: a database in memory") and line.endswith(f"(got {storage!r})"), line
     assert not list(tmp_path.rglob("*.db"))
+
+
+@pytest.mark.parametrize(("where", "line_no"), [("name: lines\n", 2), ("  tp_size: 1\n", 4)])
+def test_a_key_written_twice_is_named_with_its_line(tmp_path: Path, capsys, where: str, line_no: int) -> None:
+    """safe_load keeps the last of two equal keys silently; a study file must not."""
+    study = _study(tmp_path)
+    lines = study.read_text().splitlines(keepends=True)
+    at = lines.index(where) + 1
+    key = where.strip().partition(":")[0]
+    study.write_text("".join(lines[:at] + [where] + lines[at:]))
+    line = _line(capsys, ["plan", str(study)])
+    assert line == f"error: {study}: line {at + 1}: duplicate key '{key}'", line
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path: Path, capsys) -> None:
+    study = _study(tmp_path)
+    study.write_text("defaults: &d {tp_size: 2}\n" + study.read_text().replace("server:\n", "server:\n  <<: *d\n"))
+    from autotune.safe_yaml import load_yaml
+
+    assert load_yaml(study.read_text(), "study.yaml")["server"]["tp_size"] == 1
+
+
+def test_the_shipped_yaml_files_have_no_key_twice() -> None:
+    from autotune.safe_yaml import load_yaml
+
+    files = [p for d in ("studies", "benchmarks", "tests/data") for p in (ROOT / d).rglob("*.yaml")]
+    assert len(files) > 10
+    for path in files:
+        load_yaml(path.read_text(), str(path))  # raises ConfigError on a duplicate key

@@ -149,6 +149,24 @@ def _report_body(req: TrialRequest, report: Any) -> TrialResult:
     return TrialResult(state=TrialState.COMPLETE, value=500.0)
 
 
+def _flag_table_body(req: TrialRequest, report: Any) -> TrialResult:
+    """Ask for the study release's flag table, as rendering an argv does; record what was logged."""
+    import logging
+
+    from autotune.sglang.flags.release_tables import table_for
+
+    logged: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("autotune.sglang.flags.release_tables")
+    logger.addHandler(handler)
+    try:
+        note = table_for(req.sglang_version).note
+    finally:
+        logger.removeHandler(handler)
+    return TrialResult(state=TrialState.COMPLETE, value=1.0, observed={"note": note, "logged": logged})
+
+
 def _raising_body(req: TrialRequest, report: Any) -> TrialResult:
     raise ValueError(f"boom in trial {req.trial_number}")
 
@@ -353,6 +371,22 @@ def test_a_body_that_raises_is_a_crashed_trial_with_the_traceback(ray_owner: Ray
     assert "ValueError" in results[4].evidence and "boom in trial 4" in results[4].evidence
     with pytest.raises(RuntimeError, match="submit after shutdown"):
         ex.submit(5, _request(5, tmp_path))
+
+
+def test_a_trial_worker_does_not_repeat_the_newer_release_warning(ray_owner: RayExecutor, tmp_path: Path) -> None:
+    """The driver warns once for the run that the study's release is newer than every table; each trial
+    runs in a fresh worker process, which used to say it again (33 times in one run)."""
+    ex = RayExecutor(_spec(), body=_flag_table_body)
+    requests = [_request(n, tmp_path) for n in (6, 7)]
+    for req in requests:
+        req.sglang_version = "0.5.98"
+    try:
+        results = _drive(ex, requests, timeout_s=60)
+    finally:
+        ex.shutdown(cancel=False)
+    for n in (6, 7):
+        assert "newer than every release" in results[n].observed["note"]
+        assert results[n].observed["logged"] == []
 
 
 def test_a_study_runs_through_the_driver_on_ray(ray_owner: RayExecutor, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_rows_carry_outcome_prediction_and_observation(finished_spec):
 
 
 def test_csv_round_trip_through_cli(finished_spec, tmp_path, capsys):
-    out = tmp_path / "out" / "trials.csv"
+    out = tmp_path / "trials.csv"
     assert main(["export", finished_spec.source_path, "-o", str(out)]) == 0
     back = pd.read_csv(out)
     assert len(back) == len(trials_frame(finished_spec))

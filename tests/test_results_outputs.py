@@ -1,5 +1,6 @@
 """`export` and `report` -o: never the study's own files, never through a symlink or over a
-user's file, one line (exit 2) for a path that cannot be written, no temporary left behind."""
+user's file, one line (exit 2) for a path that cannot be written or a directory that is not there
+(as `bench --output-file`), no temporary left behind."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_work(finished_s
     afile.write_text("a file")
     _one_line_exit_2(capsys, [command, str(study), "-o", str(adir)], "-o/--output", "is a directory")
     _one_line_exit_2(capsys, [command, str(study), "-o", str(afile / "deeper" / name)], "-o/--output",
-                     "not a directory")
+                     "no directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["study.yaml", "study.db", adir.name, "afile"])
     assert list(adir.iterdir()) == []
 
@@ -110,9 +111,17 @@ def test_a_failed_write_leaves_the_old_output_and_no_temporary(finished_spec, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db", "study.yaml", "t.csv"]
 
 
-def test_missing_parent_directories_are_made(finished_spec, tmp_path):
+@pytest.mark.parametrize(("command", "option", "name"), [
+    ("report", "-o", "r.html"), ("export", "-o", "t.csv"), ("bench", "--output-file", "runs.jsonl"),
+    ("bench", "--output-details", "requests.jsonl")])
+def test_a_missing_output_directory_is_refused_alike_by_every_command(finished_spec, tmp_path, capsys, command,
+                                                                       option, name):
+    """A directory that is not there is a typo to name (one line, exit 2, before any work), not a tree to
+    make: report and export used to create it while bench refused."""
     study = _copy(finished_spec, tmp_path)
-    out = tmp_path / "a" / "b" / "r.html"
-    assert main(["report", str(study), "-o", str(out)]) == 0
-    assert out.read_text().startswith("<!DOCTYPE html>")
-    assert [p.name for p in out.parent.iterdir()] == ["r.html"]
+    out = tmp_path / "resutls" / "b" / name
+    argv = ([command, str(study), option, str(out)] if command != "bench"
+            else ["bench", "--url", "http://127.0.0.1:9", "--num-prompts", "1", option, str(out)])
+    field = "-o/--output" if command != "bench" else option
+    _one_line_exit_2(capsys, argv, f"{field}: no directory {str(out.parent)!r} to write it in (got {str(out)!r})")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db", "study.yaml"]

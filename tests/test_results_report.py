@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import optuna
 import pytest
 from support.browser import artifacts_dir, chromium, console_errors, needs_chromium
 from support.finished_study import MIN_VIABLE_F, make_finished_study
@@ -96,3 +97,42 @@ def test_report_renders_in_chromium_without_script_errors(report, tmp_path):
     res = chromium(path.as_uri(), tmp_path, screenshot=shot, window="1280,4000")
     assert shot.is_file() and shot.stat().st_size > 10_000
     print(f"report screenshot kept at {shot}")
+
+
+def test_report_shows_the_gain_and_the_command_best_shows(tmp_path, capsys):
+    """A confirmed study (medians differ from first runs) with an env var: `report`'s top row carries
+    `best`'s gain and `best`'s runnable line, env prefix included."""
+    import html
+
+    from autotune.results.summary import baseline_trial, best
+    from autotune.spec import load_study_spec
+    from autotune.study import attrs
+    from autotune.study.phases import ranked
+
+    spec = make_finished_study(tmp_path)
+    path = tmp_path / "study.yaml"
+    path.write_text(path.read_text().replace("tp_size: 8}", "tp_size: 8, env: {SGLANG_ENABLE_TORCH_COMPILE: '1'}}"))
+    spec = load_study_spec(path)
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    top, base = ranked(study)[0], baseline_trial(study)
+    study.set_user_attr(attrs.CONFIRMATION, {
+        str(t.number): {"values": [t.value, t.value * k], "median": t.value * k, "min": t.value, "max": t.value * k,
+                        "spread_pct": round((k - 1) * 100, 2)}
+        for t, k in ((top, 1.03), (base, 1.01))})
+    shown = best(spec)
+    assert shown["number"] == top.number and shown["gain_pct"] is not None
+    first_run_gain = (top.value - base.value) / base.value * 100
+    assert f"{shown['gain_pct']:+.2f}" != f"{first_run_gain:+.2f}"  # the two figures differ here
+
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    text = out.read_text()
+    first = text[text.index("<table class='top'>"):].split("<tr>")[2]
+    assert f">{top.number}<" in first
+    assert f"{shown['gain_pct']:+.2f} %" in first and f"{shown['value']:.2f}" in first
+    assert shown["shell"].startswith("SGLANG_ENABLE_TORCH_COMPILE=1 ")
+    assert html.escape(shown["shell"]) in first
+
+    assert main(["best", str(path)]) == 0
+    said = capsys.readouterr().out
+    assert f"gain {shown['gain_pct']:+.2f} %" in said and f"  {shown['shell']}\n" in said

@@ -229,3 +229,19 @@ def test_extract_flags_reads_the_version_of_a_wheel_or_a_version() -> None:
 
     assert extract._version_of("/x/sglang-0.5.24-cp311-cp311-manylinux_2_34_x86_64.whl")[0] == "0.5.24"
     assert extract._version_of("0.5.24")[1] is None
+
+
+def test_a_release_newer_than_every_table_is_warned_of_once(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Every argv a study renders asks for the table: one warning a process, none in a trial worker."""
+    from autotune.sglang.flags import release_tables
+
+    monkeypatch.setattr(release_tables, "_told", set())
+    with caplog.at_level("WARNING", logger=release_tables.__name__):
+        tables = [table_for("0.5.98") for _ in range(5)] + [table_for("0.5.98.post1")]
+        newer = [r for r in caplog.records if "newer than every release" in r.getMessage()]
+        assert all("newer than every release" in t.note for t in tables)
+        assert [r.getMessage().split(" is ")[0] for r in newer] == ["SGLang 0.5.98", "SGLang 0.5.98.post1"]
+        caplog.clear()
+        release_tables.told_by_driver("0.5.97")  # what a Ray trial worker does first
+        assert table_for("0.5.97").note and not caplog.records

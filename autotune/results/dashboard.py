@@ -123,7 +123,7 @@ def trial_note(t: FrozenTrial) -> str:
 
 
 def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
-    from autotune.results.summary import baseline_trial, best_trial
+    from autotune.results.summary import baseline_trial, best_trial, gain_over_baseline, shown_value
 
     best, base = best_trial(study), baseline_trial(study)
     counts: dict[str, int] = {}
@@ -131,18 +131,17 @@ def study_note(study: optuna.Study, spec: StudySpec | None) -> str:
         counts[_trials.outcome(t)] = counts.get(_trials.outcome(t), 0) + 1
     lines = ["**autotune study** · " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
     if best is not None:
-        lines.append(f"Best: trial {best.number}, value {best.value:.2f}, params `{_trials.ran_params(best)}`")
-        if base is not None and base.value and best.value is not None:
-            sign = 1 if _trials.is_maximize(study) else -1
-            gain = sign * (best.value - base.value) / abs(base.value) * 100
-            lines.append(f"Baseline (SGLang defaults): trial {base.number}, value {base.value:.2f}, "
+        lines.append(f"Best: trial {best.number}, value {shown_value(study, best):.2f}, "
+                     f"params `{_trials.ran_params(best)}`")
+        gain = gain_over_baseline(study, best, base)  # the figure `best` and `report` show
+        if base is not None and gain is not None:
+            lines.append(f"Baseline (SGLang defaults): trial {base.number}, value {shown_value(study, base):.2f}, "
                          f"gain {gain:+.2f} %")
         if spec is not None:
             try:
-                from autotune.results.summary import sglang_command
-                from autotune.sglang.flags.argv import shell_line
+                from autotune.results.summary import launch_shell
 
-                lines += ["", "Launch the winner:", "", "```", shell_line(sglang_command(spec, best)), "```"]
+                lines += ["", "Launch the winner:", "", "```", launch_shell(spec, best), "```"]
             except Exception as exc:  # noqa: BLE001 - a note must never break the dashboard
                 log.info("no launch command for the study note: %s", exc)
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 Why: ``-o`` names any path. It must never be the study file or the study's own SQLite
 storage (``-o study.db`` would turn the database into HTML, and with it every trial), a
-directory, or a place that cannot be written; each is one :class:`ConfigError` line (exit 2)
-before the study is read. The file is written to a fresh temporary beside it
+directory, in a directory that does not exist (it is not made: a typo'd path is named, as
+``bench --output-file`` does), or a place that cannot be written; each is one
+:class:`ConfigError` line (exit 2) before the study is read. The file is written to a fresh temporary beside it
 (``mkstemp``: created exclusively, never through a symlink, never an existing file of the
 user's) and moved onto the output with ``os.replace``; the temporary is removed on any
 failure.
@@ -46,26 +47,18 @@ def protected_files(spec: StudySpec) -> list[Path]:
 def check_output_path(spec: StudySpec | None, path: str | Path, field: str = FIELD) -> Path:
     """``path`` when the output can be written there without harm (ConfigError otherwise): not the
     study file or its storage, not a directory or anything but a regular file, in a directory that
-    exists (or can be made) and is writable. Checked before the study is read."""
+    exists and is writable. Checked before the study is read."""
     out = Path(path)
     if spec is not None:
         for f in protected_files(spec):
             if same_file(out, f):
                 raise ConfigError(f"{field}: {_p(path)} is the study's own file {_p(f)}; "
                                   "writing there would destroy it, name another file")
-    if out.parent.is_dir():  # the usual case: the rule every output path of autotune follows
-        check_writable(out, field)
-        if out.exists() and not out.is_file():  # a device or a socket: a table is no stream
-            raise ConfigError(f"{field}: not a regular file (got {_p(path)})")
-        return out
-    # missing parents are made by the write: the nearest directory that exists must take them
-    parent = out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{field}: {_p(parent)} is not a directory to write it in (got {_p(path)})")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{field}: directory {_p(parent)} is not writable (got {_p(path)})")
+    # The rule every output path of autotune follows (bench's --output-file too): the directory must
+    # exist. A missing one is refused, not made: `-o reuslts/x.csv` is a typo to name, not a tree to create.
+    check_writable(out, field)
+    if out.exists() and not out.is_file():  # a device or a socket: a table is no stream
+        raise ConfigError(f"{field}: not a regular file (got {_p(path)})")
     return out
 
 
@@ -82,7 +75,6 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     out = Path(path)
     tmp: Path | None = None
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
         tmp = Path(name)
         with os.fdopen(fd, "wb") as f:

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results import trials as _trials
 from autotune.study import attrs
-from autotune.study.observer import Progress, budget_used
+from autotune.study.observer import NO_KNOB_SET, Progress, budget_used
 
 log = logging.getLogger("autotune.progress")
 
@@ -109,6 +109,13 @@ def status_line(snap: dict[str, Any]) -> str:
             f"failed {snap['failed']}, running {snap['running']} | best {best} | ETA {fmt_duration(snap['eta_s'])}")
 
 
+def launch_text(params: dict[str, Any]) -> str:
+    """``k=v, ...`` for the knobs a launch sets; a knob left unset (None: SGLang picks its own value) is
+    left out, not shown as ``k=None``."""
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v is not None)
+    return shown or NO_KNOB_SET
+
+
 def _plain(tracker: Tracker) -> Progress:
     def on_start(study: optuna.Study, n_trials: int) -> None:
         tracker.start(study, n_trials)
@@ -116,7 +123,7 @@ def _plain(tracker: Tracker) -> Progress:
 
     def on_launch(number: int, params: dict[str, Any]) -> None:
         tracker.launch(number)
-        log.info("trial %d launched %s", number, ", ".join(f"{k}={v}" for k, v in sorted(params.items())))
+        log.info("trial %d launched %s", number, launch_text(params))
 
     def on_trial_end(study: optuna.Study, t: FrozenTrial) -> None:
         tracker.end(t.number)

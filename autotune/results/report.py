@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import html
 import logging
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.redact import redact_text
 from autotune.results import report_plots as plots
 from autotune.results import trials as _trials
 from autotune.results.output import check_output_path, write_atomic
-from autotune.results.summary import lineage, lineage_lines
+from autotune.results.summary import (
+    baseline_trial,
+    gain_over_baseline,
+    launch_shell,
+    lineage,
+    lineage_lines,
+    shown_value,
+)
 from autotune.results.trials import ran_params
 from autotune.spec import StudySpec
 from autotune.study import attrs
@@ -152,40 +158,34 @@ def _fmt(v: Any) -> str:
 
 
 def _launch_command(spec: StudySpec, t: FrozenTrial) -> str:
-    """The plain SGLang launch line for this trial's settings; the launched line as a fallback."""
+    """The runnable launch line for this trial's settings, its env prefix included, as ``best`` shows it;
+    the launched line as a fallback."""
     try:
-        from autotune.results.summary import sglang_command
-        from autotune.sglang.flags.argv import shell_line
-
-        return shell_line(sglang_command(spec, t))
+        return launch_shell(spec, t)
     except Exception as exc:  # noqa: BLE001 - the report must still render; say what was used
         log.info("trial %d: no SGLang command from its params (%s); using the launched one", t.number, exc)
         return redact_text(str(t.user_attrs.get(attrs.SHELL) or " ".join(t.user_attrs.get(attrs.COMMAND) or [])))
 
 
 def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
-    from autotune.study.phases import is_extra, ranked
+    from autotune.study.phases import ranked
 
-    # Search trials only (confirmation re-runs are summarised by the winner's median in `best`);
+    # Search trials only (a confirmed one shows its re-runs' median, the value and gain `best` shows);
     # with an SLO, those that meet it first.
     done = ranked(study, feasible_only=False)
     if not done:
         return "<p>No completed trial yet.</p>"
-    sign = 1.0 if _trials.is_maximize(study) else -1.0
     met = [t for t in done if t.user_attrs.get(attrs.SLO_MET) is not False]
     done = met + [t for t in done if t not in met]
-    base = next((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                 if t.user_attrs.get(attrs.BASELINE) and not is_extra(t)), None)
+    base = baseline_trial(study)
     shown = done[:top]
     if base is not None and base not in shown:
         shown.append(base)
     shown += [t for t in done if t.user_attrs.get(attrs.REFERENCE) and t not in shown]
     rows = []
     for rank, t in enumerate(shown, 1):
-        gain = ""
-        if base is not None and base.value and not math.isclose(base.value, 0.0):
-            g = sign * (float(t.value) - base.value) / abs(base.value) * 100  # type: ignore[arg-type]
-            gain = f"<span class='{'gain' if g >= 0 else 'neg'}'>{g:+.2f} %</span>"
+        g = gain_over_baseline(study, t, base)  # confirmed medians where re-run: the figure `best` shows
+        gain = "" if g is None else f"<span class='{'gain' if g >= 0 else 'neg'}'>{g:+.2f} %</span>"
         label = f"#{rank}" if rank <= top else ""
         if t.user_attrs.get(attrs.BASELINE):
             label = f"{label} baseline (SGLang defaults)".strip()
@@ -195,7 +195,7 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
             label = f"{label} from {t.user_attrs[attrs.WARM_FROM]}".strip()
         p99 = t.user_attrs.get("p99_ttft_ms")
         rows.append(
-            f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{float(t.value):.2f}</td>"  # type: ignore[arg-type]
+            f"<tr><td>{_e(label)}</td><td class='num'>{t.number}</td><td class='num'>{shown_value(study, t):.2f}</td>"
             f"<td class='num'>{gain}</td><td class='num'>{'' if p99 is None else f'{p99:.1f}'}</td>"
             f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(ran_params(t).items())))}</td>"
             f"<td><code>{_e(_launch_command(spec, t))}</code></td></tr>"

@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import space
-from autotune.redact import redact_argv, redact_value
+from autotune.redact import redact_argv, redact_text, redact_value
 from autotune.results import pareto
 from autotune.results.estimate import (
     CONFIDENCE_Z,
@@ -106,10 +106,19 @@ def _gain(value: float, over: float | None, sign: int) -> float | None:
     return round(sign * (value - over) / abs(over) * 100, 2)
 
 
-def _value(study: optuna.Study, t: FrozenTrial) -> float:
-    """A trial's value for comparisons: its confirmed median when it was re-run."""
+def shown_value(study: optuna.Study, t: FrozenTrial) -> float:
+    """A trial's value for comparisons, as ``best`` and ``report`` show it: its confirmed median when it was re-run."""
     conf = (study.user_attrs.get(attrs.CONFIRMATION) or {}).get(str(t.number))
     return float(conf["median"]) if conf else cast(float, t.value)  # ranked trials are COMPLETE
+
+
+def gain_over_baseline(study: optuna.Study, t: FrozenTrial, base: FrozenTrial | None) -> float | None:
+    """``t``'s gain over the baseline trial in per cent, as ``best`` and ``report`` show it: each side
+    its confirmed median where it was re-run, rounded to two places; None without a baseline."""
+    if base is None:
+        return None
+    sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
+    return _gain(shown_value(study, t), shown_value(study, base), sign)
 
 
 def lineage(study: optuna.Study) -> list[dict[str, Any]]:
@@ -160,6 +169,26 @@ def sglang_command(spec: StudySpec, trial: FrozenTrial, *, python: str = "python
     return redact_argv(render_argv(cfg, spec.server.sglang_version, python=python, module="sglang.launch_server"))
 
 
+def launch(spec: StudySpec, trial: FrozenTrial) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that start this trial's settings as shown: the study's env and its
+    searched env vars (``search_space.env``); on CPU the venv's python and SGLANG_USE_CPU_ENGINE=1."""
+    from autotune.sglang_env.resolve import launch_env, launch_python
+
+    cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
+    env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
+    searched = space.to_config(spec, dict(trial.params), baseline=bool(trial.user_attrs.get(attrs.BASELINE))).env
+    cmd = sglang_command(spec, trial, python=launch_python(spec)) if cpu else sglang_command(spec, trial)
+    return cmd, {**env, **dict(searched)}
+
+
+def launch_shell(spec: StudySpec, trial: FrozenTrial) -> str:
+    """:func:`launch` as one runnable shell line (``NAME=value ... python -m sglang.launch_server ...``),
+    every secret hidden; what ``best`` and ``report`` print."""
+    from autotune.launch.artifacts import shell_command
+
+    return redact_text(shell_command(*launch(spec, trial)))
+
+
 # per-workload figures ``best`` shows for a mix (from the workload's picked point)
 MIX_FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
                "p99_itl_ms", "cache_hit_rate", "goodput")
@@ -198,37 +227,25 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
 
         raise AutotuneError(f"study {spec.name!r} has no completed trial yet")
     base = baseline_trial(study)
-    base_value = _value(study, base) if base is not None else None
-    top_value = _value(study, top)
-    gain = None
-    if base_value and top_value is not None and not math.isclose(base_value, 0.0):
-        sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-        gain = _gain(top_value, base_value, sign)
+    base_value = shown_value(study, base) if base is not None else None
+    top_value = shown_value(study, top)
+    gain = gain_over_baseline(study, top, base)
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
-    from autotune.launch.artifacts import shell_command
-    from autotune.sglang.flags.argv import shell_line
-    from autotune.sglang_env.resolve import launch_env, launch_python
-
-    # On CPU the command needs the venv's python and SGLANG_USE_CPU_ENGINE=1 to start as shown.
-    cpu = spec.server.backend == "sglang" and spec.server.device == "cpu"
-    env = launch_env(spec) if spec.server.backend == "sglang" else dict(spec.server.env)
-    searched = space.to_config(spec, dict(top.params), baseline=bool(top.user_attrs.get(attrs.BASELINE))).env
-    env = {**env, **dict(searched)}  # the study's searched env vars (search_space.env)
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
     others = _other_configurations(phases.ranked(study), top)
     choice = _choice(spec, study, top, others, conf)
     if choice["recommended"] != top.number:  # a tie with more headroom / fewer flags
         top = next(t for t in others if t.number == choice["recommended"])
-        top_value = _value(study, top)
+        top_value = shown_value(study, top)
         others = _other_configurations(phases.ranked(study), top)
-        gain = _gain(top_value, base_value, sign)
+        gain = gain_over_baseline(study, top, base)
     pooled = estimates(study)
     estimate = pooled.get(key_of(top)) if pooled else None
     if estimate is not None and pooled:
         note = (estimate_reason(top.number, estimate, sign) + _passed_over(phases.ranked(study), pooled, top, sign)
                 + _kept_over(phases.ranked(study), pooled, top, study.direction))
         choice["reason"] = note + (f"; {choice['reason']}" if choice.get("reason") else "")
-    cmd = sglang_command(spec, top, python=launch_python(spec)) if cpu else sglang_command(spec, top)
+    cmd, env = launch(spec, top)
     return {
         "study": spec.name,
         "number": top.number,
@@ -242,7 +259,7 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
         "workloads": mix_figures(spec, top),
         "command": cmd,
         "env": env,
-        "shell": shell_command(cmd, env) if env else shell_line(cmd),
+        "shell": launch_shell(spec, top),
         "launched_command": top.user_attrs.get(attrs.COMMAND),
         "baseline_number": base.number if base is not None else None,
         "baseline_value": base_value,
@@ -259,8 +276,8 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
         "pareto": {lat: pareto.trial_front(phases.ranked(study, feasible_only=False), lat)
                    for lat in ("p99_ttft_ms", "p99_itl_ms")},
         "runners_up": [
-            {"number": t.number, "params": ran_params(t), "value": _value(study, t),
-             "gain_pct": _gain(_value(study, t), base_value, sign)}
+            {"number": t.number, "params": ran_params(t), "value": shown_value(study, t),
+             "gain_pct": gain_over_baseline(study, t, base)}
             for t in others[:runners_up]
         ],
     }
@@ -275,7 +292,7 @@ def _references(study: optuna.Study, top_value: float, sign: int) -> list[dict[s
         name = t.user_attrs.get(attrs.REFERENCE)
         if not name or phases.is_extra(t) or t.user_attrs.get(attrs.RETRIED):
             continue
-        value = _value(study, t) if t.state == TrialState.COMPLETE and t.value is not None else None
+        value = shown_value(study, t) if t.state == TrialState.COMPLETE and t.value is not None else None
         gain = None if value is None else _gain(top_value, value, sign)
         why = None if value is not None else (t.user_attrs.get(attrs.NOTE) or t.user_attrs.get(attrs.REASON)
                                               or t.state.name.lower())
@@ -307,7 +324,7 @@ def _choice(spec: StudySpec, study: optuna.Study, top: FrozenTrial, others: list
     def flags_of(t: FrozenTrial) -> int:
         return sum(1 for a in sglang_command(spec, t) if a.startswith("--"))
 
-    return explain(top, others[:20], lambda t: _value(study, t), conf,
+    return explain(top, others[:20], lambda t: shown_value(study, t), conf,
                    maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                    gpu_gib=get_gpu(spec.hardware.gpu).memory_gib, flags_of=flags_of)
 

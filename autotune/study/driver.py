@@ -43,7 +43,7 @@ from autotune.study.candidates import Candidates, SglangCheck, check_sglang, wit
 from autotune.study.execution.disk_fault import as_disk_fault
 from autotune.study.execution.executor import Executor, InlineExecutor
 from autotune.study.infeasible import LEARNED_KINDS
-from autotune.study.observer import Progress, budget_used, count_states
+from autotune.study.observer import NO_KNOB_SET, Progress, budget_used, count_states
 from autotune.study.phases import Phases
 from autotune.study.prediction import Predictor
 from autotune.study.record import Recorder
@@ -416,10 +416,11 @@ class StudyDriver:
                 return None
         self._launching[key] = trial.number
         req = self.candidates.request(trial.number, cand)
-        shown = attrs.as_launched(cand.params, trial.user_attrs)  # the CPU baseline's f: None, SGLang's own
+        # What the launch passes: a knob left unset (the CPU baseline's f: SGLang picks its own) is left out.
+        shown = {k: v for k, v in attrs.as_launched(cand.params, trial.user_attrs).items() if v is not None}
         if self.progress.on_launch:
             self.progress.on_launch(trial.number, shown)
-        log.info("trial %d launching %s", trial.number, _fmt_params(shown))
+        log.info("trial %d launching %s", trial.number, _fmt_params(shown) if shown else NO_KNOB_SET)
         return req
 
     def _drop_outside(self) -> None:

@@ -14,6 +14,8 @@ from optuna.trial import TrialState
 
 from autotune.study import attrs
 
+NO_KNOB_SET = "with no knob set (SGLang's own values)"  # a launch line's params when it sets none
+
 
 @dataclass
 class Progress:
@@ -21,7 +23,7 @@ class Progress:
 
     on_start: Callable[[optuna.Study, int], None] | None = None
     on_trial_end: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
-    on_launch: Callable[[int, dict[str, Any]], None] | None = None
+    on_launch: Callable[[int, dict[str, Any]], None] | None = None  # the knobs it sets; an unset one left out
     on_end: Callable[[], None] | None = None  # the sweep ended (done, interrupted or failed)
 
 

@@ -9,8 +9,8 @@ against the previous one.
 
 :func:`table_for` picks the table of a version: its own; for an unknown
 release between two known ones, the nearest older known one; for a release
-newer than every table, the newest one (with a warning: run the extraction
-for it); below the oldest (0.5.9) it refuses.
+newer than every table, the newest one (with a warning, once a process: run the
+extraction for it); below the oldest (0.5.9) it refuses.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.sglang.versions import SglangVersion, as_version
 
-__all__ = ["OLDEST", "TABLE_DIR", "FlagTable", "known_versions", "load_table", "table_for"]
+__all__ = ["OLDEST", "TABLE_DIR", "FlagTable", "known_versions", "load_table", "table_for", "told_by_driver"]
 
 log = logging.getLogger(__name__)
 TABLE_DIR = Path(__file__).resolve().parent
@@ -64,6 +64,17 @@ def load_table(version: str) -> FlagTable:
     return FlagTable(version=data["version"], flags=tuple(data["flags"]))
 
 
+# Releases newer than every table whose warning this process has logged (or its driver has, for a
+# trial worker): every argv a study renders asks for its table, and one run said it 33 times.
+_told: set[str] = set()
+
+
+def told_by_driver(version: str | SglangVersion) -> None:
+    """In a trial worker: the driver has logged the newer-release warning for ``version`` once for the
+    run; this process does not log it again (a Ray worker is a fresh process for each trial)."""
+    _told.add(str(as_version(version)))
+
+
 def table_for(version: str | SglangVersion) -> FlagTable:
     """The flag table to use for ``version`` (see the module's doc)."""
     v = as_version(version)
@@ -78,7 +89,9 @@ def table_for(version: str | SglangVersion) -> FlagTable:
     if base.version == known[-1]:
         note = (f"SGLang {v} is newer than every release autotune has read; using {base.version}'s flags "
                 f"(run python -m autotune.sglang.flags.extract on its wheel)")
-        log.warning("%s", note)
+        if str(v) not in _told:
+            _told.add(str(v))
+            log.warning("%s", note)
     else:
         note = f"SGLang {v} has no table of its own; using {base.version}'s, the nearest older release"
     return FlagTable(version=base.version, flags=base.flags, exact=False, note=note)

@@ -101,8 +101,10 @@ def _ship_artifacts(result: TrialResult) -> dict[str, bytes]:
 @ray.remote(num_gpus=1, num_cpus=0, max_calls=1, max_retries=0)
 def trial_task(body: Body, req: TrialRequest, hub: Any, driver_host: str) -> tuple[TrialResult, dict[str, bytes]]:
     """Run one trial body on the node Ray chose, with the GPUs Ray assigned."""
+    from autotune.sglang.flags.release_tables import told_by_driver
     from autotune.study.execution.ray import guard
 
+    told_by_driver(req.sglang_version)  # the driver warned of a release newer than every table, once for the run
     ids = _assigned_gpus(req)
     host = socket.gethostname()
     log.info("trial %d on %s, pid %d, GPUs %s", req.trial_number, host, os.getpid(), ids)
