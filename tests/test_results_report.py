@@ -136,3 +136,28 @@ def test_report_shows_the_gain_and_the_command_best_shows(tmp_path, capsys):
     assert main(["best", str(path)]) == 0
     said = capsys.readouterr().out
     assert f"gain {shown['gain_pct']:+.2f} %" in said and f"  {shown['shell']}\n" in said
+
+
+def test_report_shows_the_trial_best_recommends_first(tmp_path):
+    """The confirmation re-runs put another trial ahead of the best single run: `report`'s first row is
+    the trial `best` recommends, not the luckiest first run."""
+    from autotune.results.summary import best
+    from autotune.study import attrs
+    from autotune.study.phases import ranked
+
+    spec = make_finished_study(tmp_path)
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url)
+    lucky, second = ranked(study)[:2]
+    study.set_user_attr(attrs.CONFIRMATION, {
+        str(lucky.number): {"values": [lucky.value, lucky.value * 0.8], "median": lucky.value * 0.8,
+                            "min": lucky.value * 0.8, "max": lucky.value, "spread_pct": 25.0},
+        str(second.number): {"values": [second.value, second.value], "median": second.value, "min": second.value,
+                             "max": second.value, "spread_pct": 0.0}})
+    shown = best(spec)
+    assert shown["number"] != lucky.number  # the luckiest first run is not the pick
+    out = tmp_path / "r.html"
+    assert main(["report", spec.source_path, "-o", str(out)]) == 0
+    text = out.read_text()
+    rows = text[text.index("<table class='top'>"):].split("<tr>")
+    assert f"<td class='num'>{shown['number']}</td>" in rows[2] and "#1" in rows[2]
+    assert f"<td class='num'>{lucky.number}</td>" in rows[3]  # then by value: the lucky run second

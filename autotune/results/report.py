@@ -27,6 +27,7 @@ from autotune.results.summary import (
     launch_shell,
     lineage,
     lineage_lines,
+    recommended_trial,
     shown_value,
 )
 from autotune.results.trials import ran_params
@@ -177,6 +178,9 @@ def _top_table(spec: StudySpec, study: optuna.Study, top: int) -> str:
         return "<p>No completed trial yet.</p>"
     met = [t for t in done if t.user_attrs.get(attrs.SLO_MET) is not False]
     done = met + [t for t in done if t not in met]
+    pick = recommended_trial(spec, study)  # `best`'s pick first (noise-aware, ties settled), then by value
+    if pick is not None:
+        done = sorted(done, key=lambda t: t.number != pick.number)  # stable: the rest keep their order
     base = baseline_trial(study)
     shown = done[:top]
     if base is not None and base not in shown:

@@ -221,24 +221,18 @@ def best(spec: StudySpec, *, runners_up: int = 3) -> dict[str, Any]:
 
 def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
     study = open_study(spec, create=False, same_file=True)
-    top = best_trial(study)
-    if top is None:
+    picked = _recommended(spec, study)
+    if picked is None:
         from autotune.errors import AutotuneError
 
         raise AutotuneError(f"study {spec.name!r} has no completed trial yet")
+    top, others, choice = picked
     base = baseline_trial(study)
     base_value = shown_value(study, base) if base is not None else None
     top_value = shown_value(study, top)
     gain = gain_over_baseline(study, top, base)
     conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
     sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
-    others = _other_configurations(phases.ranked(study), top)
-    choice = _choice(spec, study, top, others, conf)
-    if choice["recommended"] != top.number:  # a tie with more headroom / fewer flags
-        top = next(t for t in others if t.number == choice["recommended"])
-        top_value = shown_value(study, top)
-        others = _other_configurations(phases.ranked(study), top)
-        gain = gain_over_baseline(study, top, base)
     pooled = estimates(study)
     estimate = pooled.get(key_of(top)) if pooled else None
     if estimate is not None and pooled:
@@ -281,6 +275,27 @@ def _best(spec: StudySpec, *, runners_up: int) -> dict[str, Any]:
             for t in others[:runners_up]
         ],
     }
+
+
+def _recommended(spec: StudySpec, study: optuna.Study) -> tuple[FrozenTrial, list[FrozenTrial], dict[str, Any]] | None:
+    """The trial ``best`` recommends (:func:`best_trial`, then a tie within the noise settled by headroom and
+    fewer flags: :func:`_choice`), the other configurations ranked, and the choice's explanation."""
+    top = best_trial(study)
+    if top is None:
+        return None
+    conf = study.user_attrs.get(attrs.CONFIRMATION) or {}
+    others = _other_configurations(phases.ranked(study), top)
+    choice = _choice(spec, study, top, others, conf)
+    if choice["recommended"] != top.number:  # a tie with more headroom / fewer flags
+        top = next(t for t in others if t.number == choice["recommended"])
+        others = _other_configurations(phases.ranked(study), top)
+    return top, others, choice
+
+
+def recommended_trial(spec: StudySpec, study: optuna.Study) -> FrozenTrial | None:
+    """The trial ``autotune best`` recommends: what ``report`` shows first, so the two never disagree."""
+    picked = _recommended(spec, study)
+    return picked[0] if picked else None
 
 
 def _references(study: optuna.Study, top_value: float, sign: int) -> list[dict[str, Any]]:
