@@ -1,4 +1,4 @@
-"""Racing on a noisy node: each new leader runs again during the search, to three runs.
+"""Racing on a noisy node: each new leader runs again during the search, to three runs (at most ``repeats``).
 
 A study that asks for several repeats (``search.repeats >= 2``) says its node is noisy. There a
 lucky single run takes the lead, and until the confirmation re-runs at the end it is what
