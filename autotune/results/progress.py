@@ -109,11 +109,9 @@ def status_line(snap: dict[str, Any]) -> str:
             f"failed {snap['failed']}, running {snap['running']} | best {best} | ETA {fmt_duration(snap['eta_s'])}")
 
 
-def launch_text(params: dict[str, Any]) -> str:
-    """``k=v, ...`` for the knobs a launch sets; a knob left unset (None: SGLang picks its own value) is
-    left out, not shown as ``k=None``."""
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v is not None)
-    return shown or NO_KNOB_SET
+def _launched_text(params: dict[str, Any]) -> str:
+    """``k=v, ...`` for the knobs a launch sets (the driver leaves an unset one out: ``Progress.on_launch``)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or NO_KNOB_SET
 
 
 def _plain(tracker: Tracker) -> Progress:
@@ -123,7 +121,7 @@ def _plain(tracker: Tracker) -> Progress:
 
     def on_launch(number: int, params: dict[str, Any]) -> None:
         tracker.launch(number)
-        log.info("trial %d launched %s", number, launch_text(params))
+        log.info("trial %d launched %s", number, _launched_text(params))
 
     def on_trial_end(study: optuna.Study, t: FrozenTrial) -> None:
         tracker.end(t.number)
