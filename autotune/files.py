@@ -105,18 +105,27 @@ def read_bytes(path: str | Path, field: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def read_lines(path: str | Path, field: str, limit: int) -> Iterator[tuple[int, str]]:
+def read_lines(path: str | Path, field: str, limit: int, *, line_limit: int | None = None
+               ) -> Iterator[tuple[int, str]]:
     """The lines of a regular file of at most ``limit`` bytes as UTF-8 text, numbered from 1, without their
     line ends, read as they are asked for: the file is never held whole (one line is), so a reader that
-    refuses what the lines build stops reading there."""
+    refuses what the lines build stops reading there. With ``line_limit``, a line longer than that many
+    bytes (its line end aside) is refused once that many are read, so a file without newlines is not held
+    whole either."""
     fd = _open(path, field, limit)
     got = 0
+    size = -1 if line_limit is None else line_limit + 2  # room for the line's own "\r\n"
     try:
         with os.fdopen(fd, "rb", buffering=1 << 20, closefd=False) as f:
-            for number, raw in enumerate(f, 1):
+            number = 0
+            while raw := f.readline(size):
+                number += 1
                 got += len(raw)
                 if got > limit:
                     raise _grew(field, path, limit)
+                if line_limit is not None and len(raw.rstrip(b"\r\n")) > line_limit:
+                    raise ConfigError(f"{field}: line {number} is longer than the {_human(line_limit)} a line "
+                                      f"may hold (the rest is not read) (got {_p(path)})")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:

@@ -14,7 +14,7 @@ __all__ = [
     "BATCH_TOKENS", "DATASET_BYTES", "GRID_AXIS", "GRID_CANDIDATES", "JSON_BYTES", "LOG_BYTES", "MAX_CHOICES",
     "MAX_COUNT", "MAX_KNOB_INT", "MAX_LAYERS", "MAX_PROMPTS", "MAX_PROMPT_TOKENS", "MAX_QUANT_PATTERNS", "MAX_REFERENCES",
     "MAX_REGEX_WORK", "MAX_GPU_HOURS", "MAX_SEED", "MAX_SEND_S", "MAX_SEQUENCE_TOKENS", "MAX_SIM_FACTOR", "MAX_STUDY_FLAGS",
-    "MAX_STUDY_S", "MAX_WAIT_S", "MIN_TIME_SCALE",
+    "MAX_STUDY_S", "MAX_WAIT_S", "MIN_TIME_SCALE", "PROMPT_LINE_BYTES",
     "SERVER_LOG_BYTES", "SERVER_LOG_END_BYTES", "SERVER_LOG_HEAD_BYTES", "SHOWN_CHARS", "STUDY_BYTES", "YAML_DEPTH", "YAML_NODES", "clip", "shown",
 ]
 
@@ -46,6 +46,10 @@ MAX_QUANT_PATTERNS = 4096
 MAX_REGEX_WORK = 200_000_000
 #: A data set, a trace or a prompt file (ShareGPT V3, bench_serving's usual data set, is 673 MB).
 DATASET_BYTES = 2 * 2**30
+#: One line of a prompt file (JSONL), which is read a line at a time: a prompt of MAX_SEQUENCE_TOKENS
+#: token ids is at most 80 MB of text (a 6-digit id and ", "), its text form about 40-50 MB. A 1 GiB file
+#: without a newline was one line, held whole: 10.5 s and 2.1 GB before it was refused as not JSON.
+PROMPT_LINE_BYTES = 128 * 2**20
 #: A server log given to ``autotune calibrate``.
 LOG_BYTES = 256 * 2**20
 #: The log file a launched server writes, counted from where its launch began (the file is opened for

@@ -252,6 +252,41 @@ def test_a_token_id_prompt_file_is_refused_before_its_ids_are_built(tmp_path: Pa
         nothing_stored(tmp_path)
 
 
+@pytest.mark.parametrize("field", ["workload.dataset_path", "workload.dataset"])
+def test_a_prompt_file_line_without_end_is_not_held_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, field: str) -> None:
+    """A prompt file is read a line at a time, but a 1 GiB file without a newline was one line, held whole
+    (10.5 s, 2.1 GB) before it was refused as not JSON: a line longer than ``PROMPT_LINE_BYTES`` (made small
+    here: the real one is 128 MiB) is refused once that much is read, naming its line."""
+    from autotune.load import formats
+    from autotune.load import prompts as prompt_mod
+
+    for module in (formats, prompt_mod):
+        monkeypatch.setattr(module, "PROMPT_LINE_BYTES", 1000)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"output_len": 4, "prompt": "hi"}\n{"output_len": 4, "prompt": "' + "a" * 5000)
+    value = str(prompts) if field.endswith("path") else {"kind": "file", "path": str(prompts)}
+    where = "workload.dataset_path" if field.endswith("path") else f"workload.dataset.path: {prompts}: "
+    one_line(*cli(capsys, ["plan", str(study(tmp_path, setting(field, value)))]), where,
+             "line 2 is longer than the 1000 B a line may hold")
+    nothing_stored(tmp_path)
+
+
+def test_a_line_of_exactly_the_line_limit_is_read(tmp_path: Path) -> None:
+    """The bound is on the line's text: its own line end (\\n or \\r\\n) does not count against it."""
+    from autotune.errors import ConfigError
+    from autotune.files import read_lines
+
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"x" * 10 + b"\r\n" + b"y" * 10 + b"\n" + b"z" * 10)
+    assert [text for _, text in read_lines(path, "f", 1000, line_limit=10)] == ["x" * 10, "y" * 10, "z" * 10]
+    path.write_bytes(b"x" * 10 + b"\n" + b"y" * 11 + b"\n")
+    lines = read_lines(path, "f", 1000, line_limit=10)
+    assert next(lines) == (1, "x" * 10)
+    with pytest.raises(ConfigError, match="f: line 2 is longer than the 10 B a line may hold"):
+        next(lines)
+
+
 @pytest.mark.parametrize(("limit", "rows", "needles"), [
     ("MAX_PROMPTS", ['{"input_ids": [7]}'] * 6,
      ["prompts.jsonl:6: more than the 5 requests a load point sends"]),

@@ -27,7 +27,15 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.files import read_lines, read_text
-from autotune.limits import DATASET_BYTES, MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEQUENCE_TOKENS, clip, shown
+from autotune.limits import (
+    DATASET_BYTES,
+    MAX_PROMPT_TOKENS,
+    MAX_PROMPTS,
+    MAX_SEQUENCE_TOKENS,
+    PROMPT_LINE_BYTES,
+    clip,
+    shown,
+)
 
 
 class DatasetError(ConfigError):
@@ -65,7 +73,7 @@ def _read_text(path: Path) -> str:
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     if key in _TEXT_CACHE:
         return _TEXT_CACHE[key]
-    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8
+    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8, lines bounded
         text = read_text(path, "dataset", DATASET_BYTES)
     except ConfigError as exc:
         raise DatasetError(f"{path}: {str(exc).removeprefix('dataset: ').split(' (got ')[0]}") from None
@@ -284,8 +292,8 @@ def prompt_rows(lines: Iterable[tuple[int, str]], where: Callable[[int], str]) -
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """``read_lines`` of a data set, its refusals as :class:`DatasetError` naming the file."""
-    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8
-        yield from read_lines(path, "dataset", DATASET_BYTES)
+    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8, lines bounded
+        yield from read_lines(path, "dataset", DATASET_BYTES, line_limit=PROMPT_LINE_BYTES)
     except ConfigError as exc:
         raise DatasetError(f"{path}: {str(exc).removeprefix('dataset: ').split(' (got ')[0]}") from None
 

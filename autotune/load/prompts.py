@@ -22,7 +22,7 @@ import numpy as np
 
 from autotune.errors import ConfigError
 from autotune.files import read_json, read_lines
-from autotune.limits import BATCH_TOKENS, DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, shown
+from autotune.limits import BATCH_TOKENS, DATASET_BYTES, JSON_BYTES, MAX_SEQUENCE_TOKENS, PROMPT_LINE_BYTES, shown
 from autotune.load.formats import prompt_rows
 from autotune.load.spec import LoadSpec
 
@@ -143,7 +143,7 @@ def load_dataset(path: Path, backend: str) -> list[Prompt]:
     """Read a JSONL dataset of ``{"prompt": str | "input_ids": [int], "output_len": int}`` lines, a line at a
     time within what a load point builds (:func:`autotune.load.formats.prompt_rows`)."""
     prompts: list[Prompt] = []
-    lines = read_lines(path, "dataset_path", DATASET_BYTES)  # a regular file, bounded
+    lines = read_lines(path, "dataset_path", DATASET_BYTES, line_limit=PROMPT_LINE_BYTES)  # a regular file, bounded
     for number, row in prompt_rows(lines, lambda n: f"dataset_path={shown(str(path), 200)} line {n}"):
         where = f"dataset_path={shown(str(path), 200)} line {number}"
         if not isinstance(row, dict):
