@@ -524,14 +524,18 @@ def effects(points: list[Point]) -> list[dict[str, Any]]:
 def judge(measured: float, modelled: float, band: float = FLAT_BAND) -> dict[str, bool]:
     """Direction and size of a modelled relative effect against the measured one (log scale). A measured
     change under 3 % (or within the set's measured run-to-run spread, ``band``) counts as flat: the model is right
-    when its change is under 10 % (or within the same spread)."""
+    when its change is under 10 % (or within the same spread). A modelled change under 3 % is flat too: against a
+    measured change that is not, it is in the measured direction only where it is also within 1.5x of its size
+    (a modelled 1.004x for a measured 2.44x is a tie, not the measured direction)."""
     lm, ls = math.log(measured), math.log(modelled)
     if abs(lm) < math.log(FLAT_BAND) or abs(lm) <= math.log(band):
         flat = abs(ls) < math.log(max(1.10, band))
         return {"direction": flat, "within_1_5x": flat, "within_2x": abs(ls) < math.log(1.25)}
     same = lm * ls > 0
     size = ls / lm if same else 0.0
-    return {"direction": same, "within_1_5x": same and 1 / 1.5 <= size <= 1.5, "within_2x": same and 0.5 <= size <= 2.0}
+    within = same and 1 / 1.5 <= size <= 1.5
+    return {"direction": same and (abs(ls) >= math.log(FLAT_BAND) or within), "within_1_5x": within,
+            "within_2x": same and 0.5 <= size <= 2.0}
 
 
 def spread(xs: list[float]) -> str:

@@ -139,6 +139,10 @@ def test_an_effect_within_the_sets_own_run_to_run_spread_has_no_direction_to_mis
     assert harness.judge(1.3, 1.35, 1.393)["direction"] is True  # the model inside the same spread: flat too
     assert harness.judge(1.3, 1.6, 1.393)["direction"] is False  # the model moved far beyond it
     assert harness.judge(2.44, 0.97, 1.393)["direction"] is False  # beyond the spread: judged as before
+    # a modelled change under 3 % is a tie: the measured direction only if it is also within 1.5x of the size
+    assert harness.judge(2.44, 1.004, 1.393) == {"direction": False, "within_1_5x": False, "within_2x": False}
+    assert harness.judge(0.85, 0.988)["direction"] is False
+    assert harness.judge(1.035, 1.025)["direction"] is True
     s = _set("e-set", run_to_run={"ratio": 1.2, "evidence": "default measured twice: 500 and 600 tok/s"})
     (sets / "e-set.yaml").write_text(yaml.safe_dump(s))
     loaded = {d["id"]: d for d in harness.load_sets(sets)}

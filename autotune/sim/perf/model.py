@@ -37,6 +37,10 @@ what each GPU kind achieves: :mod:`autotune.sim.perf.gpu`):
 * ``STEP_FIXED_S`` 300 us **[modelled]** + ``STEP_PER_REQ_S`` 15 us per request **[fitted]**: sampling,
   output processing and scheduler work not hidden by the overlap scheduler; without the overlap scheduler (the
   flag, or speculative decoding in 0.5.9) the scheduler's whole CPU work adds (:mod:`autotune.sim.perf.knobs`).
+  Per request *of the scheduler's own*: every GPU runs a scheduler process, under pure TP each one schedules
+  and post-processes the whole batch, under DP attention each one only its DP rank's requests (the controller
+  sends each request to one rank: ``managers/data_parallel_controller.py`` ``round_robin_scheduler``) **[code]**,
+  and the ranks meet every step, so a step waits for the largest rank's share.
 
 Speculative decoding (EAGLE, EAGLE3, NEXTN->EAGLE, STANDALONE, NGRAM): one step is one draft/verify
 cycle. Per-depth acceptance ``p``: ``SPEC_ACCEPT_P`` (MTP drafts, EAGLE on a checkpoint with its own
@@ -237,7 +241,8 @@ class PerfModel:
         graph = padded is not None
         bs = padded if padded is not None else batch_size
         knobs = self.knobs
-        overhead = knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * batch_size, batch_size, decode=True)
+        own = -(-batch_size // attn_dp)  # the largest attention-DP rank's requests: its scheduler's own (above)
+        overhead = knobs.overhead(STEP_FIXED_S + STEP_PER_REQ_S * own, own, decode=True)
         compiled = TORCH_COMPILE_FACTOR if 0 < batch_size <= knobs.torch_compile_max_bs else 1.0
         if not self.spec_algorithm:
             return self.target.step_s(bs, context_tokens, graph=graph) * compiled + overhead
