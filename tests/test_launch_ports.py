@@ -104,3 +104,9 @@ def test_a_drawn_port_that_is_taken_is_not_handed_out(monkeypatch) -> None:  # t
         monkeypatch.setattr(ports, "draw_range", lambda: (taken, taken + 1))
         monkeypatch.setattr(ports._draw, "randint", lambda a, b: next(draws, taken + 1))
         assert free_port() == taken + 1
+
+
+def test_a_host_that_is_not_this_machines_is_an_error_not_a_retry() -> None:
+    with pytest.raises(OSError) as err:
+        free_port("192.0.2.1")  # TEST-NET-1: never a local address
+    assert "no fresh port" not in str(err.value)

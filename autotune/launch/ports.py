@@ -6,7 +6,7 @@ local port from. A server binds its port only at the end of its startup (SGLang:
 loaded, seconds on CPU, minutes on a GPU node), and a port in the ephemeral range can be taken
 meanwhile by any process's outgoing connection (a Ray or NCCL peer, the server's own
 ``torch.distributed`` setup): the launch is then lost as ``port_in_use`` (seen in CI: SGLang on CPU
-bound its port 22 s after launch and found it taken). A port below that range is never handed to an
+bound its port 22 s after launch and found it taken). A port outside that range is never handed to an
 outgoing connection; each is drawn at random (a different sequence in every process, so that Ray
 workers on one node do not walk the same ports) and checked free by binding it. Where the ephemeral
 range leaves too little room below it, the kernel picks (``bind(0)``), as before.
@@ -19,6 +19,7 @@ in a cooldown set for ``COOLDOWN_S`` seconds and never handed out again meanwhil
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import socket
@@ -80,13 +81,16 @@ def draw_range() -> tuple[int, int] | None:
 
 
 def _bindable(host: str, port: int) -> int | None:
-    """``port`` if it can be bound on ``host`` now (port 0: the kernel's pick), else None."""
+    """``port`` if it can be bound on ``host`` now (port 0: the kernel's pick), None if it is taken; any other
+    error (a host that is not this machine's) is raised."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
-        except OSError:
-            return None
+        except OSError as exc:
+            if port and exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return None
+            raise
         return int(sock.getsockname()[1])
 
 
