@@ -73,7 +73,7 @@ def _read_text(path: Path) -> str:
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     if key in _TEXT_CACHE:
         return _TEXT_CACHE[key]
-    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8, lines bounded
+    try:  # a regular file of at most DATASET_BYTES (never /dev/zero or a FIFO), UTF-8
         text = read_text(path, "dataset", DATASET_BYTES)
     except ConfigError as exc:
         raise DatasetError(f"{path}: {str(exc).removeprefix('dataset: ').split(' (got ')[0]}") from None
