@@ -10,7 +10,8 @@ import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.load.formats import read_azure, read_mooncake, read_prompts, read_sharegpt
+from autotune.load import formats
+from autotune.load.formats import DatasetError, read_azure, read_mooncake, read_prompts, read_sharegpt, read_trace
 
 
 def _write(tmp: Path, name: str, text: str) -> Path:
@@ -64,8 +65,60 @@ def test_a_good_mooncake_trace_is_rebased_to_its_first_request(tmp_path: Path) -
     path = _write(tmp_path, "t.jsonl", '{"timestamp": 1000, "input_length": 3, "output_length": 2}\n'
                                        '{"timestamp": 1250, "input_length": 4, "output_length": 1, "hash_ids": [7]}\n')
     rows = read_mooncake(path)
-    assert [(r.line, r.at_s, r.input_len, r.output_len, r.hash_ids) for r in rows] == [
+    assert [(r.line, r.at_s, r.input_len, r.output_len, r.hash_ids and tuple(r.hash_ids)) for r in rows] == [
         (1, 0.0, 3, 2, None), (2, 0.25, 4, 1, (7,))]
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "azure"])
+def test_a_trace_is_read_only_as_far_as_the_rows_replayed(tmp_path: Path, fmt: str) -> None:
+    """The rows past ``max_rows`` are not read: a broken row there (or a file of millions of rows) costs
+    nothing; without ``max_rows`` the same broken row is refused at its line."""
+    if fmt == "mooncake":
+        good = "".join(f'{{"timestamp": {t * 1000}, "input_length": 3, "output_length": 2, "hash_ids": [{t}, 2]}}\n'
+                       for t in range(5))
+        path = _write(tmp_path, "t.jsonl", good + "{not json\n")
+    else:
+        good = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{t}.5,3,2\n" for t in range(5))
+        path = _write(tmp_path, "a.csv", good + "1.0,-3,2\n")
+    rows = read_trace(path, fmt, max_rows=5)
+    assert [r.input_len for r in rows] == [3] * 5 and rows[-1].at_s == 4.0
+    with pytest.raises(DatasetError, match=f"{path.name}:{6 if fmt == 'mooncake' else 7}: "):
+        read_trace(path, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "azure"])
+def test_a_trace_past_the_requests_a_load_point_sends_is_refused_at_that_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    monkeypatch.setattr(formats, "MAX_PROMPTS", 3)
+    if fmt == "mooncake":
+        path = _write(tmp_path, "t.jsonl", "".join(
+            f'{{"timestamp": {t}, "input_length": 3, "output_length": 2}}\n' for t in range(6)))
+    else:
+        path = _write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                      + "".join(f"{t},3,2\n" for t in range(6)))
+    line = 4 if fmt == "mooncake" else 5
+    with pytest.raises(DatasetError, match=f"{path.name}:{line}: more than the 3 requests a load point sends "
+                                           r"\(max_requests replays fewer\)$"):
+        read_trace(path, fmt, None, " (max_requests replays fewer)")
+    assert len(read_trace(path, fmt, 3)) == 3
+
+
+def test_mooncake_hash_ids_are_kept_as_64_bit_integers(tmp_path: Path) -> None:
+    path = _write(tmp_path, "t.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 2, '
+                                       f'"hash_ids": [-5, {2**63 - 1}]}}\n')
+    assert tuple(read_mooncake(path)[0].hash_ids or ()) == (-5, 2**63 - 1)
+    path.write_text(f'{{"timestamp": 0, "input_length": 3, "output_length": 2, "hash_ids": [{2**63}]}}\n')
+    with pytest.raises(DatasetError, match="t.jsonl:1: hash_ids: must be integers of at most 64 bits"):
+        read_mooncake(path)
+
+
+def test_the_last_trace_read_is_reused_until_its_file_changes(tmp_path: Path) -> None:
+    path = _write(tmp_path, "t.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n')
+    first = read_trace(path, None)
+    assert read_trace(path, None) is first  # a study reads its trace at check time and for each load point
+    path.write_text('{"timestamp": 0, "input_length": 4, "output_length": 2}\n'
+                    '{"timestamp": 9, "input_length": 5, "output_length": 2}\n')
+    assert [r.input_len for r in read_trace(path, None)] == [4, 5]
 
 
 @pytest.mark.parametrize(("args", "name", "text", "field"), [

@@ -6,6 +6,8 @@
   "hash_ids": [int, ...]}`` per line (``hash_ids`` optional), timestamps not decreasing.
 * Azure LLM inference trace CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens``;
   ``TIMESTAMP`` a date-time (``2023-11-16 18:15:46.6805900``) or seconds.
+  Both traces are read a line at a time and only as far as the rows a load point replays
+  (``max_rows``): a trace of millions of rows never sits in memory as text.
 * Prompt JSONL: ``{"prompt": str}`` or ``{"input_ids": [int, ...]}``, optional ``output_len``: read a
   line at a time and refused at the line where it passes what a load point builds (:func:`prompt_rows`).
 
@@ -19,7 +21,8 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +53,8 @@ class TraceRow:
     at_s: float
     input_len: int
     output_len: int
-    hash_ids: tuple[int, ...] | None = None
+    hash_ids: Sequence[int] | None = None
+    """The row's prefix blocks, as an ``array('q')`` (8 bytes an id, where a tuple of ints took about 40)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +180,24 @@ def _check_order(path: Path, rows: list[TraceRow]) -> None:
                 f"{path}:{b.line}: timestamp: earlier than line {a.line}'s (timestamps must not decrease)")
 
 
-def read_mooncake(path: Path) -> list[TraceRow]:
-    """A Mooncake trace: timestamps in ms, rebased so the first request is at 0 s."""
+def _rebased(path: Path, rows: list[TraceRow], empty: str) -> list[TraceRow]:
+    if not rows:
+        raise DatasetError(f"{path}:{empty}")
+    _check_order(path, rows)
+    t0 = rows[0].at_s
+    return [TraceRow(r.line, r.at_s - t0, r.input_len, r.output_len, r.hash_ids) for r in rows]
+
+
+def read_mooncake(path: Path, max_rows: int | None = None, more: str = "") -> list[TraceRow]:
+    """A Mooncake trace: timestamps in ms, rebased so the first request is at 0 s; its first ``max_rows``
+    rows only (the rest is not read), within :func:`prompt_rows`' bounds (``more``: what to add to its
+    "more than MAX_PROMPTS requests")."""
     rows: list[TraceRow] = []
-    for line, row in _jsonl(path):
+    if max_rows is not None and max_rows < 1:
+        raise DatasetError(f"{path}: max_rows={max_rows}: must be at least 1")
+    for line, row in prompt_rows(_lines(path), lambda n: f"{path}:{n}", more=more):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{line}: expected a JSON object, got {type(row).__name__}")
         ts = row.get("timestamp")
         if ts is None:
             raise DatasetError(f"{path}:{line}: timestamp: missing")
@@ -191,13 +209,14 @@ def read_mooncake(path: Path) -> list[TraceRow]:
         if hashes is not None and (not isinstance(hashes, list)
                                    or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes)):
             raise DatasetError(f"{path}:{line}: hash_ids: must be a list of integers")
-        rows.append(TraceRow(line, float(ts) / 1000.0, int(n_in or 0), int(n_out or 0),
-                             tuple(hashes) if hashes else None))
-    if not rows:
-        raise DatasetError(f"{path}:1: empty file (no requests)")
-    _check_order(path, rows)
-    t0 = rows[0].at_s
-    return [TraceRow(r.line, r.at_s - t0, r.input_len, r.output_len, r.hash_ids) for r in rows]
+        try:
+            ids = array("q", hashes) if hashes else None
+        except OverflowError:
+            raise DatasetError(f"{path}:{line}: hash_ids: must be integers of at most 64 bits") from None
+        rows.append(TraceRow(line, float(ts) / 1000.0, int(n_in or 0), int(n_out or 0), ids))
+        if max_rows is not None and len(rows) >= max_rows:
+            break
+    return _rebased(path, rows, "1: empty file (no requests)")
 
 
 def _azure_time(path: Path, line: int, text: str) -> float:
@@ -218,45 +237,73 @@ def _azure_time(path: Path, line: int, text: str) -> float:
         raise DatasetError(f"{path}:{line}: TIMESTAMP={shown(text)}: not a date-time or a number of seconds") from None
 
 
-def read_azure(path: Path) -> list[TraceRow]:
-    """An Azure LLM inference trace CSV, rebased so the first request is at 0 s."""
-    reader = csv.DictReader(_read_text(path).splitlines())
-    fields = reader.fieldnames or []
+def read_azure(path: Path, max_rows: int | None = None, more: str = "") -> list[TraceRow]:
+    """An Azure LLM inference trace CSV, rebased so the first request is at 0 s; its first ``max_rows``
+    rows only (the rest is not read), and never more than ``MAX_PROMPTS`` (``more``: what to add to
+    that refusal)."""
+    if max_rows is not None and max_rows < 1:
+        raise DatasetError(f"{path}: max_rows={max_rows}: must be at least 1")
+    reader = csv.DictReader(text for _, text in _lines(path))
+    try:
+        fields = reader.fieldnames or []
+    except csv.Error as exc:
+        raise DatasetError(f"{path}:1: not CSV ({clip(str(exc), 80)})") from None
     for need in ("TIMESTAMP", "ContextTokens", "GeneratedTokens"):
         if need not in fields:
             raise DatasetError(f"{path}:1: {need}: missing column (header has {', '.join(fields) or 'nothing'})")
     rows: list[TraceRow] = []
-    for k, rec in enumerate(reader):
-        line = k + 2
-        vals: dict[str, Any] = {}
-        for key in ("ContextTokens", "GeneratedTokens"):
-            raw = (rec.get(key) or "").strip()
-            try:
-                vals[key] = int(raw)
-            except ValueError:
-                raise DatasetError(f"{path}:{line}: {key}={shown(raw)}: must be a positive integer") from None
-            _pos_int(path, line, vals, key)
-        rows.append(TraceRow(line, _azure_time(path, line, rec.get("TIMESTAMP") or ""),
-                             vals["ContextTokens"], vals["GeneratedTokens"]))
-    if not rows:
-        raise DatasetError(f"{path}:2: no requests (only a header)")
-    _check_order(path, rows)
-    t0 = rows[0].at_s
-    return [TraceRow(r.line, r.at_s - t0, r.input_len, r.output_len) for r in rows]
+    try:
+        for k, rec in enumerate(reader):
+            line = k + 2
+            if k >= MAX_PROMPTS:
+                raise DatasetError(f"{path}:{line}: more than the {MAX_PROMPTS:,} requests a load point sends{more}")
+            vals: dict[str, Any] = {}
+            for key in ("ContextTokens", "GeneratedTokens"):
+                raw = (rec.get(key) or "").strip()
+                try:
+                    vals[key] = int(raw)
+                except ValueError:
+                    raise DatasetError(f"{path}:{line}: {key}={shown(raw)}: must be a positive integer") from None
+                _pos_int(path, line, vals, key)
+            rows.append(TraceRow(line, _azure_time(path, line, rec.get("TIMESTAMP") or ""),
+                                 vals["ContextTokens"], vals["GeneratedTokens"]))
+            if max_rows is not None and len(rows) >= max_rows:
+                break
+    except csv.Error as exc:  # a field past csv's field_size_limit (128 KiB), a NUL byte
+        raise DatasetError(f"{path}:{len(rows) + 2}: not CSV ({clip(str(exc), 80)})") from None
+    return _rebased(path, rows, "2: no requests (only a header)")
 
 
-def read_trace(path: Path, fmt: str | None) -> list[TraceRow]:
-    """Read a trace in ``fmt`` ("mooncake" | "azure"; None: .csv is Azure, anything else Mooncake)."""
+def read_trace(path: Path, fmt: str | None, max_rows: int | None = None, more: str = "") -> list[TraceRow]:
+    """Read a trace in ``fmt`` ("mooncake" | "azure"; None: .csv is Azure, anything else Mooncake), its first
+    ``max_rows`` rows. The last trace read is kept (keyed by path, size, modification time and ``max_rows``):
+    a study reads its trace when it checks the study and again for every load point."""
     fmt = fmt or ("azure" if path.suffix.lower() == ".csv" else "mooncake")
-    return read_azure(path) if fmt == "azure" else read_mooncake(path)
+    try:
+        stat = path.stat()
+        key: tuple[Any, ...] | None = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino, fmt, max_rows, more)
+    except (OSError, ValueError):
+        key = None  # the reader says why
+    if key is not None and key in _TRACE_CACHE:
+        return _TRACE_CACHE[key]
+    rows = (read_azure if fmt == "azure" else read_mooncake)(path, max_rows, more)
+    _TRACE_CACHE.clear()
+    if key is not None:
+        _TRACE_CACHE[key] = rows
+    return rows
+
+
+_TRACE_CACHE: dict[tuple[Any, ...], list[TraceRow]] = {}
 
 
 #: JSON values one line of a prompt file may hold (a prompt's ids and a few keys), counted before it is parsed.
 LINE_VALUES = MAX_SEQUENCE_TOKENS + 64
 
 
-def prompt_rows(lines: Iterable[tuple[int, str]], where: Callable[[int], str]) -> Iterator[tuple[int, Any]]:
-    """The non-empty lines of a prompt file (JSONL of ``prompt`` / ``input_ids`` rows), parsed one at a time,
+def prompt_rows(lines: Iterable[tuple[int, str]], where: Callable[[int], str], more: str = ""
+                ) -> Iterator[tuple[int, Any]]:
+    """The non-empty lines of a prompt file (JSONL of ``prompt`` / ``input_ids`` rows; a Mooncake trace's rows
+    too), parsed one at a time,
     each refused (:class:`DatasetError`, ``where(line)`` first) where the file passes what a load point
     builds, before what follows is read: more than ``MAX_PROMPTS`` requests, a line of more than
     :data:`LINE_VALUES` JSON values (every value follows a ',', '[' or '{', so they are counted before
@@ -268,7 +315,7 @@ def prompt_rows(lines: Iterable[tuple[int, str]], where: Callable[[int], str]) -
             continue
         rows += 1
         if rows > MAX_PROMPTS:
-            raise DatasetError(f"{where(number)}: more than the {MAX_PROMPTS:,} requests a load point sends")
+            raise DatasetError(f"{where(number)}: more than the {MAX_PROMPTS:,} requests a load point sends{more}")
         values = line.count(",") + line.count("[") + line.count("{")
         if values > LINE_VALUES:
             raise DatasetError(f"{where(number)}: {values:,} commas and brackets on one line, more JSON values than a "

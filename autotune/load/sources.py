@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.limits import MAX_PROMPT_TOKENS, MAX_PROMPTS, MAX_SEND_S
+from autotune.limits import MAX_PROMPT_TOKENS, MAX_SEND_S
 from autotune.load import prompts as _prompts
 from autotune.load.formats import DatasetError, TraceRow, read_prompts, read_sharegpt, read_trace
 from autotune.load.prompts import Prompt
@@ -142,16 +142,12 @@ def _gsp(spec: LoadSpec, d: GeneratedSharedPrefixWorkload) -> list[Prompt]:
 
 
 def trace_rows(d: TraceWorkload) -> list[TraceRow]:
-    """The rows of trace ``d`` a load point replays (its first ``max_requests``), checked against what a
-    load point builds (:mod:`autotune.limits`) before a token is drawn: at most ``MAX_PROMPTS`` requests,
+    """The rows of trace ``d`` a load point replays (its first ``max_requests``: the rest is not read), checked
+    against what a load point builds (:mod:`autotune.limits`) before a token is drawn: at most ``MAX_PROMPTS`` requests,
     their prompt tokens and the tokens of the distinct hash blocks they are cut from each at most
     ``MAX_PROMPT_TOKENS``, and sent within ``MAX_SEND_S`` at their timestamps x ``slowdown_factor``."""
-    rows = read_trace(d.path, d.format)
-    if d.max_requests is not None:
-        rows = rows[: d.max_requests]
     limit = "" if d.max_requests is not None else " (max_requests replays fewer)"
-    if len(rows) > MAX_PROMPTS:
-        raise DatasetError(f"{d.path}: {len(rows):,} requests, more than the {MAX_PROMPTS:,} a load point sends{limit}")
+    rows = read_trace(d.path, d.format, d.max_requests, limit)  # refuses the row past MAX_PROMPTS at its line
     tokens = sum(r.input_len for r in rows)
     if tokens > MAX_PROMPT_TOKENS:
         raise DatasetError(f"{d.path}: its {len(rows):,} requests hold {tokens:,} prompt tokens, more than the "
