@@ -4,7 +4,8 @@ The structure of the speed model comes from SGLang's code and microbenchmarks
 (``docs/simulator-speed.md``); a few constants stay free: the kernel floor (one for every kind; with
 ``--per-kind-floor`` each kind's own where it has enough sets, tried and not taken), each GPU kind's achievable HBM share, the routed experts' grouped-GEMM share (one for NVIDIA kinds, one for AMD's), the GEMM and prefill shares, the eager launch, the request
 path (fixed and per input token), the scheduler's per-request cost, the speculative cycle's fixed cost, the
-attention backends' factors on Hopper. It starts from the values in the code: the committed ones came out
+attention backends' factors on Hopper, the eager launch's extra per MLA layer and per DSA layer (each
+fitted on its family's points only). It starts from the values in the code: the committed ones came out
 of successive runs (their grids and results: ``docs/simulator-speed.md``). This script chooses them by coordinate
 descent over a grid per constant, minimising the squared log error of throughput, TTFT and TPOT over the
 fitted points plus that of every relative effect, each clipped at 4x so that one point the structure
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.sglang.hardware.gpus import get_gpu
+from autotune.sim.perf import forward as perf_forward
 from autotune.sim.perf import gpu as perf_gpu
 from autotune.sim.perf import knobs as perf_knobs
 from autotune.sim.perf import model as perf
@@ -110,6 +112,10 @@ def params(points: list[Any], per_kind_floor: bool = False) -> list[Param]:
               lambda v: setattr(perf, "STEP_PER_REQ_S", v), lambda p: True),
         Param("eager", [1.0, 1.5, 2.0, 3.0, 4.0, 6.0], perf_gpu.DEFAULT.eager, lambda v: _set_rows("eager", v),
               lambda p: True),
+        Param("EAGER_CPU_MLA_EXTRA_S", [0.0, 50e-6, 100e-6, 150e-6, 200e-6, 300e-6], perf_forward.EAGER_CPU_MLA_EXTRA_S,
+              lambda v: setattr(perf_forward, "EAGER_CPU_MLA_EXTRA_S", v), lambda p: _family(p) in ("mla", "dsa")),
+        Param("EAGER_CPU_DSA_EXTRA_S", [0.0, 100e-6, 200e-6, 300e-6, 500e-6], perf_forward.EAGER_CPU_DSA_EXTRA_S,
+              lambda v: setattr(perf_forward, "EAGER_CPU_DSA_EXTRA_S", v), lambda p: _family(p) == "dsa"),
         Param("FP8_GEMM_RELATIVE", [0.5, 0.6, 0.7, 0.85, 1.0], perf_gpu.FP8_GEMM_RELATIVE,
               lambda v: setattr(perf_gpu, "FP8_GEMM_RELATIVE", v), _is_fp8),
         Param("SPEC_CYCLE_FIXED_S", [0.25e-3, 0.5e-3, 1e-3, 2e-3, 4e-3], perf.SPEC_CYCLE_FIXED_S,
@@ -130,6 +136,15 @@ def params(points: list[Any], per_kind_floor: bool = False) -> list[Param]:
             out.append(Param(f"kernel_floor_s[{g}]", [3e-6, 4.5e-6, 6e-6, 9e-6, 13e-6], row.kernel_floor_s,
                              lambda v, g=g: _set_rows("kernel_floor_s", v, [g]), lambda p, g=g: _gpu_of(p) == g))
     return out
+
+
+def _family(point: Any) -> str:
+    """The model's family ("mla", "dsa", "mha", ...); an MLA model reads ``is_mla`` too (a DSA one is MLA)."""
+    if point.request is None:
+        return ""
+    prof = offline._profile(point.request.config.model_path)
+    fam = str(getattr(prof, "family", "") or "")
+    return "mla" if fam != "dsa" and getattr(prof, "is_mla", False) else fam
 
 
 def _is_moe(point: Any) -> bool:

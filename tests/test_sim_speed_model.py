@@ -399,3 +399,24 @@ def test_each_dp_attention_rank_schedules_only_its_own_requests(dsv3: Any, monke
 
     assert per_request_cost(KnobSpeed()) == pytest.approx(0.256)  # 256 requests x 1 ms
     assert per_request_cost(KnobSpeed(attn_dp=8)) == pytest.approx(0.032)  # 32 a rank
+
+
+def test_an_mla_layer_launches_eagerly_slower_than_a_gqa_one_and_a_dsa_layer_slower_still(v32: Any, dsv3: Any) -> None:
+    """The eager launch per layer (prefill, and decode past cuda_graph_max_bs): DSA > MLA > the same MoE read as
+    GQA; what the published TTFT at concurrency 1 showed (forward.EAGER_CPU_MLA_EXTRA_S)."""
+    def per_layer(model: Any) -> float:
+        return perf(model).target.eager_cpu / model.num_layers
+
+    assert per_layer(v32) > per_layer(dsv3) > per_layer(replace(dsv3, is_mla=False))
+
+
+def test_pure_tp_decodes_past_its_cuda_graphs_eagerly_where_each_dp_attention_rank_stays_in_them(v32: Any) -> None:
+    """GPUStack's DeepSeek-V3.2 on 8 x H200 (1,000 requests at once; held out): pure TP 8 runs a batch past its
+    512-request graphs eagerly, CPU-bound on V3.2's launches, while each DP-attention rank holds 125 and replays."""
+    tp = perf(v32, cuda_graph_max_bs=512)
+    dp = perf(v32, cuda_graph_max_bs=512, knobs=KnobSpeed(attn_dp=8))
+    ctx = 400  # ShareGPT's requests: about 220 tokens in, 200 out
+    tp_jump = tp.decode_step_time_s(1000, 1000 * ctx) / tp.decode_step_time_s(512, 512 * ctx)
+    dp_jump = dp.decode_step_time_s(1000, 1000 * ctx) / dp.decode_step_time_s(512, 512 * ctx)
+    assert tp_jump > 2.5 > 1.3 > dp_jump
+    assert tp.decode_step_time_s(1000, 1000 * ctx) > 2.5 * dp.decode_step_time_s(1000, 1000 * ctx)

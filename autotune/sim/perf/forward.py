@@ -11,8 +11,9 @@ A forward over ``T`` tokens reading ``C`` tokens of KV costs, on one GPU:
 * every small kernel's floor (norms, rope, KV store, routing, activations);
 * the allreduces (:mod:`autotune.sim.perf.comm`), or DeepEP-style dispatch/combine.
 
-CUDA-graph replay costs ``GRAPH_REPLAY_S``; eagerly, CPU launch (``EAGER_CPU_PER_LAYER_S``)
-overlaps the GPU and the GPU idles ``EAGER_GAP_PER_LAYER_S`` between kernels.
+CUDA-graph replay costs ``GRAPH_REPLAY_S``; eagerly, CPU launch (``EAGER_CPU_PER_LAYER_S``, more for an
+MLA layer and more again for a DSA one) overlaps the GPU and the GPU idles ``EAGER_GAP_PER_LAYER_S`` between
+kernels.
 """
 
 from __future__ import annotations
@@ -43,6 +44,23 @@ class ForwardInputs(Protocol):
 
 GRAPH_REPLAY_S = 40e-6
 EAGER_CPU_PER_LAYER_S = {"dense": 150e-6, "moe": 300e-6}
+#: An MLA layer launches more eagerly than a GQA one **[fitted on the 13 fitted MLA sets (DeepSeek-V3/R1,
+#: Kimi-K2, V3.2-Exp; their ids: docs/simulator-speed.md), benchmarks/sim_speed_fit.py --rounds 1 --only
+#: EAGER_CPU_MLA_EXTRA_S EAGER_CPU_DSA_EXTRA_S, grid 0-300 us: loss 0.2662 -> 0.2397]**: SGLang's
+#: ``DeepseekV2AttentionMLA`` (models/deepseek_v2.py) issues the q_a / kv_a projections and norms, q_b, the
+#: absorbed bmm pair, rope and the MLA kernel's metadata from Python, twice LlamaAttention's kernels
+#: (``SMALL_KERNELS`` and ``GEMM_KERNELS`` below: 12 against 6). What showed it: the published TTFT at
+#: concurrency 1, a prefill eager launch bounds, was 0.55-0.71x of measured for every MLA model (DeepSeek-R1 on
+#: 8 x B200: 141 / 126 / 155 ms measured, 88-110 modelled; Kimi-K2 158 / 161 against 86 / 89) and 0.84-1.40x for
+#: GQA MoE models. Multiplied by the node's ``eager`` scale (perf/gpu.py, 4 on every kind) like the base.
+EAGER_CPU_MLA_EXTRA_S = 200e-6
+#: DSA's lightning indexer adds its own eager launches on every layer (its three projections, k norm, rope, two
+#: quantisations, the key store, logits, top-k: ``DSA_INDEX_*`` below) **[fitted on
+#: sgl-cookbook-deepseek-v3.2-exp-b200 alone, the one fitted DSA set, grid 0-500 us: loss 0.2397 -> 0.2378]**:
+#: V3.2-Exp's TTFT at concurrency 1 on 8 x B200 is 191 ms measured, 89 modelled without either extra. Held out,
+#: GPUStack's V3.2 on 8 x H200 shows what it does above ``cuda_graph_max_bs``: pure TP 8 with 1,000 requests at
+#: once decodes eagerly, CPU-bound, and DP attention (125 a rank, inside the graphs) is 2.4x faster.
+EAGER_CPU_DSA_EXTRA_S = 200e-6
 EAGER_GAP_PER_LAYER_S = {"dense": 30e-6, "moe": 50e-6}
 #: Kernels per decoder layer that stream no weights, each at least the GPU's kernel floor
 #: (perf/gpu.py) **[modelled: counted from SGLang 0.5.9's decode path]**: GQA attention: fused add-RMSNorm,
@@ -218,7 +236,9 @@ class Forward:
         self.a2a = self.moe and knobs.moe_a2a not in ("", "none") and knobs.ep_size > 1
         self.ep = max(knobs.ep_size, 1)
         kind = "moe" if e > 0 else "dense"
-        self.eager_cpu = EAGER_CPU_PER_LAYER_S[kind] * model.num_layers * self.speed.eager
+        per_layer = EAGER_CPU_PER_LAYER_S[kind] + (EAGER_CPU_MLA_EXTRA_S if model.is_mla else 0.0) \
+            + (EAGER_CPU_DSA_EXTRA_S if self.dsa else 0.0)
+        self.eager_cpu = per_layer * model.num_layers * self.speed.eager
         self.eager_gap = EAGER_GAP_PER_LAYER_S[kind] * model.num_layers
 
     def _init_floors(self, model: Any, gpu: Any, ep_size: int) -> None:
