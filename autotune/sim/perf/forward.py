@@ -52,7 +52,8 @@ EAGER_CPU_PER_LAYER_S = {"dense": 150e-6, "moe": 300e-6}
 #: (``SMALL_KERNELS`` and ``GEMM_KERNELS`` below: 12 against 6). What showed it: the published TTFT at
 #: concurrency 1, a prefill eager launch bounds, was 0.55-0.71x of measured for every MLA model (DeepSeek-R1 on
 #: 8 x B200: 141 / 126 / 155 ms measured, 88-110 modelled; Kimi-K2 158 / 161 against 86 / 89) and 0.84-1.40x for
-#: GQA MoE models. Multiplied by the node's ``eager`` scale (perf/gpu.py, 4 on every kind) like the base.
+#: the GQA MoE models (GLM-4.6, Qwen3-235B-A22B; Qwen3-Next, a hybrid, 0.53x, is not MLA and not changed).
+#: Multiplied by the node's ``eager`` scale like the base (perf/gpu.py: 4, 1 on the seed-calibrated kinds).
 EAGER_CPU_MLA_EXTRA_S = 200e-6
 #: DSA's lightning indexer adds its own eager launches on every layer (its three projections, k norm, rope, two
 #: quantisations, the key store, logits, top-k: ``DSA_INDEX_*`` below) **[fitted on

@@ -32,7 +32,8 @@ what each GPU kind achieves: :mod:`autotune.sim.perf.gpu`):
 * launch: with a CUDA graph (``B <= cuda_graph_max_bs``; the batch is padded up to the next captured size
   of SGLang's ladder) a replay costs ``GRAPH_REPLAY_S`` 40 us. Eagerly, the CPU issues every kernel
   (``EAGER_CPU_PER_LAYER_S``: 150 us per dense layer, 300 us per MoE layer, +200 us for MLA attention and
-  +200 us more for DSA's indexer **[fitted]**, each x the node's eager scale, 4) and the GPU idles between
+  +200 us more for DSA's indexer **[fitted]**, each x the node's eager scale, 4 but on the seed-calibrated
+  kinds) and the GPU idles between
   kernels (``EAGER_GAP_PER_LAYER_S``: 30 / 50 us); CPU launch overlaps GPU work, so an eager step is
   ``max(cpu, gpu) + gaps`` **[modelled]**;
 * ``STEP_FIXED_S`` 300 us **[modelled]** + ``STEP_PER_REQ_S`` 15 us per request **[fitted]**: sampling,
