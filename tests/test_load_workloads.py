@@ -107,6 +107,41 @@ def test_sharegpt_first_turn_and_a_prompt_file(samples: dict[str, Path]) -> None
     assert len(got) == len(rows) + 5 and got[len(rows)].text == rows[0]["prompt"]  # cycled, as a dataset file is
 
 
+def test_sharegpt_counts_only_the_pairs_a_run_sends(samples: dict[str, Path],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """num_prompts (or warm-up, the larger) of the first usable pairs are what a run sends: the same prompts as
+    before, but the conversations past them are not tokenised (on a 700 MB file that was 7 s a load point)."""
+    from autotune.load import sources
+
+    ds = {"kind": "sharegpt", "path": str(samples["sharegpt"])}
+    every = list(prompt_stream(spec(ds, backend="openai")))
+    counted: list[str] = []
+    real = sources.counter_for
+
+    def spying(tok: object) -> object:
+        counter = real(tok)  # type: ignore[arg-type]
+
+        class Spy:
+            exact, note = counter.exact, counter.note
+
+            def count(self, text: str) -> int:
+                counted.append(text)
+                return counter.count(text)
+
+        return Spy()
+
+    monkeypatch.setattr(sources, "counter_for", spying)
+    first = list(prompt_stream(spec(ds, backend="openai", num_prompts=5)))
+    assert [p.text for p in first] == [p.text for p in every[:5]]
+    assert len(counted) == 2 * 5  # a question and its answer for each of the five, nothing past them
+    counted.clear()
+    warm = list(prompt_stream(spec(ds, backend="openai", num_prompts=2).model_copy(update={"warmup_requests": 4}),
+                              warmup=True))
+    assert [p.text for p in warm] == [p.text for p in every[:4]] and len(counted) == 2 * 4
+    more = list(prompt_stream(spec(ds, backend="openai", num_prompts=len(every) + 3)))
+    assert len(more) == len(every) + 3 and more[len(every)].text == every[0].text  # cycled past the last, as before
+
+
 def test_a_conversation_turn_carries_the_whole_history_and_the_replies() -> None:
     s = spec({"kind": "multi-turn", "num_conversations": 2, "turns": 3, "system_prompt_len": 20, "user_len": 5,
               "output_len": 4, "think_time_s": 1.5})

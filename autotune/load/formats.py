@@ -147,7 +147,29 @@ def _json_array_items(path: Path, text: str) -> list[tuple[int, Any]]:
 
 
 def read_sharegpt(path: Path) -> list[tuple[int, list[tuple[str, str]]]]:
-    """ShareGPT conversations as ``(line, [(role, text), ...])`` with role "human" or "gpt"."""
+    """ShareGPT conversations as ``(line, [(role, text), ...])`` with role "human" or "gpt". The last file's
+    conversations are kept (keyed by path, size, modification time and inode), not its text: a study reads
+    its data set when it checks the study and again for every load point (ShareGPT V3, 673 MB, is seconds
+    of JSON each time)."""
+    try:
+        stat = path.stat()
+        key: tuple[Any, ...] | None = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    except (OSError, ValueError):
+        key = None  # the reader says why
+    if key is not None and key in _SHAREGPT_CACHE:
+        return _SHAREGPT_CACHE[key]
+    out = _read_sharegpt(path)
+    _SHAREGPT_CACHE.clear()
+    _TEXT_CACHE.clear()  # the conversations hold what a load point needs of the text
+    if key is not None:
+        _SHAREGPT_CACHE[key] = out
+    return out
+
+
+_SHAREGPT_CACHE: dict[tuple[Any, ...], list[tuple[int, list[tuple[str, str]]]]] = {}
+
+
+def _read_sharegpt(path: Path) -> list[tuple[int, list[tuple[str, str]]]]:
     text = _read_text(path)
     items = _json_array_items(path, text) if text.lstrip().startswith("[") else _jsonl(path)
     out = []

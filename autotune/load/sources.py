@@ -207,10 +207,14 @@ def _file(spec: LoadSpec, d: FileWorkload) -> list[Prompt]:
     return out
 
 
-def _sharegpt_first(spec: LoadSpec, d: ShareGPTWorkload) -> list[Prompt]:
+def _sharegpt_first(spec: LoadSpec, d: ShareGPTWorkload, limit: int | None = None) -> list[Prompt]:
+    """The first human/gpt pair of each conversation that passes bench_serving's filter, in file order; the
+    first ``limit`` of them only (the rest are not counted)."""
     counter = counter_for(spec.tokenizer)
-    out = []
+    out: list[Prompt] = []
     for _line, turns in read_sharegpt(d.path):
+        if limit is not None and len(out) >= limit:
+            break
         pairs = _pairs(turns)
         if not pairs:
             continue
@@ -257,7 +261,10 @@ def prompt_stream(spec: LoadSpec, *, warmup: bool = False) -> Iterator[Prompt]:
     elif isinstance(d, FileWorkload):
         data = _file(spec, d)
     elif isinstance(d, ShareGPTWorkload):
-        data = _sharegpt_first(spec, d)
+        # a run sends its first num_prompts (cycled when fewer pass the filter) and warms up on the first
+        # warmup_requests: the pairs past both are never sent, so their tokens are not counted
+        need = max(spec.num_prompts, spec.warmup_requests) if spec.num_prompts is not None else None
+        data = _sharegpt_first(spec, d, need)
     else:  # pragma: no cover - every kind is handled above
         raise DatasetError(f"workload kind {d.kind!r}: not a prompt stream")
     if warmup:  # the first prompts, without a trace's send times
