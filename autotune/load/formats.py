@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autotune.errors import ConfigError
 from autotune.files import read_lines, read_text
@@ -90,6 +90,30 @@ def _read_text(path: Path) -> str:
 
 _TEXT_CACHE: dict[tuple[str, int, int], str] = {}
 
+_T = TypeVar("_T")
+
+
+def _file_key(path: Path, *extra: Any) -> tuple[Any, ...] | None:
+    """What identifies one version of a file (path, modification time, size, inode) and ``extra``; None when
+    it cannot be read (its reader then says why)."""
+    try:
+        stat = path.stat()
+    except (OSError, ValueError):
+        return None
+    return (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino, *extra)
+
+
+def _kept(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...] | None, read: Callable[[], _T]) -> _T:
+    """``read()``, kept in ``cache`` under ``key`` until another file (or another version of it) is read:
+    a study reads its data set when it checks the study and again for every load point."""
+    if key is not None and key in cache:
+        return cache[key]
+    value = read()
+    cache.clear()
+    if key is not None:
+        cache[key] = value
+    return value
+
 
 def _pos_int(path: Path, line: int, row: dict[str, Any], key: str, *, required: bool = True) -> int | None:
     if key not in row or row[key] is None:
@@ -148,22 +172,13 @@ def _json_array_items(path: Path, text: str) -> list[tuple[int, Any]]:
 
 def read_sharegpt(path: Path) -> list[tuple[int, list[tuple[str, str]]]]:
     """ShareGPT conversations as ``(line, [(role, text), ...])`` with role "human" or "gpt". The last file's
-    conversations are kept (keyed by path, size, modification time and inode), not its text: a study reads
-    its data set when it checks the study and again for every load point (ShareGPT V3, 673 MB, is seconds
-    of JSON each time)."""
-    try:
-        stat = path.stat()
-        key: tuple[Any, ...] | None = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino)
-    except (OSError, ValueError):
-        key = None  # the reader says why
-    if key is not None and key in _SHAREGPT_CACHE:
-        return _SHAREGPT_CACHE[key]
-    out = _read_sharegpt(path)
-    _SHAREGPT_CACHE.clear()
-    _TEXT_CACHE.clear()  # the conversations hold what a load point needs of the text
-    if key is not None:
-        _SHAREGPT_CACHE[key] = out
-    return out
+    conversations are kept (:func:`_kept`), not its text (ShareGPT V3, 673 MB, is seconds of JSON a read)."""
+    def read() -> list[tuple[int, list[tuple[str, str]]]]:
+        out = _read_sharegpt(path)
+        _TEXT_CACHE.clear()  # the conversations hold what a load point needs of the text
+        return out
+
+    return _kept(_SHAREGPT_CACHE, _file_key(path), read)
 
 
 _SHAREGPT_CACHE: dict[tuple[Any, ...], list[tuple[int, list[tuple[str, str]]]]] = {}
@@ -298,21 +313,10 @@ def read_azure(path: Path, max_rows: int | None = None, more: str = "") -> list[
 
 def read_trace(path: Path, fmt: str | None, max_rows: int | None = None, more: str = "") -> list[TraceRow]:
     """Read a trace in ``fmt`` ("mooncake" | "azure"; None: .csv is Azure, anything else Mooncake), its first
-    ``max_rows`` rows. The last trace read is kept (keyed by path, size, modification time and ``max_rows``):
-    a study reads its trace when it checks the study and again for every load point."""
+    ``max_rows`` rows; the last trace read is kept (:func:`_kept`)."""
     fmt = fmt or ("azure" if path.suffix.lower() == ".csv" else "mooncake")
-    try:
-        stat = path.stat()
-        key: tuple[Any, ...] | None = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino, fmt, max_rows, more)
-    except (OSError, ValueError):
-        key = None  # the reader says why
-    if key is not None and key in _TRACE_CACHE:
-        return _TRACE_CACHE[key]
-    rows = (read_azure if fmt == "azure" else read_mooncake)(path, max_rows, more)
-    _TRACE_CACHE.clear()
-    if key is not None:
-        _TRACE_CACHE[key] = rows
-    return rows
+    reader = read_azure if fmt == "azure" else read_mooncake
+    return _kept(_TRACE_CACHE, _file_key(path, fmt, max_rows, more), lambda: reader(path, max_rows, more))
 
 
 _TRACE_CACHE: dict[tuple[Any, ...], list[TraceRow]] = {}
