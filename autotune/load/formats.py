@@ -329,9 +329,8 @@ LINE_VALUES = MAX_SEQUENCE_TOKENS + 64
 def prompt_rows(lines: Iterable[tuple[int, str]], where: Callable[[int], str], more: str = ""
                 ) -> Iterator[tuple[int, Any]]:
     """The non-empty lines of a prompt file (JSONL of ``prompt`` / ``input_ids`` rows; a Mooncake trace's rows
-    too), parsed one at a time,
-    each refused (:class:`DatasetError`, ``where(line)`` first) where the file passes what a load point
-    builds, before what follows is read: more than ``MAX_PROMPTS`` requests, a line of more than
+    too), parsed one at a time, each refused (:class:`DatasetError`, ``where(line)`` first) where the file
+    passes what a load point builds, before what follows is read: more than ``MAX_PROMPTS`` requests, a line of more than
     :data:`LINE_VALUES` JSON values (every value follows a ',', '[' or '{', so they are counted before
     ``json`` builds them: ``[1,1,...]`` is ~20 bytes of memory for each 2 of text), a row's ``input_ids``
     past ``MAX_SEQUENCE_TOKENS``, or all of them past ``MAX_PROMPT_TOKENS``."""
